@@ -1,0 +1,106 @@
+"""What a diagnosis says: findings, their evidence and estimated gains.
+
+These are the knowledge room's outputs. Like probe samples they are frozen, so a
+diagnosis can be drawn, exported and replayed without anyone changing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The bottleneck categories, after the documents' bottleneck-location table
+#: (data loading, GPU computation, GPU memory, system RAM/CPU) plus the checklist's
+#: I/O symptom, and ``none`` when nothing limits the job.
+CATEGORIES: tuple[str, ...] = ("data_loading", "compute", "memory", "io", "host", "none")
+
+SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where in which document a claim comes from."""
+
+    document: str
+    section: str
+    quote: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One metric value that supports a finding, judged against its target."""
+
+    metric: str
+    label: str
+    value: float | None
+    display: str
+    target: str | None = None
+    #: ``within`` / ``near`` / ``outside`` the target range, or ``unknown``.
+    status: str = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Gain:
+    """What acting on a finding is estimated to buy, and how that was worked out."""
+
+    #: Expected speed-up factor of the training step (1.0 = none); ``None`` when
+    #: the benefit is not speed (memory headroom, reliability).
+    speedup: float | None
+    low: float | None = None
+    high: float | None = None
+    #: ``amdahl`` (from the measured phase breakdown) or ``document`` (the figure
+    #: the source documents claim), or ``none``.
+    method: str = "none"
+    explanation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule that is firing, with everything needed to act on it."""
+
+    id: str
+    title: str
+    severity: str
+    category: str
+    why: str
+    evidence: tuple[Evidence, ...]
+    actions: tuple[str, ...]
+    gain: Gain
+    source: Source
+    expr: str
+    fired_at: float
+    snippet: str | None = None
+    techniques: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateMatch:
+    """A row of the optimization priority framework that matches the job now."""
+
+    id: str
+    name: str
+    priorities: tuple[str, ...]
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The engine's conclusion at one moment, from one window of samples."""
+
+    t: float
+    window_s: float
+    category: str
+    #: One line saying why this category: the top finding's title, or why none.
+    summary: str
+    #: ``gpu`` when NVML sees a GPU, else ``cpu`` (compute then means the CPU).
+    compute_device: str
+    states: tuple[StateMatch, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    phases: dict[str, float] | None = None
+    steps_per_s: float | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    #: Rules that could not be evaluated for lack of data, with the missing metric.
+    waiting_for: tuple[str, ...] = ()
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None

@@ -1,0 +1,246 @@
+"""Immutable samples: one per probe per tick.
+
+Every probe returns one of these frozen dataclasses. Panels, rules, exports and
+replays all read these and never live handles, so a session is nothing more than
+lists of samples: exactly what a snapshot file writes and a replay reads back.
+
+A value that could not be read is ``None`` (one field blank, never a whole probe).
+Times ``t`` are wall-clock seconds since the epoch (``time.time()``), so that a
+recording can be lined up with the training job's own logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    """One OS thread of a process (names come from /proc/PID/task/TID/comm)."""
+
+    tid: int
+    name: str
+    cpu_percent: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One process of the target tree at one tick.
+
+    ``role`` is ``main`` for the target itself, ``worker`` for a recognised
+    DataLoader worker, ``child`` for any other descendant.
+    """
+
+    pid: int
+    ppid: int | None
+    role: str
+    name: str
+    cmdline: tuple[str, ...]
+    status: str | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    num_threads: int | None
+    read_bps: float | None
+    write_bps: float | None
+    threads: tuple[ThreadInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessTreeSample:
+    """The target and its descendants at one tick."""
+
+    t: float
+    target_pid: int
+    alive: bool
+    processes: tuple[ProcessInfo, ...]
+    #: ``True``/``False`` when the main process has/lacks a ``pt_data_pin`` thread;
+    #: ``None`` when thread names could not be read.
+    pin_memory_thread: bool | None = None
+    exit_status: int | None = None
+    error: str | None = None
+
+    @property
+    def workers(self) -> tuple[ProcessInfo, ...]:
+        return tuple(p for p in self.processes if p.role == "worker")
+
+    @property
+    def main(self) -> ProcessInfo | None:
+        return next((p for p in self.processes if p.role == "main"), None)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """Whole-machine CPU, memory and load at one tick."""
+
+    t: float
+    cpu_count: int
+    cpu_percent: float | None
+    per_core_percent: tuple[float, ...]
+    iowait_percent: float | None
+    ram_used_bytes: int | None
+    ram_total_bytes: int | None
+    swap_used_bytes: int | None
+    swap_total_bytes: int | None
+    load1: float | None
+    load5: float | None
+    load15: float | None
+
+
+# ---------------------------------------------------------------------- GPU
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process seen on a GPU by NVML (PID already mapped into our namespace)."""
+
+    pid: int
+    used_memory_bytes: int | None
+    sm_percent: float | None
+    in_target: bool
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU at one tick. Each field is ``None`` when NVML could not read it."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    lost: bool = False
+    util_percent: float | None = None
+    mem_util_percent: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    temperature_c: float | None = None
+    temperature_slowdown_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    #: Active clock event reasons, decoded to short words ("sw_power_cap", ...).
+    clock_event_reasons: tuple[str, ...] = ()
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    #: Fields the driver answered NotSupported for (so the UI can say why blank).
+    unsupported: tuple[str, ...] = ()
+
+    @property
+    def target_mem_bytes(self) -> int | None:
+        vals = [p.used_memory_bytes for p in self.processes if p.in_target]
+        known = [v for v in vals if v is not None]
+        return sum(known) if known else None
+
+    @property
+    def target_sm_percent(self) -> float | None:
+        vals = [p.sm_percent for p in self.processes if p.in_target]
+        known = [v for v in vals if v is not None]
+        return sum(known) if known else None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """All GPUs at one tick, or why there are none to read."""
+
+    t: float
+    available: bool
+    devices: tuple[GpuDevice, ...] = ()
+    #: Why ``available`` is False ("no NVIDIA driver", ...).
+    reason: str | None = None
+    driver_version: str | None = None
+
+
+# ------------------------------------------------------------------- stacks
+
+
+@dataclass(frozen=True, slots=True)
+class HotFrame:
+    """A frame and how many samples of the window had it innermost, per phase."""
+
+    phase: str
+    function: str
+    location: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StackWindow:
+    """The training thread's stack samples over one py-spy window, by phase.
+
+    ``phase_counts`` maps every phase name to its number of samples in the
+    window; fractions are derived by the session over a sliding set of windows.
+    """
+
+    t_start: float
+    t_end: float
+    thread_name: str | None
+    thread_id: str | None
+    total_samples: int
+    phase_counts: dict[str, int] = field(default_factory=dict)
+    hot_frames: tuple[HotFrame, ...] = ()
+    #: Techniques seen in use in the stacks ("torch_compile", "grad_scaler", ...).
+    techniques_seen: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepCounterSample:
+    """An integer loop counter read from the training frame's locals."""
+
+    t: float
+    name: str | None
+    value: int | None
+    frame: str | None = None
+    error: str | None = None
+
+
+# ------------------------------------------------------------------ storage
+
+
+@dataclass(frozen=True, slots=True)
+class MountInfo:
+    """A filesystem behind some of the target's open files."""
+
+    mountpoint: str
+    device: str
+    fstype: str
+    is_network: bool
+    scheduler: str | None
+    read_bps: float | None
+    write_bps: float | None
+    busy_percent: float | None
+    open_files: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSample:
+    """Disks behind the target's open files, and what it is writing now."""
+
+    t: float
+    mounts: tuple[MountInfo, ...] = ()
+    #: Files the target tree has open for writing (checkpoints as they happen).
+    writing: tuple[str, ...] = ()
+    error: str | None = None
+
+
+# -------------------------------------------------------------- environment
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentInfo:
+    """Facts about the target that change rarely; secrets already redacted."""
+
+    t: float
+    pid: int
+    cmdline: tuple[str, ...]
+    python_version: str | None
+    torch_version: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    num_workers: int | None = None
+    pin_memory_thread: bool | None = None
+    start_time: float | None = None
+    hostname: str | None = None
+    aitop_version: str | None = None

@@ -1,0 +1,240 @@
+"""The session: bounded ring buffers of samples and window aggregates over them.
+
+Probes add samples from their own threads; readers (rules, panels, exports) take
+consistent copies. Memory stays bounded however long the session runs: each kind
+of sample lives in a ``deque`` with a fixed ``maxlen``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .samples import (
+    EnvironmentInfo,
+    GpuSample,
+    HostSample,
+    ProcessTreeSample,
+    StackWindow,
+    StepCounterSample,
+    StorageSample,
+)
+
+T = TypeVar("T")
+
+#: Default ring capacity: 30 minutes of 1 Hz samples per kind.
+DEFAULT_CAPACITY = 1800
+
+PHASES: tuple[str, ...] = (
+    "data_wait",
+    "forward",
+    "backward",
+    "optimizer",
+    "checkpoint",
+    "sync",
+    "other",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Summary of one metric's values over a time window."""
+
+    mean: float
+    p5: float
+    p95: float
+    last: float
+    minimum: float
+    maximum: float
+    stdev: float
+    #: Least-squares slope in units per minute (positive: rising).
+    trend: float
+    count: int
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile of already sorted values (q in 0..100)."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac
+
+
+def aggregate(points: Sequence[tuple[float, float]]) -> Aggregate | None:
+    """Aggregate ``(t, value)`` points; ``None`` when there are none."""
+    if not points:
+        return None
+    values = [v for _, v in points]
+    ordered = sorted(values)
+    mean = statistics.fmean(values)
+    stdev = statistics.pstdev(values) if len(values) > 1 else 0.0
+    trend = 0.0
+    if len(points) > 2:
+        ts = [t for t, _ in points]
+        t_mean = statistics.fmean(ts)
+        var_t = sum((t - t_mean) ** 2 for t in ts)
+        if var_t > 0:
+            cov = sum((t - t_mean) * (v - mean) for t, v in points)
+            trend = cov / var_t * 60.0
+    return Aggregate(
+        mean=mean,
+        p5=percentile(ordered, 5),
+        p95=percentile(ordered, 95),
+        last=values[-1],
+        minimum=ordered[0],
+        maximum=ordered[-1],
+        stdev=stdev,
+        trend=trend,
+        count=len(values),
+    )
+
+
+class Ring(Generic[T]):
+    """A thread-safe bounded buffer of samples in arrival order."""
+
+    def __init__(self, capacity: int) -> None:
+        self._items: deque[T] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+
+    def append(self, item: T) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def items(self) -> list[T]:
+        with self._lock:
+            return list(self._items)
+
+    def last(self) -> T | None:
+        with self._lock:
+            return self._items[-1] if self._items else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def capacity(self) -> int:
+        return self._items.maxlen or 0
+
+
+def sample_time(sample: object) -> float:
+    """The time a sample describes (a stack window is stamped at its end)."""
+    if isinstance(sample, StackWindow):
+        return sample.t_end
+    return float(sample.t)  # type: ignore[attr-defined]
+
+
+class Session:
+    """Everything measured about one target, bounded in memory.
+
+    The UI, the rules and the exporter all read from a session; whether it is
+    being filled by live probes or loaded from a recording makes no difference.
+    """
+
+    def __init__(self, target_pid: int, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.target_pid = target_pid
+        self.capacity = capacity
+        self.processes: Ring[ProcessTreeSample] = Ring(capacity)
+        self.host: Ring[HostSample] = Ring(capacity)
+        self.gpu: Ring[GpuSample] = Ring(capacity)
+        self.stacks: Ring[StackWindow] = Ring(capacity)
+        self.steps: Ring[StepCounterSample] = Ring(capacity)
+        self.storage: Ring[StorageSample] = Ring(capacity)
+        self.environment: EnvironmentInfo | None = None
+        #: Free-text status per probe ("sampling at 20 Hz", "unavailable: ...").
+        self.probe_status: dict[str, str] = {}
+        self.started_at: float | None = None
+        #: When the target was first seen gone, and its exit status if known.
+        self.target_exited_at: float | None = None
+        self.target_exit_status: int | None = None
+        self._rings: dict[type, Ring] = {  # type: ignore[type-arg]
+            ProcessTreeSample: self.processes,
+            HostSample: self.host,
+            GpuSample: self.gpu,
+            StackWindow: self.stacks,
+            StepCounterSample: self.steps,
+            StorageSample: self.storage,
+        }
+
+    def add(self, sample: object) -> None:
+        """Store a sample in the ring for its kind."""
+        if isinstance(sample, EnvironmentInfo):
+            self.environment = sample
+            return
+        ring = self._rings.get(type(sample))
+        if ring is None:
+            raise TypeError(f"not a sample kind the session stores: {type(sample).__name__}")
+        if self.started_at is None:
+            self.started_at = sample_time(sample)
+        if isinstance(sample, ProcessTreeSample) and not sample.alive:
+            if self.target_exited_at is None:
+                self.target_exited_at = sample.t
+            if sample.exit_status is not None:
+                self.target_exit_status = sample.exit_status
+        ring.append(sample)
+
+    def latest_time(self) -> float | None:
+        """The time of the newest sample of any kind."""
+        lasts = [r.last() for r in self._rings.values()]
+        times = [sample_time(s) for s in lasts if s is not None]
+        return max(times) if times else None
+
+    # ------------------------------------------------------------ windows
+
+    @staticmethod
+    def in_window(items: Iterable[T], now: float, window_s: float) -> list[T]:
+        """Samples whose time lies in ``(now - window_s, now]``."""
+        lo = now - window_s
+        return [s for s in items if lo < sample_time(s) <= now]
+
+    def series(
+        self,
+        ring: Ring[T],
+        value: Callable[[T], float | None],
+        now: float,
+        window_s: float,
+    ) -> list[tuple[float, float]]:
+        """``(t, value)`` points of a ring over a window, skipping unknown values."""
+        points: list[tuple[float, float]] = []
+        for s in self.in_window(ring.items(), now, window_s):
+            v = value(s)
+            if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                points.append((sample_time(s), float(v)))
+        return points
+
+    def aggregate(
+        self,
+        ring: Ring[T],
+        value: Callable[[T], float | None],
+        now: float,
+        window_s: float,
+    ) -> Aggregate | None:
+        return aggregate(self.series(ring, value, now, window_s))
+
+    def phase_counts(self, now: float, window_s: float) -> tuple[dict[str, int], int]:
+        """Summed phase sample counts of the stack windows ending in the window."""
+        counts = dict.fromkeys(PHASES, 0)
+        total = 0
+        for w in self.in_window(self.stacks.items(), now, window_s):
+            if w.error is not None:
+                continue
+            for phase, n in w.phase_counts.items():
+                counts[phase] = counts.get(phase, 0) + n
+            total += w.total_samples
+        return counts, total
+
+    def phase_fractions(self, now: float, window_s: float) -> dict[str, float] | None:
+        """Fraction of the training thread's time in each phase; sums to 1."""
+        counts, total = self.phase_counts(now, window_s)
+        if total <= 0:
+            return None
+        return {phase: n / total for phase, n in counts.items()}
