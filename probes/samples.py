@@ -164,6 +164,8 @@ class HotFrame:
     function: str
     location: str
     count: int
+    #: The training-loop line that led into this phase ("train.py:42").
+    caller: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,9 @@ class StackWindow:
     hot_frames: tuple[HotFrame, ...] = ()
     #: Techniques seen in use in the stacks ("torch_compile", "grad_scaler", ...).
     techniques_seen: tuple[str, ...] = ()
+    #: The frame that drives the training loop ("train (train.py)"), learnt from
+    #: the parents of phase frames; the step probe reads its integer locals.
+    loop_frame: str | None = None
     error: str | None = None
 
 

@@ -1,0 +1,82 @@
+"""Loading the phase signatures from the knowledge base into the stack probe's types."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from aitop.probes.phases import FrameSignature, PhaseClassifier, PhaseRule, TechniqueRule
+from aitop.probes.session import PHASES
+
+from .yamlio import fail, load_yaml_file, load_yaml_text, require
+
+PACKAGED = "phases.yaml"
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    rules: tuple[PhaseRule, ...]
+    techniques: tuple[TechniqueRule, ...]
+    step_counters: tuple[str, ...]
+
+    def classifier(self) -> PhaseClassifier:
+        return PhaseClassifier(self.rules, self.techniques)
+
+
+def _signatures(node: object) -> tuple[FrameSignature, ...]:
+    items = require(node, "signatures", list)
+    sigs = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise fail(node, "each signature must be a mapping {function, file}")
+        function = item.get("function", "*")
+        file = item.get("file", "*")
+        if not isinstance(function, str) or not isinstance(file, str):
+            raise fail(item, "signature 'function' and 'file' must be strings")
+        sigs.append(FrameSignature(function=function, file=file))
+    return tuple(sigs)
+
+
+def parse_phase_document(doc: object) -> PhaseConfig:
+    """Validate one phases document (packaged or a user's)."""
+    if not isinstance(doc, dict):
+        raise fail(doc, "expected a mapping with 'phases'")
+    rules = []
+    for node in doc.get("phases") or []:
+        phase = require(node, "phase", str)
+        if phase not in PHASES or phase == "other":
+            raise fail(node, f"unknown phase '{phase}' (one of {', '.join(PHASES[:-1])})")
+        rank = require(node, "rank", int)
+        rules.append(PhaseRule(phase, rank, _signatures(node)))
+    techniques = [
+        TechniqueRule(require(node, "technique", str), _signatures(node))
+        for node in doc.get("techniques_seen") or []
+    ]
+    counters = doc.get("step_counters") or []
+    if not all(isinstance(c, str) for c in counters):
+        raise fail(doc, "'step_counters' must be a list of names")
+    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
+
+
+def merge(configs: Iterable[PhaseConfig]) -> PhaseConfig:
+    """User files add signatures and counters to the packaged ones."""
+    rules: list[PhaseRule] = []
+    techniques: list[TechniqueRule] = []
+    counters: list[str] = []
+    for cfg in configs:
+        rules += cfg.rules
+        techniques += cfg.techniques
+        counters += [c for c in cfg.step_counters if c not in counters]
+    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
+
+
+def load_phase_config(extra_files: Iterable[Path] = ()) -> PhaseConfig:
+    text = resources.files("aitop.knowledge").joinpath("data", PACKAGED).read_text("utf-8")
+    configs = [parse_phase_document(load_yaml_text(text, PACKAGED))]
+    for path in extra_files:
+        doc = load_yaml_file(path)
+        if isinstance(doc, dict) and ("phases" in doc or "techniques_seen" in doc):
+            configs.append(parse_phase_document(doc))
+    return merge(configs)

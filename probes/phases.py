@@ -1,0 +1,202 @@
+"""Classifying one stack sample of the training thread into a step phase.
+
+The frame signatures are data (they live in the knowledge base YAML and are
+passed in), so users can teach aitop Lightning, the Hugging Face Trainer or their
+own loop without touching code. This module only knows how to match them.
+
+Matching: every frame that matches some phase's signature is a candidate; the
+candidate with the highest ``rank`` wins, and among equal ranks the innermost.
+Ranks encode nesting that is known to happen: a DataLoader's transforms may be
+``nn.Module`` calls (still data loading, so data_wait outranks forward), and
+``optimizer.step(closure)`` runs forward and backward inside the optimizer (so
+optimizer ranks below them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One Python frame as py-spy reports it (short filename, as py-spy prints it)."""
+
+    function: str
+    file: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def short_function(self) -> str:
+        """``Queue.get`` -> ``get``: py-spy 0.4 class-qualifies names on Python 3.11+."""
+        return self.function.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSignature:
+    """A glob on the function name and one on the file path.
+
+    The function glob is tried on the qualified name (``Queue.get``) and on the
+    bare name (``get``), so one signature serves Python 3.10 and 3.11+. The file
+    glob is tried on the whole path and on any path suffix after a ``/``.
+    """
+
+    function: str = "*"
+    file: str = "*"
+
+    def matches(self, frame: Frame) -> bool:
+        if not (
+            fnmatchcase(frame.function, self.function)
+            or fnmatchcase(frame.short_function, self.function)
+        ):
+            return False
+        if self.file == "*":
+            return True
+        return fnmatchcase(frame.file, self.file) or fnmatchcase(frame.file, "*/" + self.file)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRule:
+    phase: str
+    rank: int
+    signatures: tuple[FrameSignature, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TechniqueRule:
+    """Frames whose presence shows a technique is already in use (e.g. torch.compile)."""
+
+    technique: str
+    signatures: tuple[FrameSignature, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    phase: str
+    #: Index (root = 0) of the frame that decided the phase, or -1 for ``other``.
+    frame_index: int
+    #: Index of the outermost phase frame of any kind (the loop calls into it).
+    outermost_index: int
+
+
+class PhaseClassifier:
+    """Assigns stacks to phases; remembers per-frame answers since frames repeat."""
+
+    def __init__(
+        self, rules: Iterable[PhaseRule], techniques: Iterable[TechniqueRule] = ()
+    ) -> None:
+        self.rules = tuple(rules)
+        self.techniques = tuple(techniques)
+        self._frame_cache: dict[Frame, tuple[str, int] | None] = {}
+        self._technique_cache: dict[Frame, tuple[str, ...]] = {}
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        names = [r.phase for r in self.rules]
+        return (*dict.fromkeys(names), OTHER)
+
+    def frame_phase(self, frame: Frame) -> tuple[str, int] | None:
+        """The (phase, rank) a single frame signals, or None."""
+        if frame in self._frame_cache:
+            return self._frame_cache[frame]
+        best: tuple[str, int] | None = None
+        for rule in self.rules:
+            if any(sig.matches(frame) for sig in rule.signatures) and (
+                best is None or rule.rank > best[1]
+            ):
+                best = (rule.phase, rule.rank)
+        if len(self._frame_cache) < 50_000:
+            self._frame_cache[frame] = best
+        return best
+
+    def classify(self, frames: Sequence[Frame]) -> Classification:
+        """Frames are ordered root first, as in py-spy's collapsed output."""
+        best_phase, best_rank, best_index, outermost = OTHER, -(10**9), -1, -1
+        for index, frame in enumerate(frames):
+            hit = self.frame_phase(frame)
+            if hit is None:
+                continue
+            if outermost < 0:
+                outermost = index
+            phase, rank = hit
+            if rank >= best_rank:  # >= : innermost wins among equal ranks
+                best_phase, best_rank, best_index = phase, rank, index
+        return Classification(best_phase, best_index, outermost)
+
+    def techniques_in(self, frames: Sequence[Frame]) -> set[str]:
+        """Techniques whose signature frames appear in this stack."""
+        found: set[str] = set()
+        for frame in frames:
+            cached = self._technique_cache.get(frame)
+            if cached is None:
+                cached = tuple(
+                    t.technique
+                    for t in self.techniques
+                    if any(sig.matches(frame) for sig in t.signatures)
+                )
+                if len(self._technique_cache) < 50_000:
+                    self._technique_cache[frame] = cached
+            found.update(cached)
+        return found
+
+
+# ------------------------------------------------------------- raw parsing
+
+_FRAME_RE = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+_THREAD_RE = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::\s*(?P<name>.*))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class RawStack:
+    """One line of ``py-spy record --format raw --threads``: a stack and its count."""
+
+    thread_id: str | None
+    thread_name: str | None
+    frames: tuple[Frame, ...]
+    count: int
+
+
+def parse_frame(text: str) -> Frame:
+    match = _FRAME_RE.match(text)
+    if match is None:  # e.g. "<native>" or a frame without a location
+        return Frame(text, "", 0)
+    return Frame(match["function"], match["file"], int(match["line"]))
+
+
+def parse_raw_line(line: str) -> RawStack | None:
+    """Parse ``thread (123): MainThread;f (a.py:1);g (b.py:2) 7``; None if malformed."""
+    line = line.rstrip("\n")
+    stack_text, sep, count_text = line.rpartition(" ")
+    if not sep or not count_text.isdigit():
+        return None
+    parts = stack_text.split(";")
+    thread_id = thread_name = None
+    if parts and parts[0].startswith("thread ("):
+        match = _THREAD_RE.match(parts[0])
+        if match:
+            thread_id = match["tid"]
+            thread_name = match["name"] or None
+        parts = parts[1:]
+    # py-spy may add a "process NNN:" root when sampling subprocesses.
+    if parts and parts[0].startswith("process "):
+        parts = parts[1:]
+    frames = tuple(parse_frame(p) for p in parts if p)
+    return RawStack(thread_id, thread_name, frames, int(count_text))
+
+
+def parse_raw(text: str) -> list[RawStack]:
+    stacks = []
+    for line in text.splitlines():
+        if line.strip():
+            parsed = parse_raw_line(line)
+            if parsed is not None:
+                stacks.append(parsed)
+    return stacks

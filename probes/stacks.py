@@ -1,0 +1,204 @@
+"""The stack probe: py-spy ``record`` windows turned into phase counts.
+
+Why rolling ``record --format raw`` windows rather than periodic ``dump``: one
+``dump`` costs about 10 ms of CPU (a fresh attach each time), so sampling at
+20 Hz with dumps would cost ~20 % of a core. One ``record`` process attaches once
+per window and then samples for a few milliseconds of CPU per second; the price
+of restarting it every window (~20 ms) is spread over the window. Measured on the
+2-core development machine: see docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from .phases import OTHER, Frame, PhaseClassifier, RawStack, parse_raw
+from .pyspy import PySpyError, classify_failure, pyspy_env, record_args, require_pyspy
+from .samples import HotFrame, StackWindow
+
+#: How many hot frames per phase a window keeps (bounds memory per sample).
+HOT_FRAMES_PER_PHASE = 8
+
+
+def frame_label(frame: Frame) -> str:
+    return f"{frame.function} ({frame.file})"
+
+
+def pick_training_thread(
+    stacks: Sequence[RawStack], classifier: PhaseClassifier, pid: int, previous: str | None
+) -> str | None:
+    """The thread that spends the most samples in recognised phases.
+
+    Falls back to the previous choice, then the main thread (its OS id is the
+    PID; its name ``MainThread``), so a window spent entirely in ``other`` still
+    reports the right thread.
+    """
+    scores: Counter[str] = Counter()
+    seen: set[str] = set()
+    for stack in stacks:
+        if stack.thread_id is None:
+            continue
+        seen.add(stack.thread_id)
+        if classifier.classify(stack.frames).phase != OTHER:
+            scores[stack.thread_id] += stack.count
+    if scores:
+        best, best_score = scores.most_common(1)[0]
+        if previous in scores and scores[previous] >= 0.8 * best_score:
+            return previous  # sticky: don't hop between threads on noise
+        return best
+    if previous in seen:
+        return previous
+    for stack in stacks:
+        if stack.thread_id == str(pid) or stack.thread_name == "MainThread":
+            return stack.thread_id
+    return None
+
+
+def summarize_window(
+    stacks: Sequence[RawStack],
+    classifier: PhaseClassifier,
+    *,
+    pid: int,
+    t_start: float,
+    t_end: float,
+    previous_thread: str | None = None,
+) -> StackWindow:
+    """Phase counts, hot frames and loop frame of the training thread in one window."""
+    thread = pick_training_thread(stacks, classifier, pid, previous_thread)
+    counts = dict.fromkeys(classifier.phases, 0)
+    hot: Counter[tuple[str, str, str, str]] = Counter()
+    loop_frames: Counter[str] = Counter()
+    techniques: set[str] = set()
+    total = 0
+    thread_name = None
+    for stack in stacks:
+        techniques |= classifier.techniques_in(stack.frames)
+        if stack.thread_id != thread or not stack.frames:
+            continue
+        thread_name = stack.thread_name or thread_name
+        result = classifier.classify(stack.frames)
+        counts[result.phase] = counts.get(result.phase, 0) + stack.count
+        total += stack.count
+        leaf = stack.frames[-1]
+        caller = ""
+        if result.outermost_index >= 1:
+            parent = stack.frames[result.outermost_index - 1]
+            caller = parent.location
+            loop_frames[frame_label(parent)] += stack.count
+        hot[(result.phase, leaf.function, leaf.location, caller)] += stack.count
+    hot_frames: list[HotFrame] = []
+    per_phase: Counter[str] = Counter()
+    for (phase, function, location, caller), n in hot.most_common():
+        if per_phase[phase] < HOT_FRAMES_PER_PHASE:
+            per_phase[phase] += 1
+            hot_frames.append(HotFrame(phase, function, location, n, caller))
+    return StackWindow(
+        t_start=t_start,
+        t_end=t_end,
+        thread_name=thread_name,
+        thread_id=thread,
+        total_samples=total,
+        phase_counts=counts,
+        hot_frames=tuple(hot_frames),
+        techniques_seen=tuple(sorted(techniques)),
+        loop_frame=loop_frames.most_common(1)[0][0] if loop_frames else None,
+    )
+
+
+class StackProbe:
+    """Samples the target's stacks in back-to-back py-spy windows.
+
+    ``run_window`` blocks for one window and returns its StackWindow; the
+    collector calls it in a loop on its own thread. Fatal conditions (no py-spy,
+    no permission, not Python) raise PySpyError so the collector can stop this
+    probe, say why, and keep the others running.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        classifier: PhaseClassifier,
+        *,
+        rate_hz: int = 20,
+        window_s: int = 2,
+        binary: str | None = None,
+    ) -> None:
+        self.pid = pid
+        self.classifier = classifier
+        self.rate_hz = rate_hz
+        self.window_s = window_s
+        self.binary = binary or require_pyspy()
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="aitop-stacks-")
+        self._thread: str | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._stopped = False
+
+    def run_window(self, window_s: int | None = None) -> StackWindow:
+        duration = window_s or self.window_s
+        output = Path(self._tmpdir.name) / "window.txt"
+        output.unlink(missing_ok=True)
+        t_start = time.time()
+        args = record_args(
+            self.binary, self.pid, rate=self.rate_hz, duration=duration, output=str(output)
+        )
+        try:
+            self._proc = subprocess.Popen(
+                args,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=pyspy_env(),
+            )
+        except OSError as exc:
+            raise PySpyError(f"cannot run py-spy: {exc}", kind="missing") from exc
+        try:
+            _, stderr = self._proc.communicate(timeout=duration + 10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            return StackWindow(t_start, time.time(), None, None, 0, error="py-spy hung; killed")
+        returncode = self._proc.returncode
+        self._proc = None
+        t_end = time.time()
+        if self._stopped:
+            return StackWindow(t_start, t_end, None, None, 0, error="stopped")
+        text = output.read_text(errors="replace") if output.exists() else ""
+        if returncode != 0 and not text:
+            raise classify_failure(self.pid, stderr or "")
+        window = summarize_window(
+            parse_raw(text),
+            self.classifier,
+            pid=self.pid,
+            t_start=t_start,
+            t_end=t_end,
+            previous_thread=self._thread,
+        )
+        self._thread = window.thread_id or self._thread
+        return window
+
+    def stop(self) -> None:
+        """Stop a window in progress (py-spy writes nothing useful then)."""
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+
+    def close(self) -> None:
+        self.stop()
+        self._tmpdir.cleanup()
+
+    @property
+    def training_thread(self) -> str | None:
+        return self._thread
+
+
+def cpu_seconds_of_children() -> float:
+    """CPU seconds used by our reaped children (py-spy runs), for self-accounting."""
+    times = os.times()
+    return times.children_user + times.children_system

@@ -1,0 +1,136 @@
+"""Steps per second without instrumentation: read the training loop's counter.
+
+``py-spy dump --locals`` shows the integer locals of every frame. The frame that
+drives the training loop (learnt by the stack probe as the caller of the
+DataLoader / forward / backward frames) usually holds a counter such as
+``step``, ``global_step``, ``i`` or ``batch_idx``. Reading it every few seconds
+and differencing gives steps/s. When no such counter is found the answer is
+"unknown"; the engine never guesses a rate.
+
+Note: module-level loops (``for x in loader:`` at the top of a script) keep their
+variables in globals, which py-spy does not show; those jobs get "unknown".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .pyspy import PySpyError, require_pyspy, run_dump
+from .samples import StepCounterSample
+
+_INT_RE = re.compile(r"^-?\d+$")
+
+
+def parse_int_repr(text: object) -> int | None:
+    """``'42'`` -> 42; anything that is not a plain integer literal -> None."""
+    if not isinstance(text, str) or not _INT_RE.match(text.strip()):
+        return None
+    return int(text.strip())
+
+
+def _frame_label(frame: dict[str, Any]) -> str:
+    return f"{frame.get('name')} ({frame.get('short_filename') or frame.get('filename')})"
+
+
+def find_thread(
+    threads: Sequence[dict[str, Any]], thread_id: str | None
+) -> dict[str, Any] | None:
+    """The dumped thread with this OS thread id, else the main thread."""
+    if thread_id is not None:
+        for thread in threads:
+            if str(thread.get("os_thread_id")) == thread_id:
+                return thread
+    for thread in threads:
+        if thread.get("thread_name") == "MainThread":
+            return thread
+    return threads[0] if threads else None
+
+
+def read_counter(
+    dump: Sequence[dict[str, Any]],
+    *,
+    loop_frame: str,
+    thread_id: str | None,
+    counter_names: Sequence[str],
+) -> tuple[str, int] | None:
+    """The first counter name (in preference order) that the loop frame holds as an int."""
+    thread = find_thread(dump, thread_id)
+    if thread is None:
+        return None
+    for frame in thread.get("frames") or []:
+        if _frame_label(frame) != loop_frame:
+            continue
+        values: dict[str, int] = {}
+        for local in frame.get("locals") or []:
+            value = parse_int_repr(local.get("repr"))
+            if value is not None:
+                values[str(local.get("name"))] = value
+        for name in counter_names:
+            if name in values:
+                return name, values[name]
+        return None
+    return None
+
+
+class StepProbe:
+    """Reads the loop counter with one ``py-spy dump --locals`` per call."""
+
+    def __init__(
+        self, pid: int, counter_names: Sequence[str], *, binary: str | None = None
+    ) -> None:
+        self.pid = pid
+        self.counter_names = tuple(counter_names)
+        self.binary = binary or require_pyspy()
+
+    def sample(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample:
+        t = time.time()
+        if loop_frame is None:
+            return StepCounterSample(t, None, None, error="training loop frame not found yet")
+        try:
+            dump = json.loads(run_dump(self.binary, self.pid, locals_=True))
+        except PySpyError as exc:
+            if exc.kind in ("permission", "missing", "not_python"):
+                raise
+            return StepCounterSample(t, None, None, frame=loop_frame, error=str(exc))
+        except json.JSONDecodeError:
+            return StepCounterSample(t, None, None, frame=loop_frame, error="unreadable dump")
+        found = read_counter(
+            dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
+        )
+        if found is None:
+            return StepCounterSample(
+                t, None, None, frame=loop_frame, error="no integer step counter in the loop frame"
+            )
+        name, value = found
+        return StepCounterSample(t, name, value, frame=loop_frame)
+
+
+def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
+    """Rate of the counter over the samples; None unless it is clearly counting.
+
+    Uses the most recent counter name only. A decrease is a reset (a new epoch
+    for ``i``/``batch_idx``): the steps after the reset are counted from zero.
+    Needs at least two readings at least 2 s apart with some increase.
+    """
+    named = [s for s in samples if s.value is not None and s.name is not None]
+    if len(named) < 2:
+        return None
+    name = named[-1].name
+    same = [s for s in named if s.name == name]
+    if len(same) < 2:
+        return None
+    span = same[-1].t - same[0].t
+    if span < 2.0:
+        return None
+    increase = 0
+    for prev, cur in zip(same, same[1:]):
+        assert prev.value is not None and cur.value is not None
+        delta = cur.value - prev.value
+        increase += delta if delta >= 0 else cur.value
+    if increase <= 0:
+        return None
+    return increase / span
