@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-SCENARIOS = ("data", "compute", "checkpoint", "healthy")
+from aitop.tui.demo import SCENARIOS
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,10 @@ CONFIGS: dict[str, Config] = {
     ),
     "checkpoint": Config(
         width=1536, depth=6, batch_size=32, num_workers=0, decode_ms=0.0,
-        checkpoint_every=4, threads=1,
+        checkpoint_every=4, threads=0,
     ),
     "healthy": Config(
-        width=768, depth=4, batch_size=64, num_workers=1, decode_ms=0.02,
+        width=1024, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
         checkpoint_every=0, threads=0,
     ),
 }

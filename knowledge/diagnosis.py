@@ -1,0 +1,276 @@
+"""From window metrics and firing rules to a Diagnosis: bottleneck, state, findings.
+
+The facts from the documents that this needs (what each technique claims, the
+rows of the priority framework, the key-metric targets) come in as a
+:class:`Facts` object, so this module is pure computation and easy to test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .expressions import render
+from .metrics import CATALOGUE
+from .model import SEVERITIES, Diagnosis, Evidence, Finding, Gain, Source, StateMatch
+from .rules import GainSpec, Rule, RuleEngine, RuleSet
+
+
+@dataclass(frozen=True)
+class Target:
+    """A metric's target range and where it comes from."""
+
+    low: float | None
+    high: float | None
+    text: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TechniqueClaim:
+    """What the documents claim a technique does to step speed."""
+
+    name: str
+    speedup_low: float | None
+    speedup_high: float | None
+    text: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class StateRow:
+    name: str
+    priorities: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Facts:
+    techniques: Mapping[str, TechniqueClaim] = field(default_factory=dict)
+    states: Mapping[str, StateRow] = field(default_factory=dict)
+    targets: Mapping[str, Target] = field(default_factory=dict)
+    documents: Mapping[str, str] = field(default_factory=dict)  # id -> title
+
+
+def target_for(metric: str, targets: Mapping[str, Target]) -> Target | None:
+    """Exact name first, then the series name without its aggregate suffix."""
+    if metric in targets:
+        return targets[metric]
+    base = metric.rsplit("_", 1)[0]
+    return targets.get(base)
+
+
+def judge(value: float | None, target: Target | None) -> str:
+    """within / near / outside the target (near: within 10 % of the range's edge)."""
+    if value is None:
+        return "unknown"
+    if target is None:
+        return "unknown"
+    low, high = target.low, target.high
+    if (low is None or value >= low) and (high is None or value <= high):
+        return "within"
+    edge = high if high is not None and value > high else low
+    assert edge is not None
+    slack = 0.1 * (abs(high - low) if low is not None and high is not None else abs(edge) or 1.0)
+    return "near" if abs(value - edge) <= slack else "outside"
+
+
+def display(metric: str, value: float | None) -> str:
+    """A value with its unit, as people read it (fractions as %)."""
+    if value is None:
+        return "unknown"
+    spec = CATALOGUE.get(metric)
+    unit = spec.unit if spec else ""
+    if unit == "fraction":
+        return f"{value:.0%}"
+    if unit == "0/1":
+        return "yes" if value >= 0.5 else "no"
+    if unit.startswith("%"):
+        return f"{value:.0f}{unit}"
+    if unit in ("", "samples"):
+        return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+    return f"{value:.1f} {unit}"
+
+
+def evidence_for(
+    metrics: Mapping[str, float | None], names: Sequence[str], targets: Mapping[str, Target]
+) -> tuple[Evidence, ...]:
+    out = []
+    for name in names:
+        value = metrics.get(name)
+        target = target_for(name, targets)
+        spec = CATALOGUE.get(name)
+        out.append(
+            Evidence(
+                metric=name,
+                label=spec.description if spec else name,
+                value=value,
+                display=display(name, value),
+                target=target.text if target else None,
+                status=judge(value, target),
+            )
+        )
+    return tuple(out)
+
+
+def estimate_gain(
+    spec: GainSpec, metrics: Mapping[str, float | None], facts: Facts
+) -> Gain:
+    """Amdahl bounds from the measured phases, or the documents' figure."""
+    if spec.method == "amdahl" and spec.metric:
+        p = metrics.get(spec.metric)
+        if p is None:
+            return Gain(None, method="amdahl", explanation=f"{spec.metric} is not known yet")
+        p = min(max(p, 0.0), 0.99)
+        lo_r, hi_r = spec.removable
+        low, high = 1 / (1 - p * lo_r), 1 / (1 - p * hi_r)
+        removed = "removing it" if hi_r == 1.0 else f"removing {lo_r:.0%}-{hi_r:.0%} of it"
+        return Gain(
+            speedup=high,
+            low=low,
+            high=high,
+            method="amdahl",
+            explanation=(
+                f"{spec.metric.removeprefix('phase_').replace('_', ' ')} is {p:.0%} of the step: "
+                f"{removed} bounds the speed-up at {high:.1f}x (Amdahl: 1 / (1 - {p:.2f}"
+                f"{'' if hi_r == 1.0 else f' x {hi_r:.2f}'}))"
+            ),
+        )
+    if spec.method == "parallel" and spec.metric:
+        p = metrics.get(spec.metric)
+        factor = metrics.get(spec.factor or "")
+        if p is None or factor is None:
+            return Gain(None, method="amdahl", explanation="compute share or CPU headroom unknown")
+        bound = 1 / ((1 - p) + p / factor)
+        return Gain(
+            speedup=bound,
+            low=1.0,
+            high=bound,
+            method="amdahl",
+            explanation=(
+                f"compute is {p:.0%} of the step; run {factor:.1f}x wider it bounds the "
+                f"speed-up at {bound:.1f}x (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}))"
+            ),
+        )
+    if spec.method == "document" and spec.technique:
+        claim = facts.techniques.get(spec.technique)
+        if claim is None or claim.speedup_low is None:
+            text = claim.text if claim else f"technique '{spec.technique}'"
+            return Gain(None, method="document", explanation=text)
+        mid = (claim.speedup_low + (claim.speedup_high or claim.speedup_low)) / 2
+        return Gain(
+            speedup=mid,
+            low=claim.speedup_low,
+            high=claim.speedup_high,
+            method="document",
+            explanation=f"the documents' figure for {claim.name}: {claim.text}",
+        )
+    return Gain(None, method="none", explanation=spec.note or "not a speed gain")
+
+
+def _severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
+
+
+def build_finding(
+    rule: Rule, fired_at: float, metrics: Mapping[str, float | None], facts: Facts
+) -> Finding:
+    return Finding(
+        id=rule.id,
+        title=render(rule.title, metrics),
+        severity=rule.severity,
+        category=rule.category,
+        why=render(rule.why, metrics),
+        evidence=evidence_for(metrics, rule.evidence, facts.targets),
+        actions=tuple(render(a, metrics) for a in rule.actions),
+        gain=estimate_gain(rule.gain, metrics, facts),
+        source=Source(
+            document=facts.documents.get(rule.source.get("document", ""), rule.source["document"]),
+            section=rule.source.get("section", ""),
+            quote=rule.source.get("quote", ""),
+        ),
+        expr=rule.condition.expr,
+        fired_at=fired_at,
+        snippet=rule.snippet,
+        techniques=rule.techniques,
+    )
+
+
+def rank(findings: Sequence[tuple[Finding, bool]]) -> list[tuple[Finding, bool]]:
+    """By estimated speed-up (unknown counts as none), then severity."""
+    return sorted(
+        findings,
+        key=lambda fb: (-(fb[0].gain.speedup or 1.0), -_severity_rank(fb[0].severity)),
+    )
+
+
+class Diagnoser:
+    """Stateful evaluator: one per session (rules keep their for/keep-firing state)."""
+
+    def __init__(self, ruleset: RuleSet, facts: Facts) -> None:
+        self.ruleset = ruleset
+        self.facts = facts
+        self.engine = RuleEngine(ruleset)
+        self._bottleneck = {r.id: r.bottleneck for r in ruleset.rules}
+
+    def diagnose(self, metrics: Mapping[str, float | None], now: float) -> Diagnosis:
+        firing = self.engine.step(metrics, now)
+        built = [
+            (build_finding(rule, fired_at, metrics, self.facts), rule.bottleneck)
+            for rule, fired_at in firing
+        ]
+        ranked = rank(built)
+        findings = tuple(f for f, _ in ranked)
+        # The bottleneck: the most severe finding that can name one; ties go to
+        # the larger estimated gain (the ranking order).
+        candidates = [f for f, is_bottleneck in ranked if is_bottleneck]
+        top = max(candidates, key=lambda f: _severity_rank(f.severity), default=None)
+        has_gpu = metrics.get("has_gpu") == 1.0
+        if top is not None:
+            category, summary = top.category, top.title
+        elif metrics.get("phase_samples"):
+            category = "none"
+            summary = "No bottleneck: every measured signal is within its target"
+        else:
+            category = "none"
+            summary = "Collecting: no stack samples yet"
+        return Diagnosis(
+            t=now,
+            window_s=float(metrics.get("window_s") or 0.0),
+            category=category,
+            summary=summary,
+            compute_device="gpu" if has_gpu else "cpu",
+            states=self.states(metrics),
+            findings=findings,
+            phases={
+                k.removeprefix("phase_"): v
+                for k, v in metrics.items()
+                if k.startswith("phase_") and k not in ("phase_samples", "phase_compute")
+                and v is not None
+            }
+            or None,
+            steps_per_s=metrics.get("steps_per_s"),
+            metrics=dict(metrics),
+            waiting_for=tuple(self.engine.waiting(metrics)),
+        )
+
+    def states(self, metrics: Mapping[str, float | None]) -> tuple[StateMatch, ...]:
+        out = []
+        for spec in self.ruleset.states:
+            try:
+                matched = spec.condition.evaluate(metrics)
+            except ValueError:
+                matched = None
+            if not matched:
+                continue
+            row = self.facts.states.get(spec.id)
+            out.append(
+                StateMatch(
+                    id=spec.id,
+                    name=row.name if row else spec.id,
+                    priorities=row.priorities if row else (),
+                    evidence=evidence_for(
+                        metrics, sorted(spec.condition.names), self.facts.targets
+                    ),
+                )
+            )
+        return tuple(out)

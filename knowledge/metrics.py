@@ -1,0 +1,293 @@
+"""The metric catalogue: every name a rule may use, and how it is computed.
+
+Rules are written over flat names (``gpu_util_mean``, ``phase_data_wait``), so a
+rule file can be checked at load time: a name that is not in the catalogue is an
+error with file and line. Series metrics are sampled every tick and summarised
+over the window with each aggregate (``_mean``, ``_p5``, ``_p95``, ``_last``,
+``_min``, ``_max``, ``_stdev``, ``_trend`` per minute); scalar metrics are one
+number per window. A metric that cannot be known (no GPU, no step counter) is
+``None``, and a rule that needs it waits instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aitop.probes.samples import GpuDevice, GpuSample, HostSample, ProcessTreeSample, StorageSample
+from aitop.probes.session import PHASES, Aggregate, Session
+from aitop.probes.steps import steps_per_second
+
+AGGREGATES: tuple[str, ...] = ("mean", "p5", "p95", "last", "min", "max", "stdev", "trend")
+
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    unit: str
+    description: str
+    series: bool
+
+
+def _pct(part: float | None, whole: float | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return 100.0 * part / whole
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def target_devices(sample: GpuSample) -> list[GpuDevice]:
+    """GPUs the target uses (by its processes), else all healthy ones."""
+    healthy = [d for d in sample.devices if not d.lost]
+    used = [d for d in healthy if any(p.in_target for p in d.processes)]
+    return used or healthy
+
+
+def _gpu(fn: Callable[[GpuDevice], float | None]) -> Callable[[GpuSample], float | None]:
+    def value(sample: GpuSample) -> float | None:
+        if not sample.available:
+            return None
+        return _mean([v for d in target_devices(sample) if (v := fn(d)) is not None])
+
+    return value
+
+
+def _temp_margin(d: GpuDevice) -> float | None:
+    if d.temperature_c is None:
+        return None
+    limit = d.temperature_slowdown_c if d.temperature_slowdown_c is not None else 83.0
+    return limit - d.temperature_c
+
+
+def _tree_sum(fn: Callable[..., float | None], role: str | None = None):  # type: ignore[no-untyped-def]
+    def value(sample: ProcessTreeSample) -> float | None:
+        if not sample.alive:
+            return None
+        vals = [fn(p) for p in sample.processes if role is None or p.role == role]
+        known = [v for v in vals if v is not None]
+        return sum(known) if known else None
+
+    return value
+
+
+def _worker_max_cpu(sample: ProcessTreeSample) -> float | None:
+    vals = [p.cpu_percent for p in sample.workers if p.cpu_percent is not None]
+    return max(vals) if vals else None
+
+
+def _mb(v: float | None) -> float | None:
+    return None if v is None else v / 1e6
+
+
+def _mounts(fn: Callable[..., float | None]) -> Callable[[StorageSample], float | None]:
+    def value(sample: StorageSample) -> float | None:
+        vals = [v for m in sample.mounts if (v := fn(m)) is not None]
+        return max(vals) if vals else None
+
+    return value
+
+
+def _host_load(sample: HostSample) -> float | None:
+    return None if sample.load1 is None else sample.load1 / max(sample.cpu_count, 1)
+
+
+#: Series metrics: (name, ring attribute, value function, unit, description).
+SERIES: tuple[tuple[str, str, Callable, str, str], ...] = (  # type: ignore[type-arg]
+    ("gpu_util", "gpu", _gpu(lambda d: d.util_percent), "%",
+     "GPU utilisation: share of time a kernel was running (NVML)"),
+    ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes)), "%",
+     "GPU memory used, % of capacity"),
+    ("gpu_temp_margin", "gpu", _gpu(_temp_margin), "°C",
+     "degrees below the GPU's slowdown threshold (83 °C if the driver does not say)"),
+    ("gpu_power", "gpu", _gpu(lambda d: _pct(d.power_w, d.power_limit_w)), "%",
+     "power draw, % of the enforced limit"),
+    ("gpu_sm_clock", "gpu", _gpu(lambda d: _pct(d.sm_clock_mhz, d.sm_clock_max_mhz)), "%",
+     "SM clock, % of its maximum"),
+    ("gpu_pcie_rx", "gpu", _gpu(lambda d: _mb(d.pcie_rx_bps)), "MB/s",
+     "PCIe host-to-GPU traffic"),
+    ("host_cpu", "host", lambda s: s.cpu_percent, "%", "whole-machine CPU utilisation"),
+    ("host_iowait", "host", lambda s: s.iowait_percent, "%", "CPU time waiting on I/O"),
+    ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes), "%",
+     "system RAM used"),
+    ("host_swap_used", "host", lambda s: _pct(s.swap_used_bytes, s.swap_total_bytes), "%",
+     "swap used"),
+    ("host_load_per_core", "host", _host_load, "", "1-minute load average per core"),
+    ("proc_cpu", "processes", _tree_sum(lambda p: p.cpu_percent), "% of a core",
+     "CPU of the whole target tree (main process and workers)"),
+    ("main_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "main"), "% of a core",
+     "CPU of the main training process"),
+    ("workers_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "worker"), "% of a core",
+     "CPU of all DataLoader workers together"),
+    ("worker_cpu_max", "processes", _worker_max_cpu, "% of a core",
+     "CPU of the busiest DataLoader worker"),
+    ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes)), "MB",
+     "resident memory of the target tree"),
+    ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps)), "MB/s",
+     "bytes the target tree reads from storage"),
+    ("proc_write", "processes", _tree_sum(lambda p: _mb(p.write_bps)), "MB/s",
+     "bytes the target tree writes to storage"),
+    ("disk_read", "storage", _mounts(lambda m: _mb(m.read_bps)), "MB/s",
+     "read rate of the busiest disk behind the target's files"),
+    ("disk_write", "storage", _mounts(lambda m: _mb(m.write_bps)), "MB/s",
+     "write rate of the busiest disk behind the target's files"),
+    ("disk_busy", "storage", _mounts(lambda m: m.busy_percent), "%",
+     "busy time of the busiest disk behind the target's files"),
+)
+
+SCALARS: tuple[tuple[str, str, str], ...] = (
+    ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
+    ("gpu_count", "", "number of GPUs NVML sees"),
+    ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
+    ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),
+    ("gpu_throttle_thermal", "fraction", "share of the window with thermal clock slowdown"),
+    ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
+    *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),
+    ("phase_compute", "fraction", "forward + backward + optimizer"),
+    ("phase_samples", "samples", "stack samples behind the phase fractions"),
+    ("accel_util", "%",
+     "GPU utilisation when there is a GPU; without one, the training thread's share of "
+     "time in forward/backward/optimizer (compute then means the CPU)"),
+    ("steps_per_s", "1/s", "training steps per second, from the loop counter"),
+    ("step_time", "s", "seconds per training step"),
+    ("cpu_headroom", "x",
+     "cores available / cores the main process keeps busy: how much wider CPU compute could go"),
+    ("num_workers", "", "DataLoader worker processes"),
+    ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
+    ("cpu_count", "", "CPU cores the target may run on"),
+    ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
+    ("scheduler_ok", "0/1",
+     "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
+    ("checkpoint_writing", "0/1", "1 when the target has files open for writing"),
+    ("uses_compile", "0/1", "1 when torch.compile frames were seen"),
+    ("uses_amp", "0/1", "1 when autocast/GradScaler frames were seen"),
+    ("uses_grad_checkpointing", "0/1", "1 when torch.utils.checkpoint frames were seen"),
+    ("target_alive", "0/1", "1 while the target process runs"),
+    ("window_s", "s", "length of the evaluation window"),
+)
+
+
+def catalogue() -> dict[str, MetricSpec]:
+    """Every metric name a rule may use."""
+    specs: dict[str, MetricSpec] = {}
+    for name, _ring, _fn, unit, desc in SERIES:
+        for agg in AGGREGATES:
+            full = f"{name}_{agg}"
+            specs[full] = MetricSpec(full, unit + ("/min" if agg == "trend" else ""), desc, True)
+    for name, unit, desc in SCALARS:
+        specs[name] = MetricSpec(name, unit, desc, False)
+    return specs
+
+
+CATALOGUE = catalogue()
+
+
+def _aggregate_values(prefix: str, agg: Aggregate | None) -> dict[str, float | None]:
+    if agg is None:
+        return {f"{prefix}_{a}": None for a in AGGREGATES}
+    return {
+        f"{prefix}_mean": agg.mean,
+        f"{prefix}_p5": agg.p5,
+        f"{prefix}_p95": agg.p95,
+        f"{prefix}_last": agg.last,
+        f"{prefix}_min": agg.minimum,
+        f"{prefix}_max": agg.maximum,
+        f"{prefix}_stdev": agg.stdev,
+        f"{prefix}_trend": agg.trend,
+    }
+
+
+def _flag(value: bool | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, float | None]:
+    """All catalogue metrics over the window ending at ``now``."""
+    metrics: dict[str, float | None] = {"window_s": window_s}
+    for name, ring_name, fn, _unit, _desc in SERIES:
+        ring = getattr(session, ring_name)
+        metrics.update(_aggregate_values(name, session.aggregate(ring, fn, now, window_s)))
+
+    gpus = session.in_window(session.gpu.items(), now, window_s)
+    last_gpu = gpus[-1] if gpus else None
+    has_gpu = last_gpu is not None and last_gpu.available and bool(last_gpu.devices)
+    metrics["has_gpu"] = None if last_gpu is None else float(has_gpu)
+    metrics["gpu_count"] = None if last_gpu is None else float(len(last_gpu.devices))
+    if has_gpu:
+        def share(reasons: frozenset[str]) -> float:
+            hits = sum(
+                any(set(d.clock_event_reasons) & reasons for d in target_devices(g)) for g in gpus
+            )
+            return hits / len(gpus)
+
+        metrics["gpu_throttle_thermal"] = share(THERMAL_REASONS)
+        metrics["gpu_throttle_power"] = share(POWER_REASONS)
+        assert last_gpu is not None
+        used = [d for d in last_gpu.devices if any(p.in_target for p in d.processes)]
+        metrics["gpu_target_devices"] = float(len(used))
+        utils = [d.util_percent for d in used if d.util_percent is not None]
+        metrics["gpu_util_spread"] = max(utils) - min(utils) if len(utils) >= 2 else None
+    else:
+        metrics["gpu_throttle_thermal"] = metrics["gpu_throttle_power"] = None
+        metrics["gpu_target_devices"] = metrics["gpu_util_spread"] = None
+
+    fractions = session.phase_fractions(now, window_s)
+    _counts, total = session.phase_counts(now, window_s)
+    for phase in PHASES:
+        metrics[f"phase_{phase}"] = fractions[phase] if fractions else None
+    metrics["phase_compute"] = (
+        fractions["forward"] + fractions["backward"] + fractions["optimizer"] if fractions else None
+    )
+    metrics["phase_samples"] = float(total)
+    if has_gpu:
+        metrics["accel_util"] = metrics["gpu_util_mean"]
+    else:
+        compute = metrics["phase_compute"]
+        metrics["accel_util"] = None if compute is None else 100.0 * compute
+
+    steps = session.in_window(session.steps.items(), now, max(window_s, 10.0))
+    rate = steps_per_second(steps)
+    metrics["steps_per_s"] = rate
+    metrics["step_time"] = 1.0 / rate if rate else None
+
+    tree = session.processes.last()
+    tree_in_window = tree is not None and now - window_s < tree.t <= now + 1e-6
+    if tree is not None and tree_in_window:
+        metrics["num_workers"] = float(len(tree.workers))
+        metrics["pin_memory"] = _flag(tree.pin_memory_thread)
+        metrics["target_alive"] = float(tree.alive)
+    else:
+        metrics["num_workers"] = metrics["pin_memory"] = None
+        metrics["target_alive"] = None if session.target_exited_at is None else 0.0
+    host = session.host.last()
+    metrics["cpu_count"] = float(host.cpu_count) if host else None
+
+    main_cpu = metrics["main_cpu_mean"]
+    cores = metrics["cpu_count"]
+    metrics["cpu_headroom"] = (
+        max(1.0, cores * 100.0 / main_cpu) if main_cpu and cores else None
+    )
+
+    storage = session.storage.last()
+    if storage is not None and storage.mounts:
+        metrics["network_fs"] = float(any(m.is_network for m in storage.mounts))
+        schedulers = [m.scheduler for m in storage.mounts if m.scheduler]
+        metrics["scheduler_ok"] = (
+            float(all(s in ("none", "mq-deadline") for s in schedulers)) if schedulers else None
+        )
+        metrics["checkpoint_writing"] = float(bool(storage.writing))
+    else:
+        metrics["network_fs"] = metrics["scheduler_ok"] = metrics["checkpoint_writing"] = None
+
+    windows = session.in_window(session.stacks.items(), now, window_s)
+    seen = {t for w in windows for t in w.techniques_seen}
+    known = bool(windows)
+    metrics["uses_compile"] = _flag("torch_compile" in seen) if known else None
+    metrics["uses_amp"] = _flag("mixed_precision" in seen) if known else None
+    metrics["uses_grad_checkpointing"] = _flag("gradient_checkpointing" in seen) if known else None
+    return metrics

@@ -1,0 +1,289 @@
+"""Diagnostic rules, shaped like Prometheus alerting rules, and their evaluation.
+
+A rule has a name, a condition over window metrics, a ``for:`` duration (the
+condition must hold that long before the rule fires), ``keep_firing_for:`` (once
+firing it stays until the condition has been false that long: hysteresis, so a
+finding does not flap on and off with every noisy window), a severity, the
+bottleneck category, concrete actions and the source in the documents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .expressions import Condition, ExpressionError, template_fields
+from .metrics import CATALOGUE
+from .model import CATEGORIES, SEVERITIES
+from .yamlio import KnowledgeError, fail, load_yaml_file, load_yaml_text, require
+
+PACKAGED = "rules.yaml"
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: object, node: object, key: str) -> float:
+    """``'30s'``, ``'2m'``, ``5`` -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if match:
+            return float(match[1]) * _UNITS[match[2]]
+    raise fail(node, f"'{key}' must be a duration like 5s or 2m, not {value!r}")
+
+
+@dataclass(frozen=True)
+class GainSpec:
+    """How a finding's gain is estimated.
+
+    ``amdahl``: removing a fraction ``removable`` (low..high) of the time in
+    ``metric`` (a phase fraction) bounds the speed-up at 1 / (1 - p * removable).
+    ``parallel``: Amdahl with the phase ``metric`` run ``factor`` times wider.
+    ``document``: the documents' figure for ``technique`` (resolved against the
+    knowledge base's technique effects). ``none``: the benefit is not speed.
+    """
+
+    method: str
+    metric: str | None = None
+    removable: tuple[float, float] = (1.0, 1.0)
+    technique: str | None = None
+    #: For ``parallel``: the metric saying how many times wider the phase could run.
+    factor: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """When a row of the priority framework applies to the job."""
+
+    id: str
+    condition: Condition
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    condition: Condition
+    for_s: float
+    keep_firing_for_s: float
+    severity: str
+    category: str
+    title: str
+    why: str
+    actions: tuple[str, ...]
+    gain: GainSpec
+    source: Mapping[str, str]
+    evidence: tuple[str, ...]
+    snippet: str | None = None
+    techniques: tuple[str, ...] = ()
+    #: Whether this finding can name the bottleneck (advisory ones cannot).
+    bottleneck: bool = True
+    file: str = ""
+    line: int = 0
+
+
+@dataclass
+class RuleState:
+    """Where one rule stands: pending since, firing since, last true."""
+
+    pending_since: float | None = None
+    firing_since: float | None = None
+    last_true: float | None = None
+    last_value: bool | None = None
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    states: tuple[StateSpec, ...] = ()
+    files: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _condition(node: Any, key: str) -> Condition:
+    expr = require(node, key, str)
+    try:
+        return Condition(expr, CATALOGUE)
+    except ExpressionError as exc:
+        raise fail(node, str(exc)) from exc
+
+
+def _strings(node: Any, key: str) -> tuple[str, ...]:
+    value = node.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise fail(node, f"'{key}' must be a list of strings")
+    return tuple(value)
+
+
+def _check_templates(node: Any, *texts: str) -> None:
+    for text in texts:
+        try:
+            unknown = sorted(f for f in template_fields(text) if f not in CATALOGUE)
+        except ExpressionError as exc:
+            raise fail(node, str(exc)) from exc
+        if unknown:
+            raise fail(node, f"unknown metric {', '.join(unknown)} in text '{text}'")
+
+
+def _gain(node: Any) -> GainSpec:
+    spec = node.get("gain")
+    if spec is None:
+        return GainSpec("none")
+    if not isinstance(spec, dict):
+        raise fail(node, "'gain' must be a mapping with 'method'")
+    method = require(spec, "method", str)
+    if method == "amdahl":
+        metric = require(spec, "metric", str)
+        if metric not in CATALOGUE:
+            raise fail(spec, f"unknown metric {metric} in gain")
+        removable = spec.get("removable", 1.0)
+        if isinstance(removable, (int, float)):
+            low = high = float(removable)
+        elif isinstance(removable, list) and len(removable) == 2:
+            low, high = float(removable[0]), float(removable[1])
+        else:
+            raise fail(spec, "'removable' must be a fraction or [low, high]")
+        if not (0 < low <= high <= 1):
+            raise fail(spec, "'removable' must lie in (0, 1] with low <= high")
+        return GainSpec("amdahl", metric=metric, removable=(low, high), note=spec.get("note", ""))
+    if method == "parallel":
+        metric = require(spec, "metric", str)
+        factor = require(spec, "factor", str)
+        for name in (metric, factor):
+            if name not in CATALOGUE:
+                raise fail(spec, f"unknown metric {name} in gain")
+        return GainSpec("parallel", metric=metric, factor=factor, note=spec.get("note", ""))
+    if method == "document":
+        return GainSpec(
+            "document", technique=require(spec, "technique", str), note=spec.get("note", "")
+        )
+    if method == "none":
+        return GainSpec("none", note=spec.get("note", ""))
+    raise fail(spec, f"unknown gain method '{method}' (amdahl, parallel, document or none)")
+
+
+def parse_rule(node: Any) -> Rule:
+    rule_id = require(node, "name", str)
+    severity = require(node, "severity", str)
+    if severity not in SEVERITIES:
+        raise fail(node, f"unknown severity '{severity}' (one of {', '.join(SEVERITIES)})")
+    category = require(node, "category", str)
+    if category not in CATEGORIES:
+        raise fail(node, f"unknown category '{category}' (one of {', '.join(CATEGORIES)})")
+    title = require(node, "title", str)
+    why = node.get("why", "")
+    _check_templates(node, title, why)
+    evidence = _strings(node, "evidence")
+    unknown = [m for m in evidence if m not in CATALOGUE]
+    if unknown:
+        raise fail(node, f"unknown metric {', '.join(unknown)} in evidence")
+    source = node.get("source") or {}
+    if not isinstance(source, dict) or "document" not in source:
+        raise fail(node, "'source' must name the document (and section) the rule comes from")
+    return Rule(
+        id=rule_id,
+        condition=_condition(node, "expr"),
+        for_s=parse_duration(node.get("for", 0), node, "for"),
+        keep_firing_for_s=parse_duration(node.get("keep_firing_for", 0), node, "keep_firing_for"),
+        severity=severity,
+        category=category,
+        title=title,
+        why=why,
+        actions=_strings(node, "actions"),
+        gain=_gain(node),
+        source={k: str(v) for k, v in source.items()},
+        evidence=evidence,
+        snippet=node.get("snippet"),
+        techniques=_strings(node, "techniques"),
+        bottleneck=bool(node.get("bottleneck", True)),
+        file=getattr(node, "file", ""),
+        line=getattr(node, "line", 0),
+    )
+
+
+def parse_rules_document(doc: Any) -> RuleSet:
+    if not isinstance(doc, dict):
+        raise fail(doc, "expected a mapping with 'rules:'")
+    rules = [parse_rule(n) for n in doc.get("rules") or []]
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise KnowledgeError(f"duplicate rule name '{rule.id}'", rule.file, rule.line)
+        seen.add(rule.id)
+    states = [
+        StateSpec(require(n, "id", str), _condition(n, "expr"), n.file, n.line)
+        for n in doc.get("states") or []
+    ]
+    return RuleSet(tuple(rules), tuple(states))
+
+
+def load_rules(extra_files: Iterable[Path] = ()) -> RuleSet:
+    """The packaged rules plus the user's ``--rules`` files (theirs may replace ours)."""
+    text = resources.files("aitop.knowledge").joinpath("data", PACKAGED).read_text("utf-8")
+    base = parse_rules_document(load_yaml_text(text, PACKAGED))
+    rules = {r.id: r for r in base.rules}
+    states = {s.id: s for s in base.states}
+    files = [PACKAGED]
+    for path in extra_files:
+        doc = load_yaml_file(path)
+        if not isinstance(doc, dict) or not ({"rules", "states", "phases"} & doc.keys()):
+            raise KnowledgeError("expected top-level 'rules:' (or 'states:', 'phases:')", str(path))
+        extra = parse_rules_document(doc)
+        rules.update({r.id: r for r in extra.rules})
+        states.update({s.id: s for s in extra.states})
+        files.append(str(path))
+    return RuleSet(tuple(rules.values()), tuple(states.values()), tuple(files))
+
+
+class RuleEngine:
+    """Evaluates a rule set tick by tick, keeping each rule's for/keep-firing state."""
+
+    def __init__(self, ruleset: RuleSet) -> None:
+        self.ruleset = ruleset
+        self.state: dict[str, RuleState] = {r.id: RuleState() for r in ruleset.rules}
+
+    def step(self, metrics: Mapping[str, float | None], now: float) -> list[tuple[Rule, float]]:
+        """Advance every rule to ``now``; return the firing ones with when they fired."""
+        firing: list[tuple[Rule, float]] = []
+        for rule in self.ruleset.rules:
+            st = self.state[rule.id]
+            try:
+                value = rule.condition.evaluate(metrics)
+            except ExpressionError:
+                value = None
+            st.last_value = value
+            if value:
+                st.last_true = now
+                if st.pending_since is None:
+                    st.pending_since = now
+                if st.firing_since is None and now - st.pending_since >= rule.for_s:
+                    st.firing_since = now
+            else:
+                st.pending_since = None
+                # Unknown (None) data does not clear a firing rule by itself: a
+                # probe hiccup is not evidence that the problem went away.
+                if st.firing_since is not None and value is False and (
+                    st.last_true is None or now - st.last_true >= rule.keep_firing_for_s
+                ):
+                    st.firing_since = None
+            if st.firing_since is not None:
+                firing.append((rule, st.firing_since))
+        return firing
+
+    def waiting(self, metrics: Mapping[str, float | None]) -> list[str]:
+        """Rules that cannot be evaluated yet, with the metrics they lack."""
+        out = []
+        for rule in self.ruleset.rules:
+            missing = rule.condition.missing(metrics)
+            if missing:
+                out.append(f"{rule.id}: needs {', '.join(missing)}")
+        return out

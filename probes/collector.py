@@ -1,0 +1,187 @@
+"""Runs every probe on its own cadence, each on its own thread, into a Session.
+
+A slow or hung probe (NVML stuck in the driver, py-spy waiting on ptrace) only
+delays its own samples: nothing else waits for it, and no UI thread ever does.
+Each loop sleeps until its next due time (not a fixed sleep after the work), so
+cadences do not drift and polls never pile up. A probe that fails for a reason
+that will not go away (no permission, not a Python process) stops, and says why
+in ``session.probe_status``; the others keep running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .pyspy import PySpyError
+from .session import Session
+
+
+class Sampler(Protocol):
+    def sample(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Cadences. Defaults keep aitop's own cost near 1 % of one core."""
+
+    interval_s: float = 1.0
+    gpu_interval_s: float = 1.0
+    storage_interval_s: float = 2.0
+    environment_interval_s: float = 30.0
+    stack_rate_hz: int = 20
+    stack_window_s: int = 2
+    steps_interval_s: float = 3.0
+
+
+class ProbeLoop:
+    """Calls ``work`` every ``interval_s`` on a daemon thread until stopped."""
+
+    def __init__(
+        self,
+        name: str,
+        work: Callable[[], None],
+        interval_s: float,
+        status: dict[str, str],
+        stop: threading.Event,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.work = work
+        self.interval_s = interval_s
+        self.status = status
+        self.stop_event = stop
+        self.on_fatal = on_fatal
+        self.thread = threading.Thread(target=self._run, name=f"aitop-{name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        next_due = time.monotonic()
+        failures = 0
+        while not self.stop_event.is_set():
+            try:
+                self.work()
+                failures = 0
+            except PySpyError as exc:
+                if exc.kind in ("permission", "missing", "not_python", "gone"):
+                    self.status[self.name] = f"unavailable: {exc}"
+                    if self.on_fatal is not None:
+                        self.on_fatal(exc)
+                    return
+                failures += 1
+                self.status[self.name] = f"error: {exc}"
+            except Exception as exc:  # a probe bug must not kill collection
+                failures += 1
+                self.status[self.name] = f"error: {type(exc).__name__}: {exc}"
+            # Back off on repeated failures instead of hammering a broken source.
+            delay = self.interval_s * min(2 ** max(failures - 1, 0), 30)
+            next_due = max(next_due + delay, time.monotonic())
+            self.stop_event.wait(max(0.0, next_due - time.monotonic()))
+
+
+class Collector:
+    """Owns the probe threads that fill one Session.
+
+    Probes are passed in already constructed (so tests and the CLI decide which
+    exist); any may be None, and its absence is stated in the probe status.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        process: Sampler | None,
+        host: Sampler | None,
+        gpu: Callable[[], object] | None,
+        storage: Sampler | None,
+        environment: Sampler | None,
+        stacks: object | None,
+        steps: object | None,
+        config: CollectorConfig = CollectorConfig(),
+    ) -> None:
+        self.session = session
+        self.config = config
+        self.stop_event = threading.Event()
+        self.loops: list[ProbeLoop] = []
+        self._stacks = stacks
+        status = session.probe_status
+        cfg = config
+
+        def periodic(name: str, sampler: Callable[[], object], interval: float, ok: str) -> None:
+            def work() -> None:
+                session.add(sampler())
+                status[name] = ok
+            self.loops.append(ProbeLoop(name, work, interval, status, self.stop_event))
+
+        if process is not None:
+            periodic("process", process.sample, cfg.interval_s, f"every {cfg.interval_s:g} s")
+        if host is not None:
+            periodic("host", host.sample, cfg.interval_s, f"every {cfg.interval_s:g} s")
+        if gpu is not None:
+            periodic("gpu", gpu, cfg.gpu_interval_s, f"every {cfg.gpu_interval_s:g} s")
+        if storage is not None:
+            periodic(
+                "storage", storage.sample, cfg.storage_interval_s,
+                f"every {cfg.storage_interval_s:g} s",
+            )
+        if environment is not None:
+            periodic(
+                "environment", environment.sample, cfg.environment_interval_s,
+                f"every {cfg.environment_interval_s:g} s",
+            )
+        if stacks is not None:
+            run_window = stacks.run_window  # type: ignore[attr-defined]
+
+            def stack_work() -> None:
+                session.add(run_window())
+                status["stacks"] = (
+                    f"py-spy {cfg.stack_rate_hz} Hz, {cfg.stack_window_s} s windows (nonblocking)"
+                )
+
+            self.loops.append(ProbeLoop("stacks", stack_work, 0.0, status, self.stop_event))
+        if steps is not None:
+            read = steps.sample  # type: ignore[attr-defined]
+
+            def steps_work() -> None:
+                window = session.stacks.last()
+                loop_frame = window.loop_frame if window else None
+                thread = window.thread_id if window else None
+                sample = read(loop_frame, thread)
+                session.add(sample)
+                status["steps"] = (
+                    f"counter '{sample.name}' every {cfg.steps_interval_s:g} s"
+                    if sample.name
+                    else f"unknown: {sample.error}"
+                )
+
+            self.loops.append(
+                ProbeLoop("steps", steps_work, cfg.steps_interval_s, status, self.stop_event)
+            )
+        for name, probe in (
+            ("process", process), ("host", host), ("gpu", gpu), ("storage", storage),
+            ("stacks", stacks), ("steps", steps),
+        ):
+            if probe is None:
+                status.setdefault(name, "off")
+
+    def start(self) -> None:
+        for loop in self.loops:
+            self.session.probe_status.setdefault(loop.name, "starting")
+            loop.start()
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop all loops; a py-spy window in progress is cut short."""
+        self.stop_event.set()
+        stopper = getattr(self._stacks, "stop", None)
+        if stopper is not None:
+            with contextlib.suppress(Exception):
+                stopper()
+        deadline = time.monotonic() + timeout_s
+        for loop in self.loops:
+            loop.thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,294 @@
+"""The ``aitop`` command: attach (TUI or headless), demo, replay, metrics.
+
+Every expected failure (bad PID, no permission, no py-spy, a rule file that does
+not parse) ends with one line on stderr that says what to do, and a non-zero
+exit status; never a Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
+from aitop.knowledge.yamlio import KnowledgeError
+from aitop.probes.collector import CollectorConfig
+
+from .demo import SCENARIOS
+from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
+from .report import RunFacts, build_report, render_text
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def attach_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by attaching to a PID and by the demo."""
+    parser.add_argument("--headless", action="store_true",
+                        help="no UI: sample for --duration seconds, then print a report")
+    parser.add_argument("--duration", type=positive_float, default=20.0,
+                        help="seconds to sample in --headless mode (default 20)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the headless report as JSON (schema aitop.report/1)")
+    parser.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
+                        help="extra rule/phase YAML file (repeatable)")
+    parser.add_argument("--export", type=Path, metavar="FILE",
+                        help="write a session snapshot (JSON + Markdown + SVG) here at exit")
+    parser.add_argument("--export-on-exit", action="store_true",
+                        help="TUI: also export on Ctrl-C/SIGTERM (needs --export)")
+    parser.add_argument("--refresh", type=positive_float, default=1.0,
+                        help="TUI refresh interval in seconds (default 1)")
+    parser.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S,
+                        help=f"evaluation window in seconds (default {DEFAULT_WINDOW_S:g})")
+    parser.add_argument("--stack-rate", type=int, default=CollectorConfig.stack_rate_hz,
+                        help="py-spy samples per second (default %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aitop",
+        description="Attach to a running PyTorch training process and explain, live, "
+        "why it is slow.",
+        epilog="examples:  aitop --pid 1234   |   aitop demo   |   aitop replay run.json",
+    )
+    parser.add_argument("--pid", type=int, help="PID of the training process to attach to")
+    attach_arguments(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="start a bundled training job and attach to it")
+    demo.add_argument("--scenario", choices=SCENARIOS, default="data",
+                      help="which bottleneck the demo job has (default data)")
+    attach_arguments(demo)
+
+    replay = sub.add_parser("replay", help="open a session snapshot in the UI")
+    replay.add_argument("file", type=Path, help="a snapshot written by aitop (JSON)")
+    replay.add_argument("--headless", action="store_true",
+                        help="print the recorded report instead of opening the UI")
+    replay.add_argument("--json", action="store_true", help="with --headless: as JSON")
+
+    sub.add_parser("metrics", help="list the metric names rules may use")
+    return parser
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def options_from(args: argparse.Namespace) -> AttachOptions:
+    for path in args.rules:
+        if not path.is_file():
+            raise CliError(f"rule file not found: {path} (pass a YAML file with --rules)",
+                           EXIT_USAGE)
+    if args.export_on_exit and not args.export:
+        raise CliError("--export-on-exit needs --export FILE", EXIT_USAGE)
+    return AttachOptions(
+        rule_files=tuple(args.rules),
+        window_s=args.window,
+        collector=CollectorConfig(stack_rate_hz=max(1, min(args.stack_rate, 200))),
+    )
+
+
+def start_source(
+    pid: int, options: AttachOptions, popen: subprocess.Popen[bytes] | None = None
+) -> LiveSource:
+    try:
+        return attach(pid, options, popen=popen)
+    except AttachError as exc:
+        raise CliError(str(exc)) from exc
+    except KnowledgeError as exc:
+        raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def run_headless(
+    source: LiveSource, duration_s: float, as_json: bool, export: Path | None
+) -> int:
+    """Sample for ``duration_s`` (or until the target exits), then report."""
+    interrupted = False
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    attached_at = source.started_at
+    try:
+        deadline = time.time() + duration_s
+        while time.time() < deadline and not stop.is_set():
+            if source.session.target_exited_at is not None:
+                # Let the last stack window and one evaluation land, then stop.
+                stop.wait(1.5)
+                break
+            stop.wait(min(0.25, max(0.0, deadline - time.time())))
+        interrupted = stop.is_set()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    elapsed = time.time() - attached_at
+    cpu = source.cpu_percent()
+    source.close()
+    history = source.history()
+    exited = source.session.target_exited_at
+    usable = [d for d in history if exited is None or d.t <= exited + 1.0]
+    diagnosis = usable[-1] if usable else (history[-1] if history else None)
+    report = build_report(
+        source.session,
+        diagnosis,
+        history,
+        RunFacts(elapsed, cpu, self_rss_bytes(), source.warnings, interrupted),
+        attached_at,
+    )
+    print(json.dumps(report, indent=2) if as_json else render_text(report))
+    if export is not None:
+        export_snapshot(source, export)
+    return 0
+
+
+def export_snapshot(source: object, path: Path) -> None:
+    from .snapshot import SnapshotError, write_snapshot
+
+    try:
+        written = write_snapshot(path, source)  # type: ignore[arg-type]
+    except (OSError, SnapshotError) as exc:
+        raise CliError(f"could not write the snapshot to {path}: {exc}") from exc
+    print("exported: " + ", ".join(str(p) for p in written), file=sys.stderr)
+
+
+def run_attached(args: argparse.Namespace, pid: int,
+                 popen: subprocess.Popen[bytes] | None = None) -> int:
+    options = options_from(args)
+    source = start_source(pid, options, popen)
+    if args.headless:
+        return run_headless(source, args.duration, args.json, args.export)
+    from .app import run_app
+
+    try:
+        return run_app(
+            source,
+            refresh_s=args.refresh,
+            export_path=args.export,
+            export_on_exit=args.export_on_exit,
+        )
+    finally:
+        source.close()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Start the bundled workload as a child, attach, and stop it afterwards."""
+    if importlib.util.find_spec("torch") is None:
+        raise CliError("the demo needs PyTorch: pip install 'aitop[demo]' (or torch==2.13.0)")
+    log = tempfile.NamedTemporaryFile(prefix="aitop-demo-", suffix=".log", delete=False)
+    command = [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", args.scenario]
+    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    if not args.headless or not args.json:
+        print(f"aitop demo: started the '{args.scenario}' training job as PID {child.pid} "
+              f"(log: {log.name})", file=sys.stderr)
+    try:
+        time.sleep(1.0)  # let the interpreter start; py-spy needs its runtime
+        if child.poll() is not None:
+            raise CliError(f"the demo job exited at once with status {child.returncode}; "
+                           f"see {log.name}")
+        return run_attached(args, child.pid, popen=child)
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        log.close()
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from .snapshot import SnapshotError, load_snapshot
+
+    try:
+        source = load_snapshot(args.file)
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
+    if args.headless:
+        history = source.history()
+        diagnosis = history[-1] if history else None
+        started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
+        latest = source.session.latest_time() or started
+        report = build_report(source.session, diagnosis, history,
+                              RunFacts(latest - started, None, None), started)
+        print(json.dumps(report, indent=2) if args.json else render_text(report))
+        return 0
+    from .app import run_app
+
+    return run_app(source)
+
+
+def list_metrics() -> int:
+    from aitop.knowledge.metrics import CATALOGUE
+
+    for name, spec in CATALOGUE.items():
+        unit = f" [{spec.unit}]" if spec.unit else ""
+        print(f"{name}{unit}: {spec.description}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            return run_demo(args)
+        if args.command == "replay":
+            return run_replay(args)
+        if args.command == "metrics":
+            return list_metrics()
+        if args.pid is None:
+            parser.print_usage(sys.stderr)
+            raise CliError("give --pid PID of a training process, or try `aitop demo`",
+                           EXIT_USAGE)
+        if args.pid <= 0:
+            raise CliError(f"not a PID: {args.pid}", EXIT_USAGE)
+        if args.pid == os.getpid():
+            raise CliError("aitop cannot attach to itself", EXIT_USAGE)
+        return run_attached(args, args.pid)
+    except CliError as exc:
+        print(f"aitop: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

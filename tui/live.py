@@ -1,0 +1,212 @@
+"""Attaching to a live process: build the probes, start collecting, evaluate.
+
+``attach`` checks everything that can be checked up front (the PID exists,
+py-spy is installed and may attach, the rule files load) and turns each
+expected failure into an :class:`AttachError` whose message is one line that
+says what to do. A target that is not Python is not an error: the stack probe
+is left out, and the GPU/CPU/I/O probes run without it.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+from aitop.knowledge.diagnosis import Facts
+from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
+from aitop.knowledge.facts import load_facts
+from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.phases import load_phase_config
+from aitop.knowledge.rules import load_rules
+from aitop.probes.collector import Collector, CollectorConfig, ProbeLoop
+from aitop.probes.environment import EnvironmentProbe
+from aitop.probes.gpu import GpuProbe
+from aitop.probes.host import HostProbe
+from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound
+from aitop.probes.pyspy import PySpyError, find_pyspy, run_dump
+from aitop.probes.session import Session
+from aitop.probes.stacks import StackProbe
+from aitop.probes.steps import StepProbe
+from aitop.probes.storage import StorageProbe
+
+
+class AttachError(Exception):
+    """Attaching failed for an expected reason; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class AttachOptions:
+    rule_files: Sequence[Path] = ()
+    window_s: float = DEFAULT_WINDOW_S
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    #: How often rules are evaluated, independent of the display's refresh.
+    evaluate_every_s: float = 1.0
+    #: An NVML module to use instead of the real one (tests pass the fake).
+    nvml: Any = None
+
+
+def self_cpu_seconds() -> float:
+    """CPU seconds of aitop and of every child it has reaped (py-spy runs)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def self_rss_bytes() -> int:
+    """aitop's current resident memory."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class LiveSource:
+    """Probes filling a session, plus a 1 Hz evaluator; the UI's live Source."""
+
+    live = True
+
+    def __init__(
+        self,
+        session: Session,
+        collector: Collector,
+        evaluator: Evaluator,
+        *,
+        evaluate_every_s: float = 1.0,
+        warnings: Sequence[str] = (),
+    ) -> None:
+        self.session = session
+        self.collector = collector
+        self.evaluator = evaluator
+        self.warnings = list(warnings)
+        self.started_at = time.time()
+        self.cpu_at_start = self_cpu_seconds()
+        self._closed = False
+
+        def evaluate_now() -> None:
+            self.evaluator.evaluate(time.time())
+
+        self._eval_loop = ProbeLoop(
+            "diagnosis",
+            evaluate_now,
+            evaluate_every_s,
+            session.probe_status,
+            collector.stop_event,
+        )
+
+    def start(self) -> LiveSource:
+        self.collector.start()
+        self._eval_loop.start()
+        return self
+
+    def evaluate(self, now: float) -> Diagnosis | None:
+        latest = self.evaluator.latest()
+        return latest if latest is not None else self.evaluator.evaluate(now)
+
+    def history(self) -> list[Diagnosis]:
+        return self.evaluator.history()
+
+    def cpu_percent(self) -> float:
+        """aitop's own CPU use since attach, as % of one core (py-spy included)."""
+        elapsed = max(time.time() - self.started_at, 1e-6)
+        return 100.0 * (self_cpu_seconds() - self.cpu_at_start) / elapsed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.collector.stop()
+        self._eval_loop.thread.join(timeout=2.0)
+
+
+def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
+    """(py-spy binary, warning). Raises AttachError for what must stop us."""
+    binary = find_pyspy()
+    if binary is None:
+        raise AttachError("py-spy is not installed: `pip install py-spy` (aitop needs it)")
+    last: PySpyError | None = None
+    for attempt in range(4):
+        try:
+            run_dump(binary, pid, locals_=False, timeout_s=10.0)
+            return binary, None
+        except PySpyError as exc:
+            if exc.kind == "not_python":
+                return None, str(exc)
+            if exc.kind == "gone":
+                raise AttachError(f"no process with PID {pid} (it exited?)") from exc
+            if exc.kind == "permission":
+                raise AttachError(str(exc)) from exc
+            # A process still starting up (or between imports) can fail one
+            # dump; try again briefly before warning.
+            last = exc
+            time.sleep(0.5 * (attempt + 1))
+    return binary, f"stacks may be incomplete: {last}"
+
+
+def attach(
+    pid: int,
+    options: AttachOptions = AttachOptions(),
+    *,
+    popen: Popen[bytes] | Popen[str] | None = None,
+    facts: Facts | None = None,
+) -> LiveSource:
+    """Check, build and start everything for one target. Raises AttachError."""
+    ruleset = load_rules(options.rule_files)  # bad rule files fail before attaching
+    phase_config = load_phase_config(options.rule_files)
+    try:
+        process = ProcessTreeProbe(pid, popen=popen)
+    except TargetNotFound as exc:
+        raise AttachError(
+            f"no process with PID {pid}: find your training job's PID with "
+            "`pgrep -af python` (or start one with `aitop demo`)"
+        ) from exc
+    binary, warning = preflight_pyspy(pid)
+    session = Session(pid)
+    stacks = steps = None
+    if binary is not None:
+        cfg = options.collector
+        stacks = StackProbe(
+            pid,
+            phase_config.classifier(),
+            rate_hz=cfg.stack_rate_hz,
+            window_s=cfg.stack_window_s,
+            binary=binary,
+        )
+        steps = StepProbe(pid, phase_config.step_counters, binary=binary)
+    gpu_probe = GpuProbe(options.nvml)
+    lock = threading.Lock()
+
+    def gpu_sample() -> object:
+        with lock:
+            return gpu_probe.sample(set(process.pids()))
+
+    collector = Collector(
+        session,
+        process=process,
+        host=HostProbe(),
+        gpu=gpu_sample,
+        storage=StorageProbe(pid, process.pids),
+        environment=EnvironmentProbe(pid),
+        stacks=stacks,
+        steps=steps,
+        config=options.collector,
+    )
+    if binary is None and warning:
+        session.probe_status["stacks"] = f"unavailable: {warning}"
+        session.probe_status["steps"] = "unavailable: needs stacks"
+    evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
+    source = LiveSource(
+        session,
+        collector,
+        evaluator,
+        evaluate_every_s=options.evaluate_every_s,
+        warnings=[warning] if warning else [],
+    )
+    return source.start()

@@ -1,0 +1,215 @@
+"""The headless report: a stable, versioned JSON document and its text rendering.
+
+``aitop.report/1`` is a public interface (scripts and CI parse it). Fields are
+only ever added; a change of meaning bumps the schema version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from aitop.knowledge.model import Diagnosis, Evidence, Finding
+from aitop.probes.redact import redact_argv
+from aitop.probes.session import PHASES, Session
+
+SCHEMA = "aitop.report/1"
+
+
+def aitop_version() -> str:
+    try:
+        return version("aitop")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the headless run itself knows beyond the session."""
+
+    duration_s: float
+    aitop_cpu_percent: float | None
+    aitop_rss_bytes: int | None
+    warnings: Sequence[str] = ()
+    interrupted: bool = False
+
+
+def _num(value: float | None, digits: int = 4) -> float | None:
+    if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+        return None
+    return round(float(value), digits)
+
+
+def evidence_json(items: Sequence[Evidence]) -> dict[str, Any]:
+    return {
+        e.metric: {
+            "value": _num(e.value),
+            "display": e.display,
+            "target": e.target,
+            "status": e.status,
+        }
+        for e in items
+    }
+
+
+def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "severity": f.severity,
+        "category": f.category,
+        "title": f.title,
+        "why": f.why,
+        "evidence": evidence_json(f.evidence),
+        "actions": list(f.actions),
+        "snippet": f.snippet,
+        "est_speedup": _num(f.gain.speedup, 3),
+        "est_speedup_range": [_num(f.gain.low, 3), _num(f.gain.high, 3)],
+        "gain_method": f.gain.method,
+        "gain_explanation": f.gain.explanation,
+        "source": f"{f.source.document}, \u00a7 {f.source.section}".strip(", \u00a7 "),
+        "rule": f.expr,
+        "fired_after_s": _num(f.fired_at - started_at, 2) if started_at else None,
+    }
+
+
+def timeline(history: Sequence[Diagnosis], started_at: float | None) -> list[dict[str, Any]]:
+    """Each change of bottleneck category, with seconds since attach."""
+    out: list[dict[str, Any]] = []
+    last = None
+    for d in history:
+        if d.category != last:
+            out.append(
+                {
+                    "after_s": _num(d.t - started_at, 2) if started_at else None,
+                    "category": d.category,
+                    "summary": d.summary,
+                }
+            )
+            last = d.category
+    return out
+
+
+def normalised_phases(phases: dict[str, float] | None) -> dict[str, float] | None:
+    """All seven phases, rounded, summing to 1 (rounding error goes to 'other')."""
+    if not phases:
+        return None
+    out = {p: round(phases.get(p, 0.0), 4) for p in PHASES}
+    out["other"] = round(max(0.0, 1.0 - sum(v for k, v in out.items() if k != "other")), 4)
+    return out
+
+
+def build_report(
+    session: Session,
+    diagnosis: Diagnosis | None,
+    history: Sequence[Diagnosis],
+    run: RunFacts,
+    attached_at: float,
+) -> dict[str, Any]:
+    tree = session.processes.last()
+    env = session.environment
+    cmdline = list(env.cmdline) if env else (list(tree.main.cmdline) if tree and tree.main else [])
+    top = diagnosis.top if diagnosis else None
+    bottleneck_evidence = evidence_json(top.evidence) if top and diagnosis and diagnosis.category != "none" else {}
+    current_state = diagnosis.states[0] if diagnosis and diagnosis.states else None
+    return {
+        "schema": SCHEMA,
+        "aitop_version": aitop_version(),
+        "target": {
+            "pid": session.target_pid,
+            "cmdline": redact_argv(cmdline),
+            "alive": session.target_exited_at is None,
+            "exited_after_s": _num(session.target_exited_at - attached_at, 2)
+            if session.target_exited_at
+            else None,
+            "exit_status": session.target_exit_status,
+        },
+        "duration_s": _num(run.duration_s, 2),
+        "window_s": diagnosis.window_s if diagnosis else None,
+        "compute_device": diagnosis.compute_device if diagnosis else None,
+        "phases": normalised_phases(diagnosis.phases if diagnosis else None),
+        "steps_per_s": _num(diagnosis.steps_per_s, 3) if diagnosis else None,
+        "bottleneck": {
+            "category": diagnosis.category if diagnosis else "none",
+            "summary": diagnosis.summary if diagnosis else "no diagnosis was made",
+            "evidence": bottleneck_evidence,
+        },
+        "state": current_state.name if current_state else None,
+        "state_priorities": list(current_state.priorities) if current_state else [],
+        "states": [
+            {"id": s.id, "name": s.name, "priorities": list(s.priorities)}
+            for s in (diagnosis.states if diagnosis else ())
+        ],
+        "findings": [finding_json(f, attached_at) for f in (diagnosis.findings if diagnosis else ())],
+        "timeline": timeline(history, attached_at),
+        "metrics": {k: _num(v) for k, v in sorted((diagnosis.metrics if diagnosis else {}).items())},
+        "probes": dict(session.probe_status),
+        "waiting_for": list(diagnosis.waiting_for) if diagnosis else [],
+        "aitop": {
+            "cpu_percent_of_one_core": _num(run.aitop_cpu_percent, 2),
+            "rss_mb": _num(run.aitop_rss_bytes / 1e6, 1) if run.aitop_rss_bytes else None,
+        },
+        "warnings": list(run.warnings),
+        "interrupted": run.interrupted,
+    }
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = round(fraction * width)
+    return "#" * filled + "." * (width - filled)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The human-readable report printed by ``--headless`` without ``--json``."""
+    t = report["target"]
+    lines = []
+    cmd = " ".join(t["cmdline"]) or "?"
+    state = "running" if t["alive"] else (
+        f"exited after {t['exited_after_s']} s"
+        + (f" with status {t['exit_status']}" if t["exit_status"] is not None else "")
+    )
+    lines.append(f"aitop {report['aitop_version']} - PID {t['pid']} ({cmd}) - {state}")
+    lines.append(
+        f"measured {report['duration_s']} s, window {report['window_s']} s, "
+        f"compute on {(report['compute_device'] or '?').upper()}"
+    )
+    b = report["bottleneck"]
+    lines.append("")
+    lines.append(f"Bottleneck: {b['category'].upper().replace('_', ' ')} - {b['summary']}")
+    if report["state"]:
+        prio = "  ".join(f"{i}. {p}" for i, p in enumerate(report["state_priorities"], 1))
+        lines.append(f"State: {report['state']} -> {prio}")
+    phases = report["phases"]
+    if phases:
+        lines.append("Phases of the training thread:")
+        for name, value in phases.items():
+            lines.append(f"  {name:<11} {_bar(value)} {value:6.1%}")
+    else:
+        lines.append("Phases: unknown (no stack samples)")
+    sps = report["steps_per_s"]
+    lines.append(f"Steps/s: {sps:.2f}" if sps else "Steps/s: unknown (no step counter found)")
+    findings = report["findings"]
+    lines.append("")
+    lines.append(f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none")
+    for i, f in enumerate(findings, 1):
+        gain = f"est. up to {f['est_speedup']:.2f}x" if f["est_speedup"] else "gain: n/a"
+        lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain})")
+        lines.append(f"   why: {f['why']}")
+        for action in f["actions"]:
+            lines.append(f"   -> {action}")
+        lines.append(f"   gain: {f['gain_explanation']}")
+        lines.append(f"   source: {f['source']}")
+    lines.append("")
+    a = report["aitop"]
+    if a["cpu_percent_of_one_core"] is not None:
+        lines.append(
+            f"aitop itself: {a['cpu_percent_of_one_core']:.2f}% of one core "
+            f"(py-spy included), {a['rss_mb']} MB RSS"
+        )
+    for name, status in sorted(report["probes"].items()):
+        lines.append(f"  probe {name}: {status}")
+    for warning in report["warnings"]:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)
