@@ -93,6 +93,13 @@ def _mounts(fn: Callable[..., float | None]) -> Callable[[StorageSample], float 
     return value
 
 
+def _swap_pct(sample: HostSample) -> float | None:
+    """No swap configured means nothing is swapped: 0 %, not unknown."""
+    if sample.swap_total_bytes == 0:
+        return 0.0
+    return _pct(sample.swap_used_bytes, sample.swap_total_bytes)
+
+
 def _host_load(sample: HostSample) -> float | None:
     return None if sample.load1 is None else sample.load1 / max(sample.cpu_count, 1)
 
@@ -115,8 +122,8 @@ SERIES: tuple[tuple[str, str, Callable, str, str], ...] = (  # type: ignore[type
     ("host_iowait", "host", lambda s: s.iowait_percent, "%", "CPU time waiting on I/O"),
     ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes), "%",
      "system RAM used"),
-    ("host_swap_used", "host", lambda s: _pct(s.swap_used_bytes, s.swap_total_bytes), "%",
-     "swap used"),
+    ("host_swap_used", "host", lambda s: _swap_pct(s), "%",
+     "swap used (0 when the machine has no swap)"),
     ("host_load_per_core", "host", _host_load, "", "1-minute load average per core"),
     ("proc_cpu", "processes", _tree_sum(lambda p: p.cpu_percent), "% of a core",
      "CPU of the whole target tree (main process and workers)"),

@@ -280,10 +280,10 @@ class RuleEngine:
         return firing
 
     def waiting(self, metrics: Mapping[str, float | None]) -> list[str]:
-        """Rules that cannot be evaluated yet, with the metrics they lack."""
+        """Rules whose last evaluation was unknown, with the metrics they lack."""
         out = []
         for rule in self.ruleset.rules:
-            missing = rule.condition.missing(metrics)
-            if missing:
-                out.append(f"{rule.id}: needs {', '.join(missing)}")
+            if self.state[rule.id].last_value is None:
+                missing = rule.condition.missing(metrics)
+                out.append(f"{rule.id}: needs {', '.join(missing) or 'data'}")
         return out

@@ -115,8 +115,13 @@ class Collector:
 
         def periodic(name: str, sampler: Callable[[], object], interval: float, ok: str) -> None:
             def work() -> None:
-                session.add(sampler())
-                status[name] = ok
+                sample = sampler()
+                session.add(sample)
+                # A probe that answers "not available" (no GPU driver) says why.
+                if getattr(sample, "available", True) is False:
+                    status[name] = f"unavailable: {getattr(sample, 'reason', None) or 'unknown'}"
+                else:
+                    status[name] = ok
             self.loops.append(ProbeLoop(name, work, interval, status, self.stop_event))
 
         if process is not None:

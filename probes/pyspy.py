@@ -34,7 +34,10 @@ class PySpyError(Exception):
 
 
 def find_pyspy() -> str | None:
-    """The py-spy executable: beside our interpreter first (a venv), then PATH."""
+    """The py-spy executable: $AITOP_PY_SPY, beside our interpreter (a venv), then PATH."""
+    chosen = os.environ.get("AITOP_PY_SPY")
+    if chosen is not None:
+        return chosen if os.path.isfile(chosen) and os.access(chosen, os.X_OK) else None
     beside = Path(sys.executable).with_name("py-spy")
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)

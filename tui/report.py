@@ -101,6 +101,19 @@ def normalised_phases(phases: dict[str, float] | None) -> dict[str, float] | Non
     return out
 
 
+def phase_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | None:
+    """[start, end] epoch seconds of the stack samples behind the phase fractions."""
+    if diagnosis is None:
+        return None
+    windows = [
+        w for w in session.in_window(session.stacks.items(), diagnosis.t, diagnosis.window_s)
+        if w.error is None and w.total_samples
+    ]
+    if not windows:
+        return None
+    return [round(windows[0].t_start, 3), round(windows[-1].t_end, 3)]
+
+
 def build_report(
     session: Session,
     diagnosis: Diagnosis | None,
@@ -114,6 +127,7 @@ def build_report(
     top = diagnosis.top if diagnosis else None
     bottleneck_evidence = evidence_json(top.evidence) if top and diagnosis and diagnosis.category != "none" else {}
     current_state = diagnosis.states[0] if diagnosis and diagnosis.states else None
+    span = phase_span(session, diagnosis)
     return {
         "schema": SCHEMA,
         "aitop_version": aitop_version(),
@@ -127,9 +141,12 @@ def build_report(
             "exit_status": session.target_exit_status,
         },
         "duration_s": _num(run.duration_s, 2),
+        "attached_at": _num(attached_at, 3),
+        "evaluated_at": _num(diagnosis.t, 3) if diagnosis else None,
         "window_s": diagnosis.window_s if diagnosis else None,
         "compute_device": diagnosis.compute_device if diagnosis else None,
         "phases": normalised_phases(diagnosis.phases if diagnosis else None),
+        "phase_span": span,
         "steps_per_s": _num(diagnosis.steps_per_s, 3) if diagnosis else None,
         "bottleneck": {
             "category": diagnosis.category if diagnosis else "none",

@@ -1,0 +1,89 @@
+"""Starting the bundled training jobs for tests, and reading their ground truth.
+
+The jobs time their own DataLoader, forward, backward, optimizer and checkpoint
+code (``--truth FILE``: cumulative seconds per phase, a JSON line every 0.5 s),
+so a test can compare aitop's estimate with what the job itself measured over
+exactly the span of aitop's stack samples.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint")
+
+
+def start_job(scenario: str, truth: Path, duration_s: float = 180.0) -> subprocess.Popen[bytes]:
+    """Start a demo job and wait until it is training (its first truth record)."""
+    log = truth.with_suffix(".log").open("wb")
+    job = subprocess.Popen(
+        [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", scenario,
+         "--truth", str(truth), "--duration", str(duration_s),
+         "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}")],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if job.poll() is not None:
+            raise AssertionError(f"demo job {scenario} exited with {job.returncode}: "
+                                 + truth.with_suffix(".log").read_text()[-2000:])
+        if truth.exists() and truth.read_text().count("\n") >= 1:
+            return job
+        time.sleep(0.2)
+    job.kill()
+    raise AssertionError(f"demo job {scenario} did not start training within 60 s")
+
+
+def stop_job(job: subprocess.Popen[bytes]) -> None:
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
+def read_truth(truth: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
+
+
+def _at(records: list[dict[str, float]], t: float) -> dict[str, float]:
+    """Cumulative counters at time t, interpolated between the two records around it."""
+    before = [r for r in records if r["t"] <= t]
+    after = [r for r in records if r["t"] >= t]
+    if not before:
+        return records[0]
+    if not after:
+        return records[-1]
+    a, b = before[-1], after[0]
+    if b["t"] == a["t"]:
+        return a
+    w = (t - a["t"]) / (b["t"] - a["t"])
+    return {k: a[k] + w * (b[k] - a[k]) for k in a}
+
+
+def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
+    """Phase fractions of wall time, and steps/s, that the job measured in [t0, t1]."""
+    records = read_truth(truth)
+    a, b = _at(records, t0), _at(records, t1)
+    elapsed = b["elapsed"] - a["elapsed"]
+    assert elapsed > 1.0, f"ground truth covers only {elapsed:.2f} s"
+    out = {p: (b[p] - a[p]) / elapsed for p in PHASES}
+    out["steps_per_s"] = (b["steps"] - a["steps"]) / elapsed
+    return out
+
+
+def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess, optionally as another user (setpriv)."""
+    command = [sys.executable, "-m", "aitop.tui.cli", *args]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+                   *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=env, stdin=subprocess.DEVNULL)
