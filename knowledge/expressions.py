@@ -113,7 +113,7 @@ def template_fields(text: str) -> set[str]:
 def render(text: str, values: Mapping[str, float | None]) -> str:
     """Fill a ``{name:.0%}`` template with metric values; unknown ones print as '?'."""
     out: list[str] = []
-    for literal, field, spec, conversion in _FORMATTER.parse(text):
+    for literal, field, spec, _conversion in _FORMATTER.parse(text):
         out.append(literal)
         if field is None:
             continue

@@ -65,7 +65,9 @@ def _temp_margin(d: GpuDevice) -> float | None:
     return limit - d.temperature_c
 
 
-def _tree_sum(fn: Callable[..., float | None], role: str | None = None):  # type: ignore[no-untyped-def]
+def _tree_sum(
+    fn: Callable[..., float | None], role: str | None = None
+) -> Callable[[ProcessTreeSample], float | None]:
     def value(sample: ProcessTreeSample) -> float | None:
         if not sample.alive:
             return None
@@ -105,7 +107,7 @@ def _host_load(sample: HostSample) -> float | None:
 
 
 #: Series metrics: (name, ring attribute, value function, unit, description).
-SERIES: tuple[tuple[str, str, Callable, str, str], ...] = (  # type: ignore[type-arg]
+SERIES: tuple[tuple[str, str, Callable[..., float | None], str, str], ...] = (
     ("gpu_util", "gpu", _gpu(lambda d: d.util_percent), "%",
      "GPU utilisation: share of time a kernel was running (NVML)"),
     ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes)), "%",

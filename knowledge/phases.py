@@ -73,7 +73,7 @@ def merge(configs: Iterable[PhaseConfig]) -> PhaseConfig:
 
 
 def load_phase_config(extra_files: Iterable[Path] = ()) -> PhaseConfig:
-    text = resources.files("aitop.knowledge").joinpath("data", PACKAGED).read_text("utf-8")
+    text = resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED}").read_text("utf-8")
     configs = [parse_phase_document(load_yaml_text(text, PACKAGED))]
     for path in extra_files:
         doc = load_yaml_file(path)

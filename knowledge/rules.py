@@ -228,7 +228,7 @@ def parse_rules_document(doc: Any) -> RuleSet:
 
 def load_rules(extra_files: Iterable[Path] = ()) -> RuleSet:
     """The packaged rules plus the user's ``--rules`` files (theirs may replace ours)."""
-    text = resources.files("aitop.knowledge").joinpath("data", PACKAGED).read_text("utf-8")
+    text = resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED}").read_text("utf-8")
     base = parse_rules_document(load_yaml_text(text, PACKAGED))
     rules = {r.id: r for r in base.rules}
     states = {s.id: s for s in base.states}

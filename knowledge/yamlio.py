@@ -23,7 +23,7 @@ class KnowledgeError(Exception):
         self.line = line
 
 
-class Located(dict):  # type: ignore[type-arg]
+class Located(dict[Any, Any]):
     """A mapping from YAML that remembers its file and 1-based line."""
 
     file: str = "<string>"
@@ -47,7 +47,7 @@ def _loader_for(file: str) -> type[yaml.SafeLoader]:
 def load_yaml_text(text: str, file: str) -> Any:
     """Parse YAML text; syntax errors become KnowledgeError with file and line."""
     try:
-        return yaml.load(text, Loader=_loader_for(file))  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_loader_for(file))  # a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None

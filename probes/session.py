@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .samples import (
     EnvironmentInfo,
@@ -156,7 +156,7 @@ class Session:
         #: When the target was first seen gone, and its exit status if known.
         self.target_exited_at: float | None = None
         self.target_exit_status: int | None = None
-        self._rings: dict[type, Ring] = {  # type: ignore[type-arg]
+        self._rings: dict[type, Ring[Any]] = {
             ProcessTreeSample: self.processes,
             HostSample: self.host,
             GpuSample: self.gpu,

@@ -49,7 +49,7 @@ def pick_training_thread(
             scores[stack.thread_id] += stack.count
     if scores:
         best, best_score = scores.most_common(1)[0]
-        if previous in scores and scores[previous] >= 0.8 * best_score:
+        if previous is not None and previous in scores and scores[previous] >= 0.8 * best_score:
             return previous  # sticky: don't hop between threads on noise
         return best
     if previous in seen:

@@ -13,6 +13,7 @@ variables in globals, which py-spy does not show; those jobs get "unknown".
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -127,7 +128,7 @@ def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     if span < 2.0:
         return None
     increase = 0
-    for prev, cur in zip(same, same[1:]):
+    for prev, cur in itertools.pairwise(same):
         assert prev.value is not None and cur.value is not None
         delta = cur.value - prev.value
         increase += delta if delta >= 0 else cur.value

@@ -209,7 +209,10 @@ def run_demo(args: argparse.Namespace) -> int:
     """Start the bundled workload as a child, attach, and stop it afterwards."""
     if importlib.util.find_spec("torch") is None:
         raise CliError("the demo needs PyTorch: pip install 'aitop[demo]' (or torch==2.13.0)")
-    log = tempfile.NamedTemporaryFile(prefix="aitop-demo-", suffix=".log", delete=False)
+    # The job's output goes to a log file so it cannot scribble over the UI.
+    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in the finally below
+        prefix="aitop-demo-", suffix=".log", delete=False
+    )
     command = [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", args.scenario]
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)

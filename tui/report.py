@@ -69,7 +69,9 @@ def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
         "est_speedup_range": [_num(f.gain.low, 3), _num(f.gain.high, 3)],
         "gain_method": f.gain.method,
         "gain_explanation": f.gain.explanation,
-        "source": f"{f.source.document}, \u00a7 {f.source.section}".strip(", \u00a7 "),
+        "source": f"{f.source.document}, \u00a7 {f.source.section}"
+        if f.source.section
+        else f.source.document,
         "rule": f.expr,
         "fired_after_s": _num(f.fired_at - started_at, 2) if started_at else None,
     }
@@ -125,7 +127,8 @@ def build_report(
     env = session.environment
     cmdline = list(env.cmdline) if env else (list(tree.main.cmdline) if tree and tree.main else [])
     top = diagnosis.top if diagnosis else None
-    bottleneck_evidence = evidence_json(top.evidence) if top and diagnosis and diagnosis.category != "none" else {}
+    named = top is not None and diagnosis is not None and diagnosis.category != "none"
+    bottleneck_evidence = evidence_json(top.evidence) if named and top else {}
     current_state = diagnosis.states[0] if diagnosis and diagnosis.states else None
     span = phase_span(session, diagnosis)
     return {
@@ -159,9 +162,13 @@ def build_report(
             {"id": s.id, "name": s.name, "priorities": list(s.priorities)}
             for s in (diagnosis.states if diagnosis else ())
         ],
-        "findings": [finding_json(f, attached_at) for f in (diagnosis.findings if diagnosis else ())],
+        "findings": [
+            finding_json(f, attached_at) for f in (diagnosis.findings if diagnosis else ())
+        ],
         "timeline": timeline(history, attached_at),
-        "metrics": {k: _num(v) for k, v in sorted((diagnosis.metrics if diagnosis else {}).items())},
+        "metrics": {
+            k: _num(v) for k, v in sorted((diagnosis.metrics if diagnosis else {}).items())
+        },
         "probes": dict(session.probe_status),
         "waiting_for": list(diagnosis.waiting_for) if diagnosis else [],
         "aitop": {
@@ -209,7 +216,9 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"Steps/s: {sps:.2f}" if sps else "Steps/s: unknown (no step counter found)")
     findings = report["findings"]
     lines.append("")
-    lines.append(f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none")
+    lines.append(
+        f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none"
+    )
     for i, f in enumerate(findings, 1):
         gain = f"est. up to {f['est_speedup']:.2f}x" if f["est_speedup"] else "gain: n/a"
         lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain})")

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from aitop.tui.demo import SCENARIOS
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
-
-from aitop.tui.demo import SCENARIOS
 
 
 @dataclass(frozen=True)
