@@ -171,6 +171,16 @@ def _severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else 0
 
 
+def rule_quote(rule: Rule, facts: Facts) -> str:
+    """The rule's own quote, else the passage behind the first technique it recommends."""
+    if rule.source.get("quote"):
+        return rule.source["quote"]
+    claims = [facts.techniques[t] for t in rule.techniques if t in facts.techniques]
+    same_section = [c for c in claims if c.source.section == rule.source.get("section")]
+    chosen = (same_section or claims or [None])[0]
+    return chosen.source.quote if chosen else ""
+
+
 def build_finding(
     rule: Rule, fired_at: float, metrics: Mapping[str, float | None], facts: Facts
 ) -> Finding:
@@ -186,7 +196,7 @@ def build_finding(
         source=Source(
             document=facts.documents.get(rule.source.get("document", ""), rule.source["document"]),
             section=rule.source.get("section", ""),
-            quote=rule.source.get("quote", ""),
+            quote=rule_quote(rule, facts),
         ),
         expr=rule.condition.expr,
         fired_at=fired_at,

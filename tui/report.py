@@ -197,7 +197,7 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"aitop {report['aitop_version']} - PID {t['pid']} ({cmd}) - {state}")
     lines.append(
         f"measured {report['duration_s']} s, window {report['window_s']} s, "
-        f"compute on {(report['compute_device'] or '?').upper()}"
+        f"compute on {'the CPU (no GPU found)' if report['compute_device'] == 'cpu' else 'GPU'}"
     )
     b = report["bottleneck"]
     lines.append("")
@@ -205,6 +205,11 @@ def render_text(report: dict[str, Any]) -> str:
     if report["state"]:
         prio = "  ".join(f"{i}. {p}" for i, p in enumerate(report["state_priorities"], 1))
         lines.append(f"State: {report['state']} -> {prio}")
+        if report["compute_device"] == "cpu":
+            lines.append(
+                "  (no GPU: 'GPU utilization' here is the training thread's share of time "
+                "in forward/backward/optimizer; compute means the CPU)"
+            )
     phases = report["phases"]
     if phases:
         lines.append("Phases of the training thread:")
