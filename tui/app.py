@@ -1,0 +1,469 @@
+"""The aitop application: ticks, evaluation off the event loop, keys, export.
+
+The app owns three pieces of state and nothing else: the time ``now`` it draws
+at (the clock when live, frozen when paused, the cursor in a replay), the last
+diagnosis, and the refresh rate. Every tick it builds a ``View`` from the source's
+session and pushes it to the active screen. ``source.evaluate`` runs on a daemon
+thread watched by a Textual thread worker, so a slow or hung rule evaluation
+never delays a key press, a redraw, or quitting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from aitop.knowledge.model import Diagnosis
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.worker import get_current_worker
+
+from .screens.base import DetailScreen, ViewScreen
+from .screens.main import MainScreen
+from .snapshot import SnapshotError, write_snapshot
+from .source import Evaluation, ReplaySource, Source
+from .widgets.panel import Panel
+from .widgets.view import View
+
+#: The refresh intervals ``+``/``-`` step through, in seconds.
+REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+#: A finished evaluation is shown only if it is newer than this many seconds
+#: of staleness; slower evaluations are flagged in the header meanwhile.
+SLOW_EVALUATION_S = 2.0
+
+
+class Evaluated(Message):
+    """An evaluation finished (posted from the watcher thread)."""
+
+    def __init__(self, evaluation: Evaluation) -> None:
+        super().__init__()
+        self.evaluation = evaluation
+
+
+class AitopApp(App[int]):
+    """Full-screen view of one training process (live) or one recording (replay)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "aitop"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "cursor_step(-1)", "Back", key_display="←",
+                tooltip="move the time cursor back one sampling period"),
+        Binding("right", "cursor_step(1)", "Fwd", key_display="→",
+                tooltip="move the time cursor forward one sampling period"),
+        Binding("shift+left", "cursor_step(-10)", "Back ×10", show=False),
+        Binding("shift+right", "cursor_step(10)", "Fwd ×10", show=False),
+        Binding("home", "cursor_home", "Start", show=False, tooltip="jump to the first sample"),
+        Binding("end", "cursor_end", "End", show=False, tooltip="jump to the last sample"),
+        Binding("space", "play", "Play",
+                tooltip="play the recording (one period per refresh) / pause"),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="this screen"),
+        Binding("k", "open_detail('knowledge')", "Knowledge",
+                tooltip="the documents' priority framework and key metrics, this job in them"),
+        Binding("s", "export", "Export",
+                tooltip="write snapshot JSON + Markdown report + SVG screenshot"),
+        Binding("p", "pause", "Pause", tooltip="freeze the display; collection continues"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+",
+                tooltip="refresh the display more often"),
+        Binding("minus", "slower", "Slower", key_display="-",
+                tooltip="refresh the display less often"),
+        Binding("q", "quit_app", "Quit", tooltip="quit (exports first if asked to at exit)"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
+        Binding("g", "open_detail('gpu')", "GPU detail", show=False,
+                tooltip="charts over the session, throttle reasons, GPU processes"),
+        Binding("w", "open_detail('processes')", "Processes", show=False,
+                tooltip="every process and thread of the target tree, sortable"),
+        Binding("f", "open_detail('stacks')", "Stacks", show=False,
+                tooltip="hottest frames per phase: which line is stalling"),
+        Binding("i", "open_detail('io')", "I/O detail", show=False,
+                tooltip="read/write rates, filesystems, checkpoint writes"),
+    ]
+
+    #: Actions that only make sense for one kind of source.
+    REPLAY_ONLY = frozenset({"cursor_step", "cursor_home", "cursor_end", "play"})
+    LIVE_ONLY = frozenset({"pause"})
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        refresh_s: float = 1.0,
+        export_path: Path | None = None,
+        export_on_exit: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_s = float(refresh_s)
+        self.export_path = Path(export_path) if export_path is not None else None
+        self.export_on_exit = export_on_exit
+        self.clock = clock
+        self.paused = False
+        self.paused_at: float | None = None
+        self.diagnosis: Diagnosis | None = None
+        #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
+        self.exports: list[list[Path]] = []
+        self.export_errors: list[str] = []
+        #: Lines for run_app to print after the screen is restored.
+        self.exit_messages: list[str] = []
+        self.view: View | None = None
+        #: Monotonic time the first frame was drawn (for start-up measurements).
+        self.first_frame_at: float | None = None
+        self._timer: Timer | None = None
+        self._evaluation: Evaluation | None = None
+        self._evaluation_dirty = False
+        self._last_error: str | None = None
+        self._exit_export_failed = False
+        self._signals: list[int] = []
+        # Replay: a time cursor over the recording, starting at its end.
+        self.replay_range: tuple[float, float] | None = None
+        self.cursor: float = 0.0
+        self.playing = False
+        if isinstance(source, ReplaySource):
+            self.replay_range = source.time_range()
+            self.cursor = self.replay_range[1] if self.replay_range else 0.0
+            self._step = source.step_s()
+
+    # ----------------------------------------------------------- lifecycle
+
+    def get_default_screen(self) -> Screen[None]:
+        return MainScreen()
+
+    def on_mount(self) -> None:
+        self._install_signal_handlers()
+        self._tick()
+        self.call_after_refresh(self._mark_first_frame)
+
+    def _mark_first_frame(self) -> None:
+        if self.first_frame_at is None:
+            self.first_frame_at = time.monotonic()
+
+    def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM/SIGHUP/SIGINT: export if asked to, then leave cleanly."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # not the main thread, or no such signal here
+            self._signals.append(sig)
+
+    def _on_signal(self, sig: int) -> None:
+        code = 0
+        if self.wants_exit_export():
+            error = self.export_now()
+            if error is not None:
+                self.exit_messages.append(f"aitop: export on {signal.Signals(sig).name} failed: "
+                                          f"{error}")
+                code = 1
+        self.exit(code)
+
+    # ---------------------------------------------------------------- time
+
+    @property
+    def live(self) -> bool:
+        return bool(self.source.live)
+
+    def current_now(self) -> float:
+        """The time the screen describes."""
+        if not self.live:
+            return self.cursor
+        if self.paused and self.paused_at is not None:
+            return self.paused_at
+        return self.clock()
+
+    # ---------------------------------------------------------------- ticks
+
+    def _tick(self) -> None:
+        """One refresh: advance a playing cursor, ask for a diagnosis, redraw, re-arm.
+
+        The next tick is armed only after this one ran, so ticks never pile up;
+        evaluation is one-at-a-time on its own thread, so it cannot pile up either.
+        """
+        self._timer = None
+        if self.playing:
+            self._move_cursor(self.cursor + self._step, keep_playing=True)
+        self.request_evaluation()
+        self.redraw()
+        self._timer = self.set_timer(self.refresh_s, self._tick)
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(self.refresh_s, self._tick)
+
+    def request_evaluation(self) -> None:
+        """Start evaluating at ``now`` unless an evaluation is already running."""
+        now = self.current_now()
+        if isinstance(self.source, ReplaySource):
+            # A recorded diagnosis is a bisect: no thread, and always in step.
+            self.diagnosis = self.source.evaluate(now)
+            return
+        running = self._evaluation
+        if running is not None and not running.done.is_set():
+            self._evaluation_dirty = True
+            return
+        evaluation = Evaluation(self.source, now).start()
+        self._evaluation = evaluation
+        self._watch_evaluation(evaluation)
+
+    @work(thread=True, exclusive=True, group="evaluate", exit_on_error=False)
+    def _watch_evaluation(self, evaluation: Evaluation) -> None:
+        """Wait for an evaluation without blocking the loop; give up if cancelled."""
+        worker = get_current_worker()
+        while not evaluation.done.wait(0.05):
+            if worker.is_cancelled:
+                return
+        if not worker.is_cancelled:
+            self.post_message(Evaluated(evaluation))
+
+    def on_evaluated(self, message: Evaluated) -> None:
+        evaluation = message.evaluation
+        if evaluation is not self._evaluation:
+            return
+        if evaluation.error is not None:
+            text = f"rules failed: {type(evaluation.error).__name__}: {evaluation.error}"
+            if text != self._last_error:
+                self.notify(text.splitlines()[0], severity="error", timeout=8)
+            self._last_error = text
+        else:
+            self._last_error = None
+            if not self.paused:
+                self.diagnosis = evaluation.result
+        if self._evaluation_dirty:
+            self._evaluation_dirty = False
+            self.request_evaluation()
+        self.redraw()
+
+    def evaluating_for(self) -> float | None:
+        """Seconds the running evaluation has taken, once it counts as slow."""
+        ev = self._evaluation
+        if ev is None or ev.done.is_set():
+            return None
+        elapsed = ev.elapsed()
+        return elapsed if elapsed >= max(SLOW_EVALUATION_S, 2 * self.refresh_s) else None
+
+    def make_view(self) -> View:
+        history = tuple(self.source.history()) if not self.live else ()
+        return View(
+            session=self.source.session,
+            diagnosis=self.diagnosis,
+            now=self.current_now(),
+            live=self.live,
+            paused=self.paused,
+            refresh_s=self.refresh_s,
+            history=history,
+            evaluating_for=self.evaluating_for(),
+            replay_range=self.replay_range,
+            playing=self.playing,
+        )
+
+    def redraw(self) -> None:
+        """Push a fresh view to the active screen."""
+        self.view = self.make_view()
+        screen = self.screen
+        if isinstance(screen, ViewScreen):
+            screen.update_view(self.view)
+
+    # -------------------------------------------------------------- actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.REPLAY_ONLY:
+            return not self.live
+        if action in self.LIVE_ONLY:
+            return self.live
+        return True
+
+    def action_pause(self) -> None:
+        """Freeze the display; probes keep collecting and rules keep evaluating."""
+        self.paused = not self.paused
+        self.paused_at = self.clock() if self.paused else None
+        if not self.paused and self._evaluation is not None and self._evaluation.done.is_set():
+            self.diagnosis = self._evaluation.result or self.diagnosis
+        self.notify("Display paused; collection continues. p resumes." if self.paused
+                    else "Display resumed.", timeout=2)
+        self.refresh_bindings()
+        self.redraw()
+
+    def _set_refresh(self, value: float) -> None:
+        self.refresh_s = value
+        self._rearm()
+        self.redraw()
+
+    def action_faster(self) -> None:
+        faster = [s for s in REFRESH_STEPS if s < self.refresh_s - 1e-9]
+        self._set_refresh(faster[-1] if faster else REFRESH_STEPS[0])
+
+    def action_slower(self) -> None:
+        slower = [s for s in REFRESH_STEPS if s > self.refresh_s + 1e-9]
+        self._set_refresh(slower[0] if slower else REFRESH_STEPS[-1])
+
+    def action_help(self) -> None:
+        self.open_detail("help")
+
+    def on_panel_open_detail(self, message: Panel.OpenDetail) -> None:
+        self.open_detail(message.detail, message.finding_id)
+
+    def action_open_detail(self, name: str) -> None:
+        self.open_detail(name)
+
+    def open_detail(self, name: str, finding_id: str | None = None) -> None:
+        """Open a detail screen; from another detail screen, replace it."""
+        from .screens import make_screen
+
+        screen = make_screen(name, self, finding_id)
+        if screen is None:
+            return
+        if isinstance(self.screen, DetailScreen):
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+
+    # -------------------------------------------------------------- replay
+
+    def _move_cursor(self, t: float, *, keep_playing: bool = False) -> None:
+        if self.replay_range is None:
+            return
+        lo, hi = self.replay_range
+        self.cursor = min(hi, max(lo, t))
+        if not keep_playing or self.cursor >= hi:
+            self.playing = self.playing and keep_playing and self.cursor < hi
+        self.request_evaluation()
+        self.redraw()
+
+    def action_cursor_step(self, steps: int) -> None:
+        self._move_cursor(self.cursor + steps * self._step)
+
+    def action_cursor_home(self) -> None:
+        if self.replay_range is not None:
+            self._move_cursor(self.replay_range[0])
+
+    def action_cursor_end(self) -> None:
+        if self.replay_range is not None:
+            self._move_cursor(self.replay_range[1])
+
+    def action_play(self) -> None:
+        """Play the recording one sampling period per refresh; again to pause."""
+        if self.replay_range is None:
+            return
+        if not self.playing and self.cursor >= self.replay_range[1]:
+            self.cursor = self.replay_range[0]
+        self.playing = not self.playing
+        self._rearm()
+        self.redraw()
+
+    # -------------------------------------------------------------- export
+
+    def export_target(self) -> Path:
+        """Where ``s`` writes: ``export_path``, else a timestamped file here."""
+        if self.export_path is not None:
+            return self.export_path
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time()))
+        return Path.cwd() / f"aitop-{self.source.session.target_pid}-{stamp}.json"
+
+    def wants_exit_export(self) -> bool:
+        return self.export_on_exit or self.export_path is not None
+
+    def action_export(self) -> None:
+        """Write snapshot, report and screenshot on a thread; notify when done."""
+        svg = self.export_screenshot()
+        view = self.view or self.make_view()
+        self._export_in_thread(self.export_target(), svg, view.now, view.diagnosis)
+
+    @work(thread=True, group="export", exit_on_error=False)
+    def _export_in_thread(
+        self, path: Path, svg: str, now: float, diagnosis: Diagnosis | None
+    ) -> None:
+        try:
+            paths = write_snapshot(path, self.source, now=now, diagnosis=diagnosis,
+                                   screenshot_svg=svg)
+        except SnapshotError as exc:
+            self.call_from_thread(self._export_failed, str(exc))
+        except Exception as exc:  # an encoding bug must not kill the session
+            self.call_from_thread(self._export_failed, f"{type(exc).__name__}: {exc}")
+        else:
+            self.call_from_thread(self._export_done, paths)
+
+    def _export_done(self, paths: list[Path]) -> None:
+        self.exports.append(paths)
+        extra = ", ".join(p.suffix for p in paths[1:])
+        self.notify(f"Saved {paths[0]} (+ {extra})", timeout=6)
+
+    def _export_failed(self, reason: str) -> None:
+        self.export_errors.append(reason)
+        self.notify(f"Export failed: {reason}. Nothing is lost; press s to try again.",
+                    severity="error", timeout=10)
+
+    def export_now(self) -> str | None:
+        """Export synchronously (at exit); returns why it failed, or ``None``."""
+        view = self.view or self.make_view()
+        try:
+            svg = self.export_screenshot()
+        except Exception:
+            svg = None
+        try:
+            paths = write_snapshot(self.export_target(), self.source, now=view.now,
+                                   diagnosis=view.diagnosis, screenshot_svg=svg)
+        except SnapshotError as exc:
+            self.export_errors.append(str(exc))
+            return str(exc)
+        except Exception as exc:
+            self.export_errors.append(str(exc))
+            return f"{type(exc).__name__}: {exc}"
+        self.exports.append(paths)
+        self.exit_messages.append(f"aitop: saved {paths[0]}")
+        return None
+
+    def action_quit_app(self) -> None:
+        """Quit; export first when asked to. A failed export keeps the app open once."""
+        if self.wants_exit_export() and not self._exit_export_failed:
+            error = self.export_now()
+            if error is not None:
+                self._exit_export_failed = True
+                self.notify(f"Export at exit failed: {error}. Press q again to quit "
+                            "without saving.", severity="error", timeout=15)
+                return
+        self.exit(0)
+
+
+def run_app(
+    source: Source,
+    *,
+    refresh_s: float = 1.0,
+    export_path: Path | None = None,
+    export_on_exit: bool = False,
+) -> int:
+    """Run the UI on a source until the user quits; returns the exit code.
+
+    The source is closed on the way out. Exports written at exit, and failures
+    to write them, are printed once the terminal is restored.
+    """
+    app = AitopApp(source, refresh_s=refresh_s, export_path=export_path,
+                   export_on_exit=export_on_exit)
+    try:
+        result = app.run()
+    finally:
+        source.close()
+    for line in app.exit_messages:
+        print(line)
+    if result is not None:
+        return int(result)
+    return int(app.return_code or 0)

@@ -1,0 +1,146 @@
+"""GPU panel: per device utilisation, memory, temperature, power, clocks, throttling.
+
+Values are judged against the documents' key-metric targets (utilisation
+80-95 % during training, memory 70-90 % of capacity, temperature below 83 °C and
+the device's own slowdown threshold). Without a GPU the panel shrinks to one
+line saying why, and the other panels take the room.
+"""
+
+from __future__ import annotations
+
+from aitop.probes.samples import GpuDevice, GpuSample
+from rich.text import Text
+
+from . import fmt
+from .judge import mem_status, reasons_status, temp_status, util_status
+from .panel import Line, Panel, label, spark_line
+from .series import gpu_values, latest, recent
+from .view import View
+
+#: Sparkline span: enough history for the widest panel.
+HISTORY_S = 300.0
+
+def value(text: str, status: str, width: int = 18) -> Text:
+    """A value in its status colour, padded so sparklines line up."""
+    sym = fmt.STATUS_SYMBOL[status] if status != "unknown" else " "
+    return Text(f"{text:<{width - 2}}{sym} ", style=fmt.STATUS_STYLE[status])
+
+
+def neutral(text: str, width: int = 18) -> Text:
+    return Text(f"{text:<{width}}")
+
+
+def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Line]:
+    """All the lines for one GPU, most important first in priority."""
+    out: list[Line] = []
+    idx = d.index
+    name = d.name or "GPU"
+    head = Text(f"{idx} ", style="bold")
+    head.append(name.replace("NVIDIA ", ""), style="bold")
+    if d.lost:
+        head.append("  lost (fell off the bus or reset)", style=fmt.STATUS_STYLE["outside"])
+        return [Line(head, 0)]
+    tmem, tsm = d.target_mem_bytes, d.target_sm_percent
+    if tmem is not None or tsm is not None:
+        head.append(f"   target: {fmt.human_bytes(tmem)} mem · {fmt.pct(tsm)} SM", style="dim")
+    out.append(Line(head, 2))
+
+    util = d.util_percent
+    out.append(Line(spark_line(
+        label("util", 9) + value(fmt.pct(util), util_status(util)),
+        gpu_values(history, idx, lambda x: x.util_percent), width, lo=0, hi=100,
+    ), 0))
+
+    frac = (d.mem_used_bytes / d.mem_total_bytes
+            if d.mem_used_bytes is not None and d.mem_total_bytes else None)
+    total = fmt.human_bytes(d.mem_total_bytes, precision=0)
+    mem_text = (f"{fmt.human_bytes(d.mem_used_bytes)}/{total}"
+                f" {fmt.pct(None if frac is None else frac * 100)}")
+    out.append(Line(spark_line(
+        label("mem", 9) + value(mem_text, mem_status(frac)),
+        gpu_values(history, idx, lambda x: x.mem_used_bytes), width, lo=0,
+        hi=float(d.mem_total_bytes) if d.mem_total_bytes else None,
+    ), 1))
+
+    temp_text = f"{fmt.num(d.temperature_c, '.0f', '°C')}"
+    if d.temperature_slowdown_c:
+        temp_text += f" /{d.temperature_slowdown_c:.0f}"
+    out.append(Line(spark_line(
+        label("temp", 9) + value(temp_text, temp_status(d.temperature_c, d.temperature_slowdown_c)),
+        gpu_values(history, idx, lambda x: x.temperature_c), width, lo=None,
+    ), 3))
+
+    power_text = f"{fmt.num(d.power_w, '.0f')}/{fmt.num(d.power_limit_w, '.0f', 'W')}"
+    capped = "sw_power_cap" in d.clock_event_reasons
+    out.append(Line(spark_line(
+        label("power", 9) + (value(power_text, "near") if capped else neutral(power_text)),
+        gpu_values(history, idx, lambda x: x.power_w), width, lo=0, hi=d.power_limit_w,
+    ), 4))
+
+    clock_text = f"{fmt.num(d.sm_clock_mhz, '.0f')}/{fmt.num(d.sm_clock_max_mhz, '.0f', 'MHz')}"
+    slow = (d.sm_clock_mhz is not None and d.sm_clock_max_mhz
+            and d.sm_clock_mhz < 0.95 * d.sm_clock_max_mhz
+            and any(r != "gpu_idle" for r in d.clock_event_reasons))
+    out.append(Line(spark_line(
+        label("SM clk", 9) + (value(clock_text, "near") if slow else neutral(clock_text)),
+        gpu_values(history, idx, lambda x: x.sm_clock_mhz), width, lo=0, hi=d.sm_clock_max_mhz,
+    ), 5))
+
+    pcie = Text()
+    pcie.append_text(label("PCIe", 9))
+    pcie.append(f"tx {fmt.human_rate(d.pcie_tx_bps)}  rx {fmt.human_rate(d.pcie_rx_bps)}")
+    out.append(Line(pcie, 6))
+
+    reasons = d.clock_event_reasons
+    throttle = label("throttle", 9)
+    if reasons:
+        throttle.append(", ".join(fmt.words(r) for r in reasons),
+                        style=fmt.STATUS_STYLE[reasons_status(reasons)])
+    else:
+        throttle.append("none", style=fmt.STATUS_STYLE["within"])
+    out.append(Line(throttle, 2))
+    if d.unsupported:
+        out.append(Line(Text(f"not supported by the driver: {', '.join(d.unsupported)}",
+                             style="dim"), 8))
+    return out
+
+
+class GpuPanel(Panel):
+    """One block of lines per GPU; a single line when there is none."""
+
+    TITLE = "GPU"
+    DETAIL = "gpu"
+    FIT_CONTENT = True
+
+    def update_view(self, view: View) -> None:
+        sample = latest(view.session.gpu, view.now)
+        unavailable = sample is not None and not sample.available
+        self.set_class(unavailable, "-unavailable")
+        self.FIT_CONTENT = not unavailable
+        super().update_view(view)
+
+    def subtitle(self, view: View) -> str:
+        sample = latest(view.session.gpu, view.now)
+        if sample is not None and sample.driver_version:
+            return f"driver {sample.driver_version}"
+        return ""
+
+    def lines(self, view: View, width: int) -> list[Line]:
+        sample = latest(view.session.gpu, view.now)
+        if sample is None:
+            status = view.session.probe_status.get("gpu", "waiting for NVML…")
+            return [Line(Text(f"GPU: {status}", style="dim"), 0)]
+        if not sample.available:
+            text = Text("GPU ", style="bold")
+            text.append(f"none: {sample.reason or 'NVML unavailable'}", style="dim")
+            text.append("  (compute means the CPU)", style="dim")
+            return [Line(text, 0)]
+        history = recent(view.session.gpu, view.now, HISTORY_S)
+        out: list[Line] = []
+        for n, d in enumerate(sample.devices):
+            lines = device_lines(d, history, width)
+            # With several GPUs, later devices yield to the first one's detail.
+            out += [Line(line.text, line.priority + 3 * n) for line in lines]
+        if not sample.devices:
+            out.append(Line(Text("NVML sees no devices", style="dim"), 0))
+        return out

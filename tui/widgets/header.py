@@ -1,0 +1,132 @@
+"""The two-line header and the target-exited banner.
+
+Line one says what is watched (PID, redacted command line, uptime) and how
+(live / paused / replay cursor, refresh rate); line two says what each probe is
+doing, and why one is unavailable, so a blank panel is never a mystery.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.text import Text
+from textual.widget import Widget
+
+from . import fmt
+from .judge import probe_state
+from .series import latest
+from .view import View
+
+
+def command(view: View) -> str:
+    env = view.session.environment
+    if env is not None and env.cmdline:
+        return shlex.join(env.cmdline)
+    tree = latest(view.session.processes, view.now)
+    main = tree.main if tree is not None else None
+    return shlex.join(main.cmdline) if main is not None and main.cmdline else ""
+
+
+class StatusHeader(Widget):
+    """What is being watched, and how."""
+
+    DEFAULT_CSS = """
+    StatusHeader { height: 2; background: $panel; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: View | None = None
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        self.refresh()
+
+    def render(self) -> Text:
+        view = self.view
+        width = max(1, self.content_size.width)
+        if view is None:
+            return Text(" aitop", style="bold")
+        right = self._mode(view)
+        left = Text(" aitop ", style="bold reverse")
+        left.append(f" PID {view.session.target_pid} ", style="bold")
+        left.append(command(view))
+        room = width - right.cell_len - 1
+        left.truncate(max(0, room), overflow="ellipsis")
+        left.pad_right(max(0, room - left.cell_len))
+        first = left + Text(" ") + right
+        return Text("\n").join([first, self._probes(view, width)])
+
+    def _mode(self, view: View) -> Text:
+        env = view.session.environment
+        out = Text()
+        started = env.start_time if env is not None and env.start_time else view.session.started_at
+        end = view.session.target_exited_at if view.target_exited else view.now
+        if started is not None and end is not None:
+            out.append(f"up {fmt.duration(end - started)}  ", style="dim")
+        if view.replay_range is not None:
+            lo, hi = view.replay_range
+            out.append(" REPLAY ", style="bold reverse")
+            out.append(f" {fmt.clock(view.now)} ", style="bold")
+            out.append(f"+{fmt.duration(view.now - lo)}/{fmt.duration(hi - lo)} ", style="dim")
+            out.append("▶ playing" if view.playing else "⏸", style="bold")
+        else:
+            if view.paused:
+                out.append(" PAUSED ", style="bold reverse")
+                out.append(f" at {fmt.clock(view.now)}", style="bold")
+            else:
+                out.append(" LIVE ", style="bold reverse")
+                out.append(f" {fmt.clock(view.now)}")
+        out.append(f"  refresh {view.refresh_s:g}s ", style="dim")
+        return out
+
+    def _probes(self, view: View, width: int) -> Text:
+        text = Text(" ")
+        status = view.session.probe_status
+        if view.evaluating_for is not None:
+            text.append(f"rules: evaluating for {fmt.duration(view.evaluating_for)}…",
+                        style=fmt.STATUS_STYLE["near"])
+            text.append("  ")
+        if not status:
+            text.append("probes: starting…", style="dim")
+        for i, (name, msg) in enumerate(status.items()):
+            if i:
+                text.append(" · ", style="dim")
+            state = probe_state(msg)
+            text.append(f"{name} ", style="bold")
+            text.append(fmt.STATUS_SYMBOL[state] + " ", style=fmt.STATUS_STYLE[state])
+            text.append(msg, style="dim" if state == "within" else fmt.STATUS_STYLE[state])
+        text.truncate(width, overflow="ellipsis")
+        return text
+
+
+class ExitBanner(Widget):
+    """Says that (and when, and how) the target exited; hidden until it has."""
+
+    DEFAULT_CSS = """
+    ExitBanner { height: 1; display: none; background: $error; color: $text; }
+    ExitBanner.-shown { display: block; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: View | None = None
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        self.set_class(view.target_exited, "-shown")
+        self.refresh()
+
+    def render(self) -> Text:
+        view = self.view
+        if view is None or not view.target_exited:
+            return Text()
+        at = view.session.target_exited_at
+        status = view.session.target_exit_status
+        text = Text(" ✗ target exited ", style="bold")
+        text.append(f"at {fmt.clock(at)} with status "
+                    f"{status if status is not None else 'unknown'}")
+        if at is not None and view.now > at:
+            text.append(f" ({fmt.duration(view.now - at)} ago)")
+        text.append(". The data stays; s exports it.")
+        return text

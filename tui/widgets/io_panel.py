@@ -1,0 +1,97 @@
+"""I/O panel: what the target tree reads and writes, on which filesystems.
+
+Network filesystems are flagged because the documents want training data on
+local NVMe, and checkpoint writes are shown as they happen because a blocking
+checkpoint is the classic "long epochs, short steps" symptom.
+"""
+
+from __future__ import annotations
+
+from aitop.probes.samples import MountInfo, StorageSample
+from rich.text import Text
+
+from . import fmt
+from .panel import Line, Panel, label, spark_line
+from .series import latest, recent, tree_io, upto, write_spans
+from .view import View
+
+HISTORY_S = 300.0
+
+
+def dataset_mount(sample: StorageSample) -> MountInfo | None:
+    """The mount holding most of the target's open files (its dataset, usually)."""
+    mounts = [m for m in sample.mounts if m.open_files > 0]
+    return max(mounts, key=lambda m: m.open_files) if mounts else None
+
+
+def mount_line(m: MountInfo, is_dataset: bool) -> Text:
+    text = Text(f"{fmt.ellipsize(m.mountpoint, 14):<14} ")
+    text.append(f"{m.fstype:<6}", style=fmt.STATUS_STYLE["outside"] if m.is_network else "")
+    text.append(f" r {fmt.human_rate(m.read_bps):>9} w {fmt.human_rate(m.write_bps):>9}")
+    if m.busy_percent is not None:
+        text.append(f" {m.busy_percent:.0f}% busy", style="dim")
+    if m.is_network:
+        text.append("  ✗ network", style=fmt.STATUS_STYLE["outside"])
+    if is_dataset:
+        text.append("  dataset", style="bold")
+    return text
+
+
+class IoPanel(Panel):
+    """Target tree read/write rates, mounts, checkpoint writes."""
+
+    TITLE = "I/O"
+    DETAIL = "io"
+    FIT_CONTENT = True
+
+    def lines(self, view: View, width: int) -> list[Line]:
+        out: list[Line] = []
+        trees = recent(view.session.processes, view.now, HISTORY_S)
+        if trees:
+            read, write = tree_io(trees[-1])
+            head = label("read") + Text(f"{fmt.human_rate(read):<11}")
+            out.append(Line(spark_line(
+                head, [v for v in (tree_io(t)[0] for t in trees) if v is not None], width,
+            ), 0))
+            head = label("write") + Text(f"{fmt.human_rate(write):<11}")
+            out.append(Line(spark_line(
+                head, [v for v in (tree_io(t)[1] for t in trees) if v is not None], width,
+            ), 1))
+        sample = latest(view.session.storage, view.now)
+        if sample is None:
+            status = view.session.probe_status.get("storage", "waiting…")
+            out.append(Line(Text(f"storage: {status}", style="dim"), 2))
+            return out
+        if sample.error:
+            out.append(Line(Text(f"storage: {sample.error}", style="dim"), 2))
+        ds = dataset_mount(sample)
+        if ds is not None:
+            text = label("data")
+            text.append(f"{ds.mountpoint} ({ds.fstype}", style="")
+            if ds.is_network:
+                text.append(", network filesystem", style=fmt.STATUS_STYLE["outside"])
+            text.append(f", {ds.open_files} files open)")
+            out.append(Line(text, 1))
+        for m in sample.mounts:
+            out.append(Line(mount_line(m, m is ds), 4))
+        out.append(Line(self._checkpoint_line(view, sample), 2))
+        return out
+
+    def _checkpoint_line(self, view: View, sample: StorageSample) -> Text:
+        text = label("ckpt")
+        if sample.writing:
+            spans = write_spans(upto(view.session.storage, view.now))
+            current = [s for s in spans if s.path in sample.writing]
+            since = min((s.first for s in current), default=sample.t)
+            text.append(f"writing {', '.join(sample.writing)} ({fmt.duration(view.now - since)})",
+                        style=fmt.STATUS_STYLE["near"])
+            return text
+        spans = write_spans(upto(view.session.storage, view.now))
+        if spans:
+            last = spans[-1]
+            text.append(f"last {last.path} at {fmt.clock(last.first)} "
+                        f"({fmt.duration(last.last - last.first)}), "
+                        f"{fmt.duration(view.now - last.last)} ago", style="dim")
+        else:
+            text.append("no checkpoint writes seen", style="dim")
+        return text
