@@ -177,8 +177,8 @@ def rule_quote(rule: Rule, facts: Facts) -> str:
         return rule.source["quote"]
     claims = [facts.techniques[t] for t in rule.techniques if t in facts.techniques]
     same_section = [c for c in claims if c.source.section == rule.source.get("section")]
-    chosen = (same_section or claims or [None])[0]
-    return chosen.source.quote if chosen else ""
+    chosen = same_section or claims
+    return chosen[0].source.quote if chosen else ""
 
 
 def build_finding(

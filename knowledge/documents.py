@@ -34,6 +34,10 @@ from yaml.constructor import ConstructorError
 
 from .model import CATEGORIES, Source
 
+# One error type for every knowledge-base file (rules, phases, documents), so the
+# CLI reports them all the same way: ``file:line: problem``.
+from .yamlio import KnowledgeError
+
 __all__ = [
     "APPLIES_TO",
     "CHANGES",
@@ -77,17 +81,10 @@ BOUND_KINDS: tuple[str, ...] = ("range", "trend", "near")
 SNIPPET_LANGS: tuple[str, ...] = ("python", "bash", "text")
 
 _PACKAGE = __package__ or "aitop.knowledge"
+
 _DATA_FILE = "documents.yaml"
 
 
-class KnowledgeError(ValueError):
-    """The knowledge file is malformed; the message says ``file:line: problem``."""
-
-    def __init__(self, message: str, file: str, line: int) -> None:
-        self.message = message
-        self.file = file
-        self.line = line
-        super().__init__(f"{file}:{line}: {message}")
 
 
 # --------------------------------------------------------------------------------

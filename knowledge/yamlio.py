@@ -13,12 +13,13 @@ from typing import Any
 import yaml
 
 
-class KnowledgeError(Exception):
+class KnowledgeError(ValueError):
     """A knowledge-base file is malformed; the message starts with file:line."""
 
     def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
         where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
         super().__init__(f"{where}{message}")
+        self.message = message
         self.file = file
         self.line = line
 
