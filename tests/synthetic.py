@@ -1,0 +1,362 @@
+"""Synthetic Sessions built from the real sample dataclasses, and a rule driver.
+
+A :class:`Job` describes a steady training job by a few knobs (GPU utilisation,
+phase mix, DataLoader workers, host CPU and RAM, storage, ...). :func:`make_session`
+turns it into one sample of every kind per second (ProcessTreeSample, HostSample,
+GpuSample, StackWindow, StepCounterSample, StorageSample), stamped ``T0 + i``;
+:func:`extend` appends more seconds of a different job to the same session, so a
+test can make a problem appear and go away. :func:`drive` then evaluates a
+:class:`RuleEngine` or :class:`Diagnoser` tick by tick through ``compute_metrics``,
+exactly as the live evaluator does, with explicit ``now`` times (no sleeping).
+
+Values are chosen so that thresholds can be hit exactly: percentages of memory
+are built on a total of 10**11 bytes, phase counts on 1000 samples per window, and
+clock-event reasons repeat with a period of 20 ticks, the length of the default
+evaluation window, so a full window always holds the same share of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from aitop.knowledge.diagnosis import Diagnoser, Facts
+from aitop.knowledge.metrics import compute_metrics
+from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.rules import RuleEngine, RuleSet
+from aitop.probes.samples import (
+    GpuDevice,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    MountInfo,
+    ProcessInfo,
+    ProcessTreeSample,
+    StackWindow,
+    StepCounterSample,
+    StorageSample,
+)
+from aitop.probes.session import PHASES, Session
+
+#: 2023-11-14 22:13:20 UTC: every synthetic time is ``T0 + i`` (exact in a float).
+T0 = 1_700_000_000.0
+#: The live evaluator's default window.
+WINDOW_S = 20.0
+PID = 4242
+#: Totals chosen so that ``100 * used / total`` is exact for round percentages.
+MEM_TOTAL = 10**11
+SWAP_TOTAL = 8 * 10**9
+#: Clock-event reasons repeat with this period (ticks), the length of a window.
+THROTTLE_PERIOD = 20
+
+#: A healthy job's phase mix: 2 % data wait, 78 % compute, 20 % other.
+HEALTHY_PHASES: Mapping[str, float] = {
+    "data_wait": 0.02,
+    "forward": 0.30,
+    "backward": 0.38,
+    "optimizer": 0.10,
+    "other": 0.20,
+}
+
+
+def mix(**given: float) -> dict[str, float]:
+    """A phase mix: the named fractions, the rest split 3:5:2 over forward/backward/optimizer.
+
+    ``mix(data_wait=0.3)`` is a job that waits for data 30 % of the time and
+    computes the other 70 %. Fractions are rounded to thousandths (one sample of a
+    1000-sample window).
+    """
+    unknown = set(given) - set(PHASES)
+    if unknown:
+        raise ValueError(f"unknown phases {sorted(unknown)}")
+    out = {p: round(f, 3) for p, f in given.items()}
+    rest = round(1.0 - sum(out.values()), 3)
+    if rest < 0:
+        raise ValueError(f"phase fractions add up to more than 1: {given}")
+    compute = [p for p in ("forward", "backward", "optimizer") if p not in out]
+    if compute == ["forward", "backward", "optimizer"]:
+        out["forward"] = round(rest * 0.3, 3)
+        out["backward"] = round(rest * 0.5, 3)
+        out["optimizer"] = round(rest - out["forward"] - out["backward"], 3)
+    elif rest > 0:
+        out["other"] = round(out.get("other", 0.0) + rest, 3)
+    return out
+
+
+@dataclass(frozen=True)
+class Job:
+    """A steady training job. Every field is a knob; the defaults are a healthy GPU job."""
+
+    # ---------------------------------------------------------------- GPU
+    #: False: the GPU probe reports "no NVIDIA driver" (a CPU-only machine).
+    gpu: bool = True
+    gpu_util: float = 82.0
+    #: Per-device utilisation (one device per entry, all used by the target);
+    #: overrides ``gpu_util``.
+    gpu_utils: tuple[float, ...] | None = None
+    gpu_mem_used: float = 60.0  # % of capacity
+    temperature_c: float = 65.0
+    temperature_slowdown_c: float | None = 83.0
+    gpu_power: float = 70.0  # % of the power limit
+    sm_clock: float = 95.0  # % of the maximum SM clock
+    pcie_rx_mb: float = 500.0
+    #: Share of ticks with a thermal / power clock-event reason (multiples of 1/20).
+    throttle_thermal: float = 0.0
+    throttle_power: float = 0.0
+    # ------------------------------------------------------------- stacks
+    phases: Mapping[str, float] = field(default_factory=lambda: dict(HEALTHY_PHASES))
+    #: py-spy samples per stack window (1000: fractions to a thousandth).
+    samples_per_window: int = 1000
+    #: One stack window every this many seconds (a window spans that long).
+    stack_period_s: int = 1
+    techniques: tuple[str, ...] = ("torch_compile",)
+    # ------------------------------------------------------- process tree
+    workers: int = 4
+    #: CPU of the busiest worker (% of a core); worker k runs ``5 * k`` lower.
+    worker_cpu: float = 40.0
+    main_cpu: float = 100.0
+    #: Whether the pin-memory thread exists; None: thread names unreadable.
+    pin_memory: bool | None = True
+    #: False: no process-tree samples at all (the probe failed).
+    process_tree: bool = True
+    # --------------------------------------------------------------- host
+    cpu_count: int = 16
+    host_cpu: float = 40.0
+    iowait: float | None = 1.0
+    ram_used: float = 50.0  # %
+    swap_used: float = 0.0  # % of swap_total
+    swap_total: int = SWAP_TOTAL
+    # ------------------------------------------------------------ storage
+    storage: bool = True
+    network_fs: bool = False
+    scheduler: str | None = "none"
+    disk_busy: float | None = 10.0
+    disk_read_mb: float = 100.0
+    disk_write_mb: float = 0.0
+    writing: tuple[str, ...] = ()
+    # -------------------------------------------------------------- steps
+    steps_per_s: float | None = 5.0
+
+
+# ------------------------------------------------------------------ samples
+
+
+def _phase_counts(job: Job) -> dict[str, int]:
+    """Integer counts out of ``samples_per_window`` (largest remainders); rest to 'other'."""
+    n = job.samples_per_window
+    wanted = round(sum(job.phases.values()) * n)
+    if wanted > n:
+        raise ValueError(f"phase fractions exceed 1: {dict(job.phases)}")
+    exact = {p: f * n for p, f in job.phases.items()}
+    counts = {p: int(v + 1e-9) for p, v in exact.items()}
+    by_remainder = sorted(exact, key=lambda p: exact[p] - counts[p], reverse=True)
+    for p in by_remainder[: max(wanted - sum(counts.values()), 0)]:
+        counts[p] += 1
+    counts["other"] = counts.get("other", 0) + n - sum(counts.values())
+    return counts
+
+
+def _throttled(i: int, share: float) -> bool:
+    return i % THROTTLE_PERIOD < round(share * THROTTLE_PERIOD)
+
+
+def gpu_sample(job: Job, i: int) -> GpuSample:
+    t = T0 + i
+    if not job.gpu:
+        return GpuSample(t=t, available=False, reason="no NVIDIA driver")
+    reasons: list[str] = []
+    if _throttled(i, job.throttle_thermal):
+        reasons.append("hw_thermal_slowdown")
+    if _throttled(i, job.throttle_power):
+        reasons.append("sw_power_cap")
+    utils = job.gpu_utils if job.gpu_utils is not None else (job.gpu_util,)
+    devices = tuple(
+        GpuDevice(
+            index=k,
+            name="NVIDIA H100 80GB HBM3",
+            uuid=f"GPU-{k:08x}",
+            util_percent=util,
+            mem_util_percent=util * 0.5,
+            mem_used_bytes=round(job.gpu_mem_used / 100 * MEM_TOTAL),
+            mem_total_bytes=MEM_TOTAL,
+            temperature_c=job.temperature_c,
+            temperature_slowdown_c=job.temperature_slowdown_c,
+            power_w=job.gpu_power * 7.0,
+            power_limit_w=700.0,
+            sm_clock_mhz=job.sm_clock * 20.0,
+            sm_clock_max_mhz=2000.0,
+            clock_event_reasons=tuple(reasons),
+            pcie_tx_bps=1e8,
+            pcie_rx_bps=job.pcie_rx_mb * 1e6,
+            processes=(GpuProcess(PID + k, 10**9, util, True, "python"),),
+        )
+        for k, util in enumerate(utils)
+    )
+    return GpuSample(t=t, available=True, devices=devices, driver_version="550.54.15")
+
+
+def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
+    main = ProcessInfo(
+        pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
+        status="running", cpu_percent=job.main_cpu, rss_bytes=4 * 10**9, num_threads=12,
+        read_bps=1e6, write_bps=job.disk_write_mb * 1e6,
+    )
+    workers = tuple(
+        ProcessInfo(
+            pid=PID + 100 + k, ppid=PID, role="worker", name="pt_data_worker",
+            cmdline=("python", "train.py"), status="running",
+            cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=10**9, num_threads=2,
+            read_bps=job.disk_read_mb * 1e6 / max(job.workers, 1), write_bps=0.0,
+        )
+        for k in range(job.workers)
+    )
+    return ProcessTreeSample(
+        t=T0 + i, target_pid=PID, alive=True, processes=(main, *workers),
+        pin_memory_thread=job.pin_memory,
+    )
+
+
+def host_sample(job: Job, i: int) -> HostSample:
+    return HostSample(
+        t=T0 + i,
+        cpu_count=job.cpu_count,
+        cpu_percent=job.host_cpu,
+        per_core_percent=(job.host_cpu,) * job.cpu_count,
+        iowait_percent=job.iowait,
+        ram_used_bytes=round(job.ram_used / 100 * MEM_TOTAL),
+        ram_total_bytes=MEM_TOTAL,
+        swap_used_bytes=round(job.swap_used / 100 * job.swap_total),
+        swap_total_bytes=job.swap_total,
+        load1=job.host_cpu / 100 * job.cpu_count,
+        load5=None,
+        load15=None,
+    )
+
+
+def stack_window(job: Job, i: int) -> StackWindow:
+    return StackWindow(
+        t_start=T0 + i - job.stack_period_s,
+        t_end=T0 + i,
+        thread_name="MainThread",
+        thread_id=str(PID),
+        total_samples=job.samples_per_window,
+        phase_counts=_phase_counts(job),
+        techniques_seen=job.techniques,
+        loop_frame="train (train.py)",
+    )
+
+
+def storage_sample(job: Job, i: int) -> StorageSample:
+    mount = MountInfo(
+        mountpoint="/data",
+        device="fileserver:/export/data" if job.network_fs else "/dev/nvme0n1p1",
+        fstype="nfs4" if job.network_fs else "ext4",
+        is_network=job.network_fs,
+        scheduler=job.scheduler,
+        read_bps=job.disk_read_mb * 1e6,
+        write_bps=job.disk_write_mb * 1e6,
+        busy_percent=job.disk_busy,
+        open_files=12,
+    )
+    return StorageSample(t=T0 + i, mounts=(mount,), writing=job.writing)
+
+
+def step_sample(job: Job, i: int) -> StepCounterSample:
+    if job.steps_per_s is None:
+        return StepCounterSample(T0 + i, None, None, error="no integer step counter")
+    return StepCounterSample(T0 + i, "step", round(job.steps_per_s * i), "train (train.py)")
+
+
+# ----------------------------------------------------------------- sessions
+
+
+def extend(session: Session, job: Job, first: int, last: int) -> Session:
+    """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
+    for i in range(first, last + 1):
+        if job.process_tree:
+            session.add(process_tree_sample(job, i))
+        session.add(host_sample(job, i))
+        session.add(gpu_sample(job, i))
+        if i % job.stack_period_s == 0:
+            session.add(stack_window(job, i))
+        session.add(step_sample(job, i))
+        if job.storage:
+            session.add(storage_sample(job, i))
+    return session
+
+
+def make_session(duration_s: int = 40, **knobs: object) -> Session:
+    """A session holding ``duration_s`` seconds (ticks 1..duration_s) of ``Job(**knobs)``."""
+    job = Job(**knobs)  # type: ignore[arg-type]
+    return extend(Session(PID), job, 1, duration_s)
+
+
+def metrics_at(
+    session: Session, tick: float, window_s: float = WINDOW_S
+) -> dict[str, float | None]:
+    """``compute_metrics`` for the window ending at ``T0 + tick``."""
+    return compute_metrics(session, T0 + tick, window_s)
+
+
+# ------------------------------------------------------------------ driving
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One evaluation: when, on what metrics, and which rules fired (id -> fired_at)."""
+
+    now: float
+    metrics: Mapping[str, float | None]
+    firing: Mapping[str, float]
+    diagnosis: Diagnosis | None = None
+
+
+def evaluate(
+    session: Session, evaluator: RuleEngine | Diagnoser, now: float, window_s: float = WINDOW_S
+) -> Tick:
+    """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
+    metrics = compute_metrics(session, now, window_s)
+    if isinstance(evaluator, Diagnoser):
+        diagnosis = evaluator.diagnose(metrics, now)
+        return Tick(now, metrics, {f.id: f.fired_at for f in diagnosis.findings}, diagnosis)
+    fired = evaluator.step(metrics, now)
+    return Tick(now, metrics, {r.id: at for r, at in fired})
+
+
+def run(
+    evaluator: RuleEngine | Diagnoser,
+    *segments: tuple[Job, int],
+    evaluate_from: int = int(WINDOW_S),
+    window_s: float = WINDOW_S,
+    session: Session | None = None,
+) -> tuple[Session, list[Tick]]:
+    """Play a timeline live: each ``(job, last_tick)`` runs from the previous segment's
+    end (tick 1 for the first) to ``last_tick``; after each tick's samples are added,
+    the evaluator runs at ``T0 + tick`` from ``evaluate_from`` on (by default once the
+    window is full), so ``now`` is always the newest sample's time.
+    """
+    session = session if session is not None else Session(PID)
+    out: list[Tick] = []
+    tick = 1
+    for job, last in segments:
+        for i in range(tick, last + 1):
+            extend(session, job, i, i)
+            if i >= evaluate_from:
+                out.append(evaluate(session, evaluator, T0 + i, window_s))
+        tick = last + 1
+    return session, out
+
+
+def diagnose_job(
+    ruleset: RuleSet, duration_s: int = 32, facts: Facts | None = None, **knobs: object
+) -> Diagnosis:
+    """Run a steady ``Job(**knobs)`` live through a Diagnoser; the last diagnosis.
+
+    Evaluation starts once the window is full (tick ``WINDOW_S``); the default
+    duration outlasts every packaged ``for:`` (at most 10 s).
+    """
+    diagnoser = Diagnoser(ruleset, facts or Facts())
+    _session, result = run(diagnoser, (Job(**knobs), duration_s))  # type: ignore[arg-type]
+    last = result[-1].diagnosis
+    assert last is not None
+    return last
