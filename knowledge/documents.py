@@ -29,14 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-from yaml.constructor import ConstructorError
-
 from .model import CATEGORIES, Source
 
 # One error type for every knowledge-base file (rules, phases, documents), so the
 # CLI reports them all the same way: ``file:line: problem``.
-from .yamlio import KnowledgeError
+from .yamlio import KnowledgeError, Located, LocatedList, load_yaml_text
 
 __all__ = [
     "APPLIES_TO",
@@ -388,66 +385,13 @@ def _by_id(items: tuple[Any, ...], id: str, what: str) -> Any:
 # --------------------------------------------------------------------------------
 
 
-class _Map(dict[str, Any]):
-    """A YAML mapping that remembers its own line and the line of each value."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__()
-        self.line = line
-        self.lines: dict[str, int] = {}
-
-
-class _Seq(list[Any]):
-    """A YAML sequence that remembers its own line and the line of each item."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__()
-        self.line = line
-        self.lines: list[int] = []
-
-
-class _LineLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` plus line bookkeeping; nothing unsafe is added."""
-
-
-def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> Iterator[_Map]:
-    data = _Map(node.start_mark.line + 1)
-    yield data
-    loader.flatten_mapping(node)
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str):
-            raise ConstructorError(
-                None, None, f"mapping keys must be strings, got {key!r}", key_node.start_mark
-            )
-        if key in data:
-            raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        data[key] = loader.construct_object(value_node, deep=True)
-        data.lines[key] = value_node.start_mark.line + 1
-
-
-def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode) -> Iterator[_Seq]:
-    data = _Seq(node.start_mark.line + 1)
-    yield data
-    for child in node.value:
-        data.append(loader.construct_object(child, deep=True))
-        data.lines.append(child.start_mark.line + 1)
-
-
-_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+# The line-annotated YAML tree comes from the one loader all knowledge files share.
+_Map = Located
+_Seq = LocatedList
 
 
 def _parse(text: str, file: str) -> Any:
-    try:
-        # _LineLoader is a SafeLoader subclass: this is yaml.safe_load plus line marks.
-        return yaml.load(text, Loader=_LineLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 0
-        raise KnowledgeError(f"{exc.problem or exc.context or exc}", file, line) from exc
-    except yaml.YAMLError as exc:
-        raise KnowledgeError(str(exc), file, 0) from exc
+    return load_yaml_text(text, file)
 
 
 # --------------------------------------------------------------------------------

@@ -222,7 +222,7 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         ring = getattr(session, ring_name)
         metrics.update(_aggregate_values(name, session.aggregate(ring, fn, now, window_s)))
 
-    gpus = session.in_window(session.gpu.items(), now, window_s)
+    gpus = session.gpu.window(now - window_s, now)
     last_gpu = gpus[-1] if gpus else None
     has_gpu = last_gpu is not None and last_gpu.available and bool(last_gpu.devices)
     metrics["has_gpu"] = None if last_gpu is None else float(has_gpu)
@@ -259,7 +259,7 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         compute = metrics["phase_compute"]
         metrics["accel_util"] = None if compute is None else 100.0 * compute
 
-    steps = session.in_window(session.steps.items(), now, max(window_s, 10.0))
+    steps = session.steps.window(now - max(window_s, 10.0), now)
     rate = steps_per_second(steps)
     metrics["steps_per_s"] = rate
     metrics["step_time"] = 1.0 / rate if rate else None
@@ -293,7 +293,7 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     else:
         metrics["network_fs"] = metrics["scheduler_ok"] = metrics["checkpoint_writing"] = None
 
-    windows = session.in_window(session.stacks.items(), now, window_s)
+    windows = session.stacks.window(now - window_s, now)
     seen = {t for w in windows for t in w.techniques_seen}
     known = bool(windows)
     metrics["uses_compile"] = _flag("torch_compile" in seen) if known else None

@@ -118,6 +118,24 @@ class Ring(Generic[T]):
         with self._lock:
             return self._items[-1] if self._items else None
 
+    def window(self, lo: float, hi: float) -> list[T]:
+        """Items stamped in ``(lo, hi]``, oldest first.
+
+        Walks back from the newest item and stops at the window's start, so the
+        cost follows the window, not the ring's capacity (rules read the last
+        20 s of a ring that may hold 30 minutes, every second).
+        """
+        out: list[T] = []
+        with self._lock:
+            for item in reversed(self._items):
+                t = sample_time(item)
+                if t <= lo:
+                    break
+                if t <= hi:
+                    out.append(item)
+        out.reverse()
+        return out
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -205,7 +223,7 @@ class Session:
     ) -> list[tuple[float, float]]:
         """``(t, value)`` points of a ring over a window, skipping unknown values."""
         points: list[tuple[float, float]] = []
-        for s in self.in_window(ring.items(), now, window_s):
+        for s in ring.window(now - window_s, now):
             v = value(s)
             if v is not None and not (isinstance(v, float) and math.isnan(v)):
                 points.append((sample_time(s), float(v)))
@@ -224,7 +242,7 @@ class Session:
         """Summed phase sample counts of the stack windows ending in the window."""
         counts = dict.fromkeys(PHASES, 0)
         total = 0
-        for w in self.in_window(self.stacks.items(), now, window_s):
+        for w in self.stacks.window(now - window_s, now):
             if w.error is not None:
                 continue
             for phase, n in w.phase_counts.items():

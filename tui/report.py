@@ -108,7 +108,7 @@ def phase_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | N
     if diagnosis is None:
         return None
     windows = [
-        w for w in session.in_window(session.stacks.items(), diagnosis.t, diagnosis.window_s)
+        w for w in session.stacks.window(diagnosis.t - diagnosis.window_s, diagnosis.t)
         if w.error is None and w.total_samples
     ]
     if not windows:
