@@ -50,6 +50,33 @@ def names_in(expr: str) -> set[str]:
     }
 
 
+class _UnknownValue(Exception):
+    """Raised by any use of an unknown metric inside a condition."""
+
+
+class _Unknown:
+    """Stands for a metric with no value yet.
+
+    Every comparison, arithmetic or truth test on it raises, so the condition's
+    answer becomes "unknown" whatever the operator: ``num_workers != 0`` is not
+    True merely because ``num_workers`` is not known. ``and``/``or`` still
+    short-circuit before reaching it.
+    """
+
+    __slots__ = ()
+
+    def _raise(self, *_: object) -> Any:
+        raise _UnknownValue
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _raise
+    __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = _raise
+    __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __neg__ = __abs__ = _raise
+    __hash__ = None  # type: ignore[assignment]
+
+
+UNKNOWN = _Unknown()
+
+
 class Condition:
     """A parsed condition, checked against the known metric names."""
 
@@ -67,6 +94,16 @@ class Condition:
             self._parsed = self._evaluator.parse(self.expr)
         except (SyntaxError, InvalidExpression) as exc:
             raise ExpressionError(f"cannot parse '{self.expr}': {exc}") from exc
+        # Evaluate once with every metric at 1.0: syntax that parses but that the
+        # evaluator does not support (tuples, `in`, min(1)) fails now, at load
+        # time, instead of leaving the rule waiting forever.
+        self._evaluator.names = {**dict.fromkeys(self.names, 1.0), "true": True, "false": False}
+        try:
+            self._evaluator.eval(self.expr, previously_parsed=self._parsed)
+        except ArithmeticError:
+            pass
+        except Exception as exc:
+            raise ExpressionError(f"cannot evaluate '{self.expr}': {exc}") from exc
 
     def missing(self, values: Mapping[str, float | None]) -> list[str]:
         """Names this condition needs that have no value yet."""
@@ -76,16 +113,19 @@ class Condition:
         """True/False, or None when the answer depends on a metric that is unknown.
 
         ``and``/``or`` short-circuit, so ``has_gpu == 0 and phase_compute > 0.8``
-        is False on a GPU machine even though it never looks at the phases; an
-        ordering comparison that reaches an unknown value makes the result None.
+        is False on a GPU machine even though it never looks at the phases; any
+        operation that reaches an unknown value (``==`` included) makes it None.
         """
-        names: dict[str, Any] = {n: values.get(n) for n in self.names}
+        names: dict[str, Any] = {}
+        for name in self.names:
+            value = values.get(name)
+            names[name] = UNKNOWN if value is None else value
         names.update(true=True, false=False)
         self._evaluator.names = names
         try:
             return bool(self._evaluator.eval(self.expr, previously_parsed=self._parsed))
-        except TypeError:
-            return None  # e.g. None > 70: the metric is not known yet
+        except (_UnknownValue, TypeError):
+            return None  # the answer depends on a metric that is not known yet
         except (InvalidExpression, ArithmeticError) as exc:
             raise ExpressionError(f"cannot evaluate '{self.expr}': {exc}") from exc
 

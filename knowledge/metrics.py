@@ -18,9 +18,14 @@ from aitop.probes.samples import GpuDevice, GpuSample, HostSample, ProcessTreeSa
 from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
 
+#: Window for rare events (checkpoint saves): one save every few minutes should
+#: not look like a 10 % stall just because it fell inside a 20 s window.
+LONG_WINDOW_S = 300.0
+
 AGGREGATES: tuple[str, ...] = ("mean", "p5", "p95", "last", "min", "max", "stdev", "trend")
 
-THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+#: hw_slowdown alone is not counted: the driver raises it for power brakes too.
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
 POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
 
 
@@ -158,6 +163,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
     *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),
     ("phase_compute", "fraction", "forward + backward + optimizer"),
+    ("phase_checkpoint_long", "fraction",
+     "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
     ("accel_util", "%",
      "GPU utilisation when there is a GPU; without one, the training thread's share of "
@@ -168,7 +175,7 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "cores available / cores the main process keeps busy: how much wider CPU compute could go"),
     ("num_workers", "", "DataLoader worker processes"),
     ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
-    ("cpu_count", "", "CPU cores the target may run on"),
+    ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
@@ -253,6 +260,8 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         fractions["forward"] + fractions["backward"] + fractions["optimizer"] if fractions else None
     )
     metrics["phase_samples"] = float(total)
+    long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
+    metrics["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
     if has_gpu:
         metrics["accel_util"] = metrics["gpu_util_mean"]
     else:
@@ -264,17 +273,23 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     metrics["steps_per_s"] = rate
     metrics["step_time"] = 1.0 / rate if rate else None
 
-    tree = session.processes.last()
-    tree_in_window = tree is not None and now - window_s < tree.t <= now + 1e-6
-    if tree is not None and tree_in_window:
+    # The newest sample *inside* the window, so a replay cursor or a late
+    # evaluation sees the state at `now`, not whatever came last.
+    trees = session.processes.window(now - window_s, now)
+    tree = trees[-1] if trees else None
+    if tree is not None:
         metrics["num_workers"] = float(len(tree.workers))
         metrics["pin_memory"] = _flag(tree.pin_memory_thread)
         metrics["target_alive"] = float(tree.alive)
     else:
         metrics["num_workers"] = metrics["pin_memory"] = None
         metrics["target_alive"] = None if session.target_exited_at is None else 0.0
-    host = session.host.last()
-    metrics["cpu_count"] = float(host.cpu_count) if host else None
+    hosts = session.host.window(now - window_s, now)
+    env = session.environment
+    if env is not None and env.cpus_allowed:
+        metrics["cpu_count"] = float(env.cpus_allowed)
+    else:
+        metrics["cpu_count"] = float(hosts[-1].cpu_count) if hosts else None
 
     main_cpu = metrics["main_cpu_mean"]
     cores = metrics["cpu_count"]
@@ -282,7 +297,9 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         max(1.0, cores * 100.0 / main_cpu) if main_cpu and cores else None
     )
 
-    storage = session.storage.last()
+    # Storage is sampled less often; look back a little further for it.
+    storages = session.storage.window(now - max(window_s, 30.0), now)
+    storage = storages[-1] if storages else None
     if storage is not None and storage.mounts:
         metrics["network_fs"] = float(any(m.is_network for m in storage.mounts))
         schedulers = [m.scheduler for m in storage.mounts if m.scheduler]

@@ -30,6 +30,8 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 def parse_duration(value: object, node: object, key: str) -> float:
     """``'30s'``, ``'2m'``, ``5`` -> seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise fail(node, f"'{key}' must not be negative, not {value!r}")
         return float(value)
     if isinstance(value, str):
         match = _DURATION_RE.match(value)
@@ -213,6 +215,14 @@ def parse_rule(node: Any) -> Rule:
 def parse_rules_document(doc: Any) -> RuleSet:
     if not isinstance(doc, dict):
         raise fail(doc, "expected a mapping with 'rules:'")
+    for key in ("rules", "states"):
+        if not isinstance(doc.get(key) or [], list):
+            line = getattr(doc, "lines", {}).get(key, getattr(doc, "line", None))
+            raise KnowledgeError(
+                f"'{key}' must be a list of mappings (each item starts with '- ')",
+                getattr(doc, "file", None),
+                line,
+            )
     rules = [parse_rule(n) for n in doc.get("rules") or []]
     seen: set[str] = set()
     for rule in rules:

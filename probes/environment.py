@@ -107,6 +107,40 @@ def _safe_to_execute(path: str) -> bool:
     return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def cgroup_cpu_quota(cgroup_text: str, sys_root: str = "/sys") -> float | None:
+    """CPUs granted by a cgroup v2 ``cpu.max`` ("200000 100000" -> 2.0); None if unlimited."""
+    for line in cgroup_text.splitlines():
+        hierarchy, _, path = line.partition("::")
+        if hierarchy != "0" or not path:
+            continue
+        text = read_text(f"{sys_root}/fs/cgroup{path.strip()}/cpu.max")
+        if not text:
+            return None
+        fields = text.split()
+        if len(fields) != 2 or fields[0] == "max":
+            return None
+        try:
+            return int(fields[0]) / int(fields[1])
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def cpus_allowed(pid: int, proc_root: str = "/proc", sys_root: str = "/sys") -> float | None:
+    """How many CPUs the target can really use: affinity, capped by a cgroup quota.
+
+    Containers often see every host CPU in /proc/cpuinfo while their quota
+    allows two; advice such as "use the free cores" must count the latter.
+    """
+    try:
+        count: float = float(len(os.sched_getaffinity(pid)))
+    except OSError:
+        return None
+    cgroup = read_text(f"{proc_root}/{pid}/cgroup")
+    quota = cgroup_cpu_quota(cgroup, sys_root) if cgroup else None
+    return min(count, quota) if quota else count
+
+
 class EnvironmentProbe:
     """Samples versions, redacted cmdline and environment, workers and pin thread.
 
@@ -174,6 +208,7 @@ class EnvironmentProbe:
             start_time=self._start,
             hostname=self._hostname,
             aitop_version=self._aitop,
+            cpus_allowed=cpus_allowed(self.target_pid) if alive else None,
         )
 
     # ------------------------------------------------------------- internals

@@ -249,3 +249,5 @@ class EnvironmentInfo:
     start_time: float | None = None
     hostname: str | None = None
     aitop_version: str | None = None
+    #: CPUs the target may use: its affinity, capped by its cgroup's CPU quota.
+    cpus_allowed: float | None = None

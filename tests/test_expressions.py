@@ -96,34 +96,17 @@ def test_division_by_zero_is_an_expression_error() -> None:
     assert c.evaluate({"phase_data_wait": 0.5, "phase_compute": 0.25}) is True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expressions.py Condition.evaluate: `==`/`!=` with an unknown (None) metric "
-    "compare normally, so `num_workers != 0` is True when num_workers is unknown and "
-    "`num_workers == 0` False; both should be unknown (None), as ordering comparisons are",
-)
 @pytest.mark.parametrize("expr", ["num_workers != 0", "num_workers == 0"])
 def test_equality_with_unknown_is_unknown(expr: str) -> None:
     assert cond(expr).evaluate({"num_workers": None}) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expressions.py Condition.evaluate returns bool(result): a bare unknown flag "
-    "(`checkpoint_writing`, `checkpoint_writing and ...`) evaluates to False, not None",
-)
 def test_bare_unknown_flag_is_unknown() -> None:
     assert cond("checkpoint_writing and phase_checkpoint > 0.01").evaluate(
         {"checkpoint_writing": None, "phase_checkpoint": 0.5}
     ) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expressions.py Condition.__init__ only parses; operators simpleeval cannot "
-    "evaluate (tuples, dicts: `num_workers in (0, 1)`) load fine and then fail on every "
-    "tick, so such a rule waits forever instead of failing at load time",
-)
 def test_unsupported_syntax_fails_at_load_time() -> None:
     with pytest.raises(ExpressionError):
         cond("num_workers in (0, 1)")

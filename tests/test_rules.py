@@ -130,10 +130,18 @@ RULE_CASES: dict[str, Cases] = {
     "storage_bound_reads": Cases(
         fires=(
             k(iowait=10.0, disk_busy=10.0, phases=mix(data_wait=0.10)),
-            k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),
+            # A network filesystem has no disk busy time: iowait alone decides.
+            k(iowait=10.0, disk_busy=None, phases=mix(data_wait=0.10)),
         ),
         misses=(
-            k(iowait=9.9, disk_busy=79.9, phases=mix(data_wait=0.10)),
+            k(iowait=9.9, disk_busy=100.0, phases=mix(data_wait=0.10)),
+            k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
+        ),
+    ),
+    "disk_saturated_reads": Cases(
+        fires=(k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),),
+        misses=(
+            k(iowait=50.0, disk_busy=79.9, phases=mix(data_wait=0.10)),
             k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
         ),
     ),
@@ -237,8 +245,8 @@ RULE_CASES: dict[str, Cases] = {
         ),
     ),
     "gpu_memory_near_full": Cases(
-        fires=(k(gpu_mem_used=95.0),),
-        misses=(k(gpu_mem_used=94.9), k(gpu_mem_used=99.0, **CPU_ONLY)),
+        fires=(k(gpu_mem_used=97.0),),
+        misses=(k(gpu_mem_used=96.9), k(gpu_mem_used=99.0, **CPU_ONLY)),
     ),
     "host_ram_pressure": Cases(
         fires=(k(ram_used=90.0), k(swap_used=10.0)),
@@ -260,8 +268,8 @@ RULE_CASES: dict[str, Cases] = {
 #: Rows of the priority framework: jobs that match each, and near misses.
 STATE_CASES: dict[str, Cases] = {
     "running_out_of_vram": Cases(
-        fires=(k(gpu_mem_used=95.0),),
-        misses=(k(gpu_mem_used=94.9), k(gpu_mem_used=99.0, gpu=False)),
+        fires=(k(gpu_mem_used=97.0),),
+        misses=(k(gpu_mem_used=96.9), k(gpu_mem_used=99.0, gpu=False)),
     ),
     "high_data_loading_latency": Cases(
         fires=(k(phases=mix(data_wait=0.05)),), misses=(k(phases=mix(data_wait=0.049)),)
@@ -502,18 +510,15 @@ def test_hysteresis_through_a_session() -> None:
     assert on[-1] == last_true + DWD.keep_firing_for_s - 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expressions.py Condition.evaluate: `None == 0` is False, not unknown, so an "
-    "unknown num_workers clears loading_in_training_process after keep_firing_for",
-)
 def test_unknown_equality_operand_keeps_rule_firing() -> None:
     rule = RULES["loading_in_training_process"]
     engine = _engine(rule)
     for now in range(10):
-        engine.step({"num_workers": 0.0, "phase_data_wait": 0.5}, float(now))
+        engine.step({"num_workers": 0.0, "phase_data_wait": 0.5, "phase_samples": 100}, float(now))
     for now in range(10, 70):
-        fired = engine.step({"num_workers": None, "phase_data_wait": 0.5}, float(now))
+        fired = engine.step(
+            {"num_workers": None, "phase_data_wait": 0.5, "phase_samples": 100}, float(now)
+        )
         assert fired and fired[0][1] == 3.0, f"cleared at {now} on unknown data"
 
 
@@ -534,12 +539,6 @@ def test_host_ram_pressure_clears_on_a_host_without_swap() -> None:
     assert engine.state["host_ram_pressure"].last_value is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="metrics.py compute_metrics reads session.processes.last() (not the last tree "
-    "sample in the window): evaluated at a `now` before the newest process sample, "
-    "num_workers/pin_memory/target_alive are None though the window holds samples",
-)
 def test_metrics_at_an_earlier_now_use_that_window_for_the_process_tree() -> None:
     session = make_session(60, workers=3)
     m = metrics_at(session, 30)
@@ -547,12 +546,6 @@ def test_metrics_at_an_earlier_now_use_that_window_for_the_process_tree() -> Non
     assert (m["num_workers"], m["pin_memory"], m["target_alive"]) == (3.0, 1.0, 1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="metrics.py compute_metrics reads session.storage.last() with no window check: "
-    "network_fs/scheduler_ok/checkpoint_writing describe a sample after `now` (or one "
-    "arbitrarily old), not the window ending at `now`",
-)
 def test_storage_flags_come_from_the_window() -> None:
     session = make_session(30)
     extend(session, Job(writing=("/ckpt/step_9.pt",)), 31, 31)
@@ -594,17 +587,31 @@ def test_checkpoint_stalls_are_io() -> None:
     assert d.top.gain.high == pytest.approx(1.25)
     assert d.top.gain.speedup == d.top.gain.high
     evidence = {e.metric: e for e in d.top.evidence}
-    assert evidence["checkpoint_writing"].display == "yes"
+    assert evidence["phase_checkpoint_long"].display == "20%"
     assert evidence["phase_checkpoint"].display == "20%"
 
 
-def test_full_gpu_memory_is_memory_even_when_compute_bound() -> None:
-    d = diagnose_job(RULESET, gpu_util=95.0, gpu_mem_used=96.0)
+def test_full_gpu_memory_is_a_finding_but_compute_bound_names_the_bottleneck() -> None:
+    d = diagnose_job(RULESET, gpu_util=95.0, gpu_mem_used=98.0)
     ids = [f.id for f in d.findings]
     assert "gpu_compute_bound" in ids and "gpu_memory_near_full" in ids
-    assert d.category == "memory"  # high severity beats medium
-    assert d.summary == "GPU memory is 96% full"
+    # Both medium: the larger estimated gain (mixed precision's documented
+    # +30-50 %) names the bottleneck; NVML counts cached memory as used.
+    assert d.category == "compute"
     assert d.states[0].id == "running_out_of_vram"
+
+
+def test_a_rare_checkpoint_does_not_look_like_a_stall() -> None:
+    """A 2 s save once in five minutes fills 10 % of a 20 s window, not of the job."""
+    quiet = k(phases=mix(forward=0.5, backward=0.5))
+    engine = RuleEngine(RULESET)
+    _session, result = run(
+        engine, (Job(**quiet), 280), (Job(phases=mix(checkpoint=0.10)), 300)  # type: ignore[arg-type]
+    )
+    last = result[-1]
+    assert last.metrics["phase_checkpoint"] == pytest.approx(0.10, abs=0.01)
+    assert last.metrics["phase_checkpoint_long"] < 0.05
+    assert "checkpoint_stalls" not in last.firing
 
 
 def test_host_ram_pressure_is_host() -> None:
@@ -888,11 +895,6 @@ def test_missing_file_is_a_knowledge_error(tmp_path: Path) -> None:
     assert info.value.file == str(tmp_path / "nope.yaml")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rules.py parse_rules_document iterates a `rules:` mapping (the list dash "
-    "forgotten) key by key; the error names neither file nor line",
-)
 def test_rules_given_as_a_mapping_error_carries_file_and_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "rules:\n  name: x\n  expr: phase_data_wait > 0.5\n")
     with pytest.raises(KnowledgeError) as info:
@@ -900,14 +902,9 @@ def test_rules_given_as_a_mapping_error_carries_file_and_line(tmp_path: Path) ->
     assert info.value.file == str(path) and info.value.line == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rules.py parse_duration accepts negative numbers ('for: -5') although "
-    "'-5s' is rejected; a negative for: fires on the first true tick",
-)
 def test_negative_duration_is_rejected(tmp_path: Path) -> None:
     text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{"for": "-5"})
-    with pytest.raises(KnowledgeError, match="'for' must be a duration") as info:
+    with pytest.raises(KnowledgeError, match="'for' must not be negative") as info:
         _load_user_file(_write(tmp_path, text))
     assert info.value.line == 9
 
