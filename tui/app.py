@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
+from .screens import make_screen
 from .screens.base import DetailScreen, ViewScreen
 from .screens.main import MainScreen
 from .snapshot import SnapshotError, write_snapshot
@@ -116,8 +118,9 @@ class AitopApp(App[int]):
         #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
         self.exports: list[list[Path]] = []
         self.export_errors: list[str] = []
-        #: Lines for run_app to print after the screen is restored.
+        #: Lines for run_app to print after the screen is restored (to stdout / stderr).
         self.exit_messages: list[str] = []
+        self.exit_errors: list[str] = []
         self.view: View | None = None
         #: Monotonic time the first frame was drawn (for start-up measurements).
         self.first_frame_at: float | None = None
@@ -171,8 +174,8 @@ class AitopApp(App[int]):
         if self.wants_exit_export():
             error = self.export_now()
             if error is not None:
-                self.exit_messages.append(f"aitop: export on {signal.Signals(sig).name} failed: "
-                                          f"{error}")
+                self.exit_errors.append(f"aitop: export on {signal.Signals(sig).name} failed: "
+                                        f"{error}")
                 code = 1
         self.exit(code)
 
@@ -262,7 +265,7 @@ class AitopApp(App[int]):
         return elapsed if elapsed >= max(SLOW_EVALUATION_S, 2 * self.refresh_s) else None
 
     def make_view(self) -> View:
-        history = tuple(self.source.history()) if not self.live else ()
+        history = tuple(self.source.history())
         return View(
             session=self.source.session,
             diagnosis=self.diagnosis,
@@ -278,6 +281,8 @@ class AitopApp(App[int]):
 
     def redraw(self) -> None:
         """Push a fresh view to the active screen."""
+        if not self.is_running or not self.screen_stack:
+            return  # shutting down: there is no screen to draw on
         self.view = self.make_view()
         screen = self.screen
         if isinstance(screen, ViewScreen):
@@ -327,8 +332,6 @@ class AitopApp(App[int]):
 
     def open_detail(self, name: str, finding_id: str | None = None) -> None:
         """Open a detail screen; from another detail screen, replace it."""
-        from .screens import make_screen
-
         screen = make_screen(name, self, finding_id)
         if screen is None:
             return
@@ -464,6 +467,8 @@ def run_app(
         source.close()
     for line in app.exit_messages:
         print(line)
+    for line in app.exit_errors:
+        print(line, file=sys.stderr)
     if result is not None:
         return int(result)
     return int(app.return_code or 0)

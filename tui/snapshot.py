@@ -216,10 +216,11 @@ def load_snapshot(path: Path) -> ReplaySource:
                 f"{path} is not an aitop snapshot (no \"schema\" field); "
                 "export one with `s` in aitop"
             )
-        by = f" by aitop {header.aitop_version}" if header.aitop_version else ""
+        by = f" (written by aitop {header.aitop_version})" if header.aitop_version else ""
         raise SnapshotError(
-            f"{path} is a {header.schema} file{by}; this aitop ({aitop_version() or '?'}) "
-            f"reads {SCHEMA}: replay it with the aitop version that wrote it"
+            f"{path} uses snapshot format {header.schema}{by}; this aitop "
+            f"({aitop_version() or '?'}) reads {SCHEMA}: replay it with the aitop version "
+            "that wrote it"
         )
     try:
         snap = msgspec.json.decode(data, type=Snapshot)

@@ -6,6 +6,14 @@ from typing import Any
 
 from textual.screen import Screen
 
+from .finding import FindingScreen
+from .gpu import GpuScreen
+from .help import HelpScreen
+from .io import IoScreen
+from .knowledge import KnowledgeScreen
+from .processes import ProcessScreen
+from .stacks import StacksScreen
+
 #: Detail screens by the name panels and keys use to open them.
 DETAIL_NAMES: tuple[str, ...] = (
     "gpu", "processes", "stacks", "io", "finding", "knowledge", "help",
@@ -14,13 +22,6 @@ DETAIL_NAMES: tuple[str, ...] = (
 
 def make_screen(name: str, app: Any, finding_id: str | None = None) -> Screen[None] | None:
     """Build the detail screen ``name``; ``None`` (with a notice) when it cannot open."""
-    from .finding import FindingScreen
-    from .gpu import GpuScreen
-    from .help import HelpScreen
-    from .io import IoScreen
-    from .knowledge import KnowledgeScreen
-    from .processes import ProcessScreen
-    from .stacks import StacksScreen
 
     if name == "finding":
         view = getattr(app, "view", None)

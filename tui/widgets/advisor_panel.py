@@ -122,6 +122,10 @@ class AdvisorPanel(Panel):
         return out
 
     def _head(self, d: Diagnosis) -> list[Line]:
+        if d.category == "none":
+            text = Text("No bottleneck", style="bold " + fmt.STATUS_STYLE["within"])
+            text.append(f" ({d.compute_device})", style="dim")
+            return [Line(text, 0), Line(Text(d.summary), 1)]
         top = d.top
         style = fmt.SEVERITY_STYLE.get(top.severity, "bold") if top else fmt.STATUS_STYLE["within"]
         text = Text("Bottleneck ", style="bold")
@@ -178,6 +182,9 @@ class AdvisorPanel(Panel):
         src = Text(f"  source: {f.source.document} › {f.source.section}", style="dim italic")
         out.append(Line(src, 23))
         return out
+
+    def cache_key(self) -> tuple[object, ...]:
+        return (self.has_focus, self.selected_id)
 
     def on_focus(self) -> None:
         self.refresh()

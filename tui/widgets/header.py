@@ -55,7 +55,11 @@ class StatusHeader(Widget):
         left.truncate(max(0, room), overflow="ellipsis")
         left.pad_right(max(0, room - left.cell_len))
         first = left + Text(" ") + right
-        return Text("\n").join([first, self._probes(view, width)])
+        first.truncate(width, overflow="ellipsis")
+        out = Text("\n", no_wrap=True, overflow="ellipsis").join(
+            [first, self._probes(view, width)])
+        out.no_wrap = True
+        return out
 
     def _mode(self, view: View) -> Text:
         env = view.session.environment
@@ -82,7 +86,8 @@ class StatusHeader(Widget):
 
     def _probes(self, view: View, width: int) -> Text:
         text = Text(" ")
-        status = view.session.probe_status
+        # Probe threads update this dict while we draw: take a copy in one C call.
+        status = dict(view.session.probe_status)
         if view.evaluating_for is not None:
             text.append(f"rules: evaluating for {fmt.duration(view.evaluating_for)}…",
                         style=fmt.STATUS_STYLE["near"])

@@ -96,6 +96,9 @@ class Panel(Widget, can_focus=True):
         self.view: View | None = None
         #: The tag of each line as last drawn, so clicks map to what is on screen.
         self.drawn_tags: list[object] = []
+        # Textual renders a widget again on focus changes and layout passes; the
+        # lines only change with the view and the width (and ``cache_key``).
+        self._cached: tuple[View, tuple[object, ...], list[Line]] | None = None
         self.border_title = self.TITLE
 
     def update_view(self, view: View) -> None:
@@ -118,13 +121,22 @@ class Panel(Widget, can_focus=True):
         """The panel's content; subclasses override."""
         return []
 
+    def cache_key(self) -> tuple[object, ...]:
+        """What, besides the view and the width, the lines depend on."""
+        return ()
+
     def render(self) -> RenderableType:
         width = max(1, self.content_size.width)
         height = max(1, self.content_size.height)
         if self.view is None:
             self.drawn_tags = []
             return Text("waiting for the first samples…", style="dim")
-        lines = self.lines(self.view, width)
+        key = (width, *self.cache_key())
+        if self._cached is not None and self._cached[0] is self.view and self._cached[1] == key:
+            lines = self._cached[2]
+        else:
+            lines = self.lines(self.view, width)
+            self._cached = (self.view, key, lines)
         if self.FIT_CONTENT:
             # Measured here, after styles (borders differ when compact) are applied.
             self.call_after_refresh(self._fit_height, len(lines) + self.gutter.height)
