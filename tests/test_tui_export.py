@@ -39,8 +39,11 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     assert replay.history() == source.history()
     assert replay.evaluate(NOW) == source.evaluate(NOW)
     assert replay.session.started_at == source.session.started_at
-    # no temporary files left behind
+    # no temporary files left behind, and ordinary permissions (not mkstemp's 0600)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert paths[0].stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_exit_info_survives_the_round_trip(tmp_path: Path) -> None:

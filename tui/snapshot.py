@@ -133,6 +133,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp_name: str | None = None
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        # mkstemp makes 0600 files; an export should get the usual permissions.
+        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -146,6 +148,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         if tmp_name is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
+
+
+def _file_mode(path: Path) -> int:
+    """The mode an ordinary ``open(path, "w")`` would give: the old file's, else umask's."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_snapshot(

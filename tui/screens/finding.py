@@ -29,23 +29,34 @@ def section(title: str) -> Text:
 
 
 def evidence_table(finding: Finding) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="dim", expand=False)
-    table.add_column("", width=2, no_wrap=True)
-    table.add_column("evidence", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("target", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("metric", style="dim", no_wrap=True)
+    """Status, value and target first (short, never cut); the long label wraps."""
+    table = Table(box=None, pad_edge=False, header_style="dim", expand=True)
+    table.add_column("", width=1, no_wrap=True)
+    table.add_column("status", width=8, no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True, max_width=16)
+    table.add_column("target", ratio=1, max_width=28)
+    table.add_column("evidence", ratio=3)
     for e in finding.evidence:
         style = fmt.STATUS_STYLE.get(e.status, "")
+        label = Text(e.label)
+        label.append(f"  {e.metric}", style="dim")
         table.add_row(
             Text(fmt.STATUS_SYMBOL.get(e.status, "?"), style=style),
-            e.label,
+            Text(e.status, style=style),
             Text(e.display, style=style),
             e.target or "—",
-            Text(e.status, style=style),
-            e.metric,
+            label,
         )
+    return table
+
+
+def bullets(items: tuple[str, ...]) -> Table:
+    """A bulleted list whose wrapped lines hang under the text, not the bullet."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(width=3, justify="right")
+    table.add_column(ratio=1)
+    for item in items:
+        table.add_row("•", item)
     return table
 
 
@@ -75,8 +86,7 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
                  else Text("  (none recorded)", style="dim"))
 
     parts.append(section("What to change"))
-    for action in f.actions:
-        parts.append(Text(f"  • {action}"))
+    parts.append(bullets(f.actions))
     if f.snippet:
         parts.append(Text(""))
         parts.append(Padding(Syntax(f.snippet.rstrip("\n"), "python", theme="ansi_dark",

@@ -10,7 +10,7 @@ from textual.widgets import Static
 from ..widgets import fmt
 from ..widgets.chart import MetricChart
 from ..widgets.io_panel import dataset_mount
-from ..widgets.series import latest, tree_io, upto, write_spans
+from ..widgets.series import is_checkpoint, latest, tree_io, upto, write_spans
 from ..widgets.sortable import Cell, SortableTable, num_cell
 from ..widgets.view import View
 from .base import DetailScreen
@@ -36,7 +36,7 @@ class IoScreen(DetailScreen):
                                       ("files", "Files", 6)):
                 mounts.add_column(title, key=key, width=width)
             yield mounts
-            yield Static(Text("Checkpoint and other writes, as seen", style="bold"),
+            yield Static(Text("Files written, as seen (checkpoints and others)", style="bold"),
                          classes="heading")
             writes = SortableTable(id="io-writes", default_sort="first", reverse=False)
             for key, title, width in (("first", "Started", 9), ("length", "Seen for", 9),
@@ -97,7 +97,9 @@ class IoScreen(DetailScreen):
                 num_cell(span.first, fmt.clock(span.first)),
                 num_cell(span.last - span.first,
                          fmt.duration(span.last - span.first) + (" …" if active else "")),
-                Cell(span.path, style=fmt.STATUS_STYLE["near"] if active else ""),
+                Cell(span.path + ("" if is_checkpoint(span.path) else "  (not a checkpoint)"),
+                     span.path,
+                     fmt.STATUS_STYLE["near"] if active and is_checkpoint(span.path) else ""),
             ]))
         self.query_one("#io-writes", SortableTable).set_rows(write_rows)
         tree = latest(view.session.processes, view.now)

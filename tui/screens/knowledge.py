@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -40,7 +41,7 @@ def load_knowledge() -> tuple[Any | None, str | None]:
 def priority_table(kd: Any | None, view: View) -> Table:
     states = view.diagnosis.states if view.diagnosis is not None else ()
     current = {s.id for s in states}
-    table = Table(expand=True, header_style="bold", show_lines=False, pad_edge=False)
+    table = Table(expand=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("", width=5, no_wrap=True)
     table.add_column("Current state", ratio=3)
     table.add_column("Priority 1 (highest impact)", ratio=3)
@@ -62,8 +63,8 @@ def priority_table(kd: Any | None, view: View) -> Table:
 
 
 def metrics_table(kd: Any | None, view: View) -> Table:
-    table = Table(expand=True, header_style="bold", pad_edge=False)
-    table.add_column("Metric", ratio=2, no_wrap=True)
+    table = Table(expand=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("Metric", ratio=2)
     table.add_column("Tool", ratio=2)
     table.add_column("Target range", ratio=3)
     table.add_column("This job now", ratio=3)
@@ -86,7 +87,7 @@ def metrics_table(kd: Any | None, view: View) -> Table:
 
 def bottleneck_table(kd: Any, view: View) -> Table:
     category = view.diagnosis.category if view.diagnosis is not None else None
-    table = Table(expand=True, header_style="bold", pad_edge=False)
+    table = Table(expand=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("", width=5, no_wrap=True)
     table.add_column("Bottleneck location", ratio=2)
     table.add_column("Primary symptom", ratio=3)

@@ -31,19 +31,21 @@ def phase_table(frames: list[FrameTotal], top: int) -> Table:
     """A phase's hottest frames; bars are relative to the hottest frame of any phase."""
     table = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=True)
     table.add_column("share", justify="right", width=6, no_wrap=True)
-    table.add_column("", width=12, no_wrap=True)
+    table.add_column("", width=8, no_wrap=True)
     table.add_column("samples", justify="right", width=7, no_wrap=True)
-    table.add_column("function", ratio=2, no_wrap=True, overflow="ellipsis")
-    table.add_column("location", ratio=3, no_wrap=True, overflow="ellipsis")
-    table.add_column("called from (training loop)", ratio=2, no_wrap=True, overflow="ellipsis")
+    # The loop line is the answer to "which line is stalling": never cut it short.
+    caller_width = min(48, max([len(f.caller) for f in frames] + [9]))
+    table.add_column("loop line", width=caller_width, no_wrap=True, overflow="ellipsis")
+    table.add_column("innermost frame", ratio=5, no_wrap=True, overflow="ellipsis")
     for f in frames[:FRAMES_PER_PHASE]:
+        frame = Text(f.function, style="bold")
+        frame.append(f"  {f.location}", style="dim")
         table.add_row(
             f"{f.share * 100:.1f}%",
-            Text(fmt.bar(f.count / max(top, 1), 12, empty=" "), style="dim"),
+            Text(fmt.bar(f.count / max(top, 1), 8, empty=" "), style="dim"),
             str(f.count),
-            Text(f.function, style="bold"),
-            f.location,
             Text(f.caller or "—", style="bold" if f.caller else "dim"),
+            frame,
         )
     return table
 

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from . import fmt
 from .panel import Line, Panel, label, spark_line
-from .series import latest, recent, tree_io, upto, write_spans
+from .series import is_checkpoint, latest, recent, tree_io, upto, write_spans
 from .view import View
 
 HISTORY_S = 300.0
@@ -78,20 +78,24 @@ class IoPanel(Panel):
         return out
 
     def _checkpoint_line(self, view: View, sample: StorageSample) -> Text:
+        """A checkpoint being written now (near: it may stall the loop), else the last one."""
         text = label("ckpt")
-        if sample.writing:
-            spans = write_spans(upto(view.session.storage, view.now))
-            current = [s for s in spans if s.path in sample.writing]
-            since = min((s.first for s in current), default=sample.t)
-            text.append(f"writing {', '.join(sample.writing)} ({fmt.duration(view.now - since)})",
+        spans = [s for s in write_spans(upto(view.session.storage, view.now))
+                 if is_checkpoint(s.path)]
+        current = [s for s in spans if s.path in sample.writing]
+        if current:
+            since = min(s.first for s in current)
+            names = ", ".join(s.path for s in current)
+            text.append(f"writing {names} ({fmt.duration(view.now - since)})",
                         style=fmt.STATUS_STYLE["near"])
-            return text
-        spans = write_spans(upto(view.session.storage, view.now))
-        if spans:
+        elif spans:
             last = spans[-1]
             text.append(f"last {last.path} at {fmt.clock(last.first)} "
                         f"({fmt.duration(last.last - last.first)}), "
                         f"{fmt.duration(view.now - last.last)} ago", style="dim")
         else:
             text.append("no checkpoint writes seen", style="dim")
+        others = [p for p in sample.writing if not is_checkpoint(p)]
+        if others:
+            text.append(f"  · also writing {len(others)} other file(s)", style="dim")
         return text

@@ -171,6 +171,17 @@ def _caller(frame: HotFrame) -> str:
     return str(getattr(frame, "caller", "") or "")
 
 
+#: File name endings of model checkpoints (PyTorch, safetensors, Keras, NumPy, pickles).
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".h5", ".keras",
+                       ".npz", ".pkl", ".pickle", ".tar")
+
+
+def is_checkpoint(path: str) -> bool:
+    """Whether a file being written looks like a checkpoint rather than a log."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return name.endswith(CHECKPOINT_SUFFIXES) or "checkpoint" in name or "ckpt" in name
+
+
 @dataclass(frozen=True, slots=True)
 class WriteSpan:
     """A file the target had open for writing, from first to last sighting."""
