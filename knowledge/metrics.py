@@ -21,6 +21,8 @@ from aitop.probes.steps import steps_per_second
 #: Window for rare events (checkpoint saves): one save every few minutes should
 #: not look like a 10 % stall just because it fell inside a 20 s window.
 LONG_WINDOW_S = 300.0
+#: Window for steps/s: the loop counter is read every 5 s, so 30 s gives ~6 readings.
+STEPS_WINDOW_S = 30.0
 
 AGGREGATES: tuple[str, ...] = ("mean", "p5", "p95", "last", "min", "max", "stdev", "trend")
 
@@ -268,7 +270,8 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         compute = metrics["phase_compute"]
         metrics["accel_util"] = None if compute is None else 100.0 * compute
 
-    steps = session.steps.window(now - max(window_s, 10.0), now)
+    # The counter is read every few seconds: look back far enough for several.
+    steps = session.steps.window(now - max(window_s, STEPS_WINDOW_S), now)
     rate = steps_per_second(steps)
     metrics["steps_per_s"] = rate
     metrics["step_time"] = 1.0 / rate if rate else None

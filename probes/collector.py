@@ -27,15 +27,44 @@ class Sampler(Protocol):
 
 @dataclass(frozen=True)
 class CollectorConfig:
-    """Cadences. Defaults keep aitop's own cost near 1 % of one core."""
+    """Cadences, chosen by measured cost (docs/benchmarks.md).
+
+    py-spy dominates aitop's CPU: each ``record`` launch costs ~20 ms (it reads
+    the target's symbols) and each sample ~0.5 ms; each ``dump --locals`` ~12 ms.
+    So stacks are sampled at 10 Hz in 5 s windows (the first ones shorter, so a
+    diagnosis comes within seconds), and the step counter is read every 5 s.
+    """
 
     interval_s: float = 1.0
     gpu_interval_s: float = 1.0
     storage_interval_s: float = 2.0
     environment_interval_s: float = 30.0
-    stack_rate_hz: int = 20
-    stack_window_s: int = 2
-    steps_interval_s: float = 3.0
+    stack_rate_hz: int = 10
+    stack_window_s: int = 5
+    first_stack_window_s: int = 3
+    steps_interval_s: float = 5.0
+
+    def stack_window(self, index: int) -> int:
+        """Length of the index-th py-spy window: 3 s, 6 s, then the steady length.
+
+        Short first windows give a diagnosis within seconds of attaching (30
+        samples at 10 Hz after 3 s); longer steady windows spread py-spy's ~20 ms
+        launch cost.
+        """
+        return min(self.stack_window_s, self.first_stack_window_s * 2**index)
+
+    @classmethod
+    def headless(cls) -> CollectorConfig:
+        """Cadences for reports: nobody watches a display refresh, so sample the
+        process tree every 2 s, read the step counter every 10 s and launch py-spy
+        every 10 s (after 3 s and 6 s first windows); the rate stays 10 Hz."""
+        return cls(
+            interval_s=2.0,
+            gpu_interval_s=2.0,
+            storage_interval_s=4.0,
+            stack_window_s=10,
+            steps_interval_s=10.0,
+        )
 
 
 class ProbeLoop:
@@ -49,7 +78,9 @@ class ProbeLoop:
         status: dict[str, str],
         stop: threading.Event,
         on_fatal: Callable[[BaseException], None] | None = None,
+        first_delay_s: float = 0.0,
     ) -> None:
+        self.first_delay_s = first_delay_s
         self.name = name
         self.work = work
         self.interval_s = interval_s
@@ -62,7 +93,9 @@ class ProbeLoop:
         self.thread.start()
 
     def _run(self) -> None:
-        next_due = time.monotonic()
+        next_due = time.monotonic() + self.first_delay_s
+        if self.stop_event.wait(self.first_delay_s):
+            return
         failures = 0
         while not self.stop_event.is_set():
             try:
@@ -142,9 +175,11 @@ class Collector:
             )
         if stacks is not None:
             run_window = stacks.run_window  # type: ignore[attr-defined]
+            windows_done = [0]
 
             def stack_work() -> None:
-                session.add(run_window())
+                session.add(run_window(cfg.stack_window(windows_done[0])))
+                windows_done[0] += 1
                 status["stacks"] = (
                     f"py-spy {cfg.stack_rate_hz} Hz, {cfg.stack_window_s} s windows (nonblocking)"
                 )
@@ -165,8 +200,12 @@ class Collector:
                     else f"unknown: {sample.error}"
                 )
 
+            # First read right after the first stack window has found the loop frame.
             self.loops.append(
-                ProbeLoop("steps", steps_work, cfg.steps_interval_s, status, self.stop_event)
+                ProbeLoop(
+                    "steps", steps_work, cfg.steps_interval_s, status, self.stop_event,
+                    first_delay_s=cfg.first_stack_window_s + 0.5,
+                )
             )
         for name, probe in (
             ("process", process), ("host", host), ("gpu", gpu), ("storage", storage),

@@ -10,7 +10,7 @@ of restarting it every window (~20 ms) is spread over the window. Measured on th
 
 from __future__ import annotations
 
-import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -166,9 +166,9 @@ class StackProbe:
         returncode = self._proc.returncode
         self._proc = None
         t_end = time.time()
-        if self._stopped:
-            return StackWindow(t_start, t_end, None, None, 0, error="stopped")
         text = output.read_text(errors="replace") if output.exists() else ""
+        if self._stopped and not text:
+            return StackWindow(t_start, t_end, None, None, 0, error="stopped")
         if returncode != 0 and not text:
             raise classify_failure(self.pid, stderr or "")
         window = summarize_window(
@@ -183,11 +183,15 @@ class StackProbe:
         return window
 
     def stop(self) -> None:
-        """Stop a window in progress (py-spy writes nothing useful then)."""
+        """End the window in progress early.
+
+        SIGINT, not SIGTERM: py-spy treats it as Ctrl-C and still writes the
+        samples it has, so the last seconds of a session are not thrown away.
+        """
         self._stopped = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.terminate()
+            proc.send_signal(signal.SIGINT)
 
     def close(self) -> None:
         self.stop()
@@ -197,8 +201,3 @@ class StackProbe:
     def training_thread(self) -> str | None:
         return self._thread
 
-
-def cpu_seconds_of_children() -> float:
-    """CPU seconds used by our reaped children (py-spy runs), for self-accounting."""
-    times = os.times()
-    return times.children_user + times.children_system

@@ -62,32 +62,32 @@ def k(**knobs: object) -> Knobs:
 
 
 CPU_ONLY = k(gpu=False)
-#: One 30-sample (or 29-sample) stack window per 20 s window: phase_samples 30 / 29.
-SAMPLES_30 = k(samples_per_window=30, stack_period_s=20)
-SAMPLES_29 = k(samples_per_window=29, stack_period_s=20)
+#: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
+SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
+SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 
 RULE_CASES: dict[str, Cases] = {
     "data_wait_dominant": Cases(
         fires=(
             k(phases=mix(data_wait=0.30)),
-            k(phases=mix(data_wait=0.5), **SAMPLES_30),
+            k(phases=mix(data_wait=0.5), **SAMPLES_20),
         ),
         misses=(
             k(phases=mix(data_wait=0.299)),
             # Too few samples to trust the fraction.
-            k(phases=mix(data_wait=0.5), **SAMPLES_29),
+            k(phases=mix(data_wait=0.5), **SAMPLES_19),
         ),
     ),
     "data_wait_elevated": Cases(
         fires=(
             k(phases=mix(data_wait=0.05)),
             k(phases=mix(data_wait=0.299)),
-            k(phases=mix(data_wait=0.1), **SAMPLES_30),
+            k(phases=mix(data_wait=0.1), **SAMPLES_20),
         ),
         misses=(
             k(phases=mix(data_wait=0.049)),
             k(phases=mix(data_wait=0.30)),
-            k(phases=mix(data_wait=0.1), **SAMPLES_29),
+            k(phases=mix(data_wait=0.1), **SAMPLES_19),
         ),
     ),
     "loading_in_training_process": Cases(
@@ -148,11 +148,11 @@ RULE_CASES: dict[str, Cases] = {
     "checkpoint_stalls": Cases(
         fires=(
             k(phases=mix(checkpoint=0.05), writing=("/ckpt/step_1000.pt",)),
-            k(phases=mix(checkpoint=0.5), **SAMPLES_30),
+            k(phases=mix(checkpoint=0.5), **SAMPLES_20),
         ),
         misses=(
             k(phases=mix(checkpoint=0.049), writing=("/ckpt/step_1000.pt",)),
-            k(phases=mix(checkpoint=0.5), **SAMPLES_29),
+            k(phases=mix(checkpoint=0.5), **SAMPLES_19),
         ),
     ),
     "io_scheduler_not_for_nvme": Cases(
@@ -202,17 +202,17 @@ RULE_CASES: dict[str, Cases] = {
         fires=(
             k(gpu_util=84.9, phases=mix(other=0.30)),
             k(phases=mix(other=0.30), **CPU_ONLY),
-            k(phases=mix(other=0.5), **SAMPLES_30, **CPU_ONLY),
+            k(phases=mix(other=0.5), **SAMPLES_20, **CPU_ONLY),
         ),
         misses=(
             k(gpu_util=84.0, phases=mix(other=0.299)),
             k(gpu_util=85.0, phases=mix(other=0.5)),
-            k(phases=mix(other=0.5), **SAMPLES_29, **CPU_ONLY),
+            k(phases=mix(other=0.5), **SAMPLES_19, **CPU_ONLY),
         ),
     ),
     "explicit_sync_in_loop": Cases(
-        fires=(k(phases=mix(sync=0.10)), k(phases=mix(sync=0.5), **SAMPLES_30)),
-        misses=(k(phases=mix(sync=0.099)), k(phases=mix(sync=0.5), **SAMPLES_29)),
+        fires=(k(phases=mix(sync=0.10)), k(phases=mix(sync=0.5), **SAMPLES_20)),
+        misses=(k(phases=mix(sync=0.099)), k(phases=mix(sync=0.5), **SAMPLES_19)),
     ),
     "gpu_thermal_throttling": Cases(
         fires=(

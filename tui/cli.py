@@ -8,6 +8,7 @@ exit status; never a Python traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -109,10 +110,12 @@ def options_from(args: argparse.Namespace) -> AttachOptions:
                            EXIT_USAGE)
     if args.export_on_exit and not args.export:
         raise CliError("--export-on-exit needs --export FILE", EXIT_USAGE)
+    base = CollectorConfig.headless() if args.headless else CollectorConfig()
     return AttachOptions(
         rule_files=tuple(args.rules),
         window_s=args.window,
-        collector=CollectorConfig(stack_rate_hz=max(1, min(args.stack_rate, 200))),
+        collector=dataclasses.replace(base, stack_rate_hz=max(1, min(args.stack_rate, 200))),
+        evaluate_every_s=1.0,
     )
 
 
@@ -158,9 +161,11 @@ def run_headless(
         signal.signal(signal.SIGTERM, previous)
     elapsed = time.time() - attached_at
     cpu = source.cpu_percent()
-    source.close()
-    history = source.history()
+    source.close()  # py-spy flushes its last, partial window on the way out
     exited = source.session.target_exited_at
+    if exited is None:
+        source.evaluator.evaluate(time.time())  # one last look, with that window
+    history = source.history()
     usable = [d for d in history if exited is None or d.t <= exited + 1.0]
     diagnosis = usable[-1] if usable else (history[-1] if history else None)
     report = build_report(

@@ -42,6 +42,7 @@ class Config:
     decode_ms: float  # CPU time per sample spent in __getitem__
     checkpoint_every: int  # steps; 0 = never
     threads: int  # torch intra-op threads (0 = leave torch's default)
+    optimizer: str = "adamw"  # or "sgd" (momentum: one state tensor per parameter)
 
 
 CONFIGS: dict[str, Config] = {
@@ -54,8 +55,8 @@ CONFIGS: dict[str, Config] = {
         checkpoint_every=0, threads=1,
     ),
     "checkpoint": Config(
-        width=1536, depth=6, batch_size=32, num_workers=0, decode_ms=0.0,
-        checkpoint_every=4, threads=0,
+        width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,
+        checkpoint_every=4, threads=0, optimizer="sgd",
     ),
     "healthy": Config(
         width=1024, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
@@ -146,7 +147,11 @@ def train(
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = make_model(cfg.width, cfg.depth).to(device)
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer: torch.optim.Optimizer
+    if cfg.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = make_loader(cfg)
     truth = Truth(truth_path)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
