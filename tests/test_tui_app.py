@@ -305,6 +305,19 @@ async def test_without_a_gpu_the_panel_is_one_line_and_gives_its_room_away() -> 
         assert host.region.height >= 8
 
 
+async def test_several_gpus_fold_to_one_line_each_when_small() -> None:
+    app = make_app(live_source(gpus=2))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await wait_for(pilot, lambda: app.screen.query_one(GpuPanel).region.height == 3)
+        text = screen_text(app)
+        assert "0 H100 80GB HBM3 util  13%" in text
+        assert "1 H100 80GB HBM3 util  95%" in text
+        await pilot.resize_terminal(200, 60)
+        await wait_for(pilot, lambda: screen_text(app).count("throttle ") == 2)
+        assert "thermal (hardware)" in screen_text(app)
+
+
 async def test_exited_target_shows_a_banner_and_keeps_the_data() -> None:
     app = make_app(live_source(exited=True))
     async with app.run_test(size=(100, 30)) as pilot:

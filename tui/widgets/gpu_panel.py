@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
+from textual.widget import Widget
 
 from . import fmt
 from .judge import mem_status, reasons_status, temp_status, util_status
@@ -105,12 +106,56 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     return out
 
 
+def compact_line(d: GpuDevice) -> Text:
+    """One GPU in one line, for when several share a small panel."""
+    text = Text(f"{d.index} ", style="bold")
+    text.append(f"{(d.name or 'GPU').replace('NVIDIA ', '')[:14]:<14} ")
+    if d.lost:
+        text.append("lost", style=fmt.STATUS_STYLE["outside"])
+        return text
+    status = util_status(d.util_percent)
+    text.append(f"util {fmt.pct(d.util_percent):>4}", style=fmt.STATUS_STYLE[status])
+    frac = (d.mem_used_bytes / d.mem_total_bytes
+            if d.mem_used_bytes is not None and d.mem_total_bytes else None)
+    status = mem_status(frac)
+    text.append(f"  mem {fmt.pct(None if frac is None else frac * 100):>4}",
+                style=fmt.STATUS_STYLE[status])
+    status = temp_status(d.temperature_c, d.temperature_slowdown_c)
+    text.append(f"  {fmt.num(d.temperature_c, '.0f', '°C')}", style=fmt.STATUS_STYLE[status])
+    reasons = tuple(r for r in d.clock_event_reasons if r != "gpu_idle")
+    if reasons:
+        text.append("  " + ", ".join(fmt.words(r) for r in reasons),
+                    style=fmt.STATUS_STYLE[reasons_status(reasons)])
+    return text
+
+
 class GpuPanel(Panel):
-    """One block of lines per GPU; a single line when there is none."""
+    """One block of lines per GPU (one line per GPU when several do not fit)."""
 
     TITLE = "GPU"
     DETAIL = "gpu"
     FIT_CONTENT = True
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._compact: list[Line] | None = None
+
+    #: Share of the column the panel may take (keep in step with app.tcss max-height).
+    MAX_SHARE = 0.5
+
+    def wanted_height(self, lines: list[Line]) -> int:
+        # Several GPUs that do not fit in full: ask only for their one-line form.
+        parent = self.parent
+        room = int(parent.size.height * self.MAX_SHARE) if isinstance(parent, Widget) else 0
+        full = len(lines) + self.gutter.height
+        if self._compact is not None and full > room:
+            return len(self._compact) + self.gutter.height
+        return full
+
+    def fit_lines(self, lines: list[Line], height: int) -> list[Line]:
+        if self._compact is not None and height < len(lines):
+            return super().fit_lines(self._compact, height)
+        return super().fit_lines(lines, height)
 
     def update_view(self, view: View) -> None:
         sample = latest(view.session.gpu, view.now)
@@ -127,6 +172,7 @@ class GpuPanel(Panel):
 
     def lines(self, view: View, width: int) -> list[Line]:
         sample = latest(view.session.gpu, view.now)
+        self._compact = None
         if sample is None:
             status = view.session.probe_status.get("gpu", "waiting for NVML…")
             return [Line(Text(f"GPU: {status}", style="dim"), 0)]
@@ -136,6 +182,8 @@ class GpuPanel(Panel):
             text.append("  (compute means the CPU)", style="dim")
             return [Line(text, 0)]
         history = recent(view.session.gpu, view.now, HISTORY_S)
+        self._compact = ([Line(compact_line(d), 0) for d in sample.devices]
+                         if len(sample.devices) > 1 else None)
         out: list[Line] = []
         for n, d in enumerate(sample.devices):
             lines = device_lines(d, history, width)

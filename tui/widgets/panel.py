@@ -121,6 +121,14 @@ class Panel(Widget, can_focus=True):
         """The panel's content; subclasses override."""
         return []
 
+    def wanted_height(self, lines: list[Line]) -> int:
+        """Rows to ask for when sizing to the content (``FIT_CONTENT``)."""
+        return len(lines) + self.gutter.height
+
+    def fit_lines(self, lines: list[Line], height: int) -> list[Line]:
+        """Choose what to show in ``height`` rows; subclasses may lay out differently."""
+        return fit(lines, height)
+
     def cache_key(self) -> tuple[object, ...]:
         """What, besides the view and the width, the lines depend on."""
         return ()
@@ -139,8 +147,8 @@ class Panel(Widget, can_focus=True):
             self._cached = (self.view, key, lines)
         if self.FIT_CONTENT:
             # Measured here, after styles (borders differ when compact) are applied.
-            self.call_after_refresh(self._fit_height, len(lines) + self.gutter.height)
-        kept = fit(lines, height)
+            self.call_after_refresh(self._fit_height, self.wanted_height(lines))
+        kept = self.fit_lines(lines, height)
         self.drawn_tags = [line.tag for line in kept]
         out = Text(no_wrap=True, overflow="ellipsis")
         for i, line in enumerate(kept):
