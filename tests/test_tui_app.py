@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+from typing import Any
 
 import pytest
+from aitop.probes.session import Session
 from aitop.tui.app import REFRESH_STEPS, AitopApp
 from aitop.tui.screens.finding import FindingScreen
 from aitop.tui.screens.gpu import GpuScreen
@@ -14,12 +17,13 @@ from aitop.tui.screens.knowledge import KnowledgeScreen
 from aitop.tui.screens.main import MainScreen
 from aitop.tui.screens.processes import ProcessScreen
 from aitop.tui.screens.stacks import StacksScreen
+from aitop.tui.source import ReplaySource
 from aitop.tui.widgets.advisor_panel import AdvisorPanel
 from aitop.tui.widgets.gpu_panel import GpuPanel
 from aitop.tui.widgets.header import ExitBanner
 from aitop.tui.widgets.panel import Panel
 from fixtures.tui_pilot import make_app, screen_text, settle, wait_for
-from fixtures.tui_session import NOW, T0, live_source
+from fixtures.tui_session import NOW, T0, FixtureSource, live_source
 from textual.filter import Monochrome, NoColor
 from textual.widgets import DataTable
 
@@ -344,13 +348,20 @@ async def test_no_color_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
         assert "✓" in text and "~" in text
 
 
-async def test_first_frame_is_recorded() -> None:
-    app = make_app()
-    started = time.monotonic()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.first_frame_at is not None)
-        assert app.first_frame_at is not None
-        assert app.first_frame_at - started < 5.0
+async def test_time_to_first_frame(record_property: Any) -> None:
+    """Median of 5 starts, from constructing the app to its first drawn frame."""
+    times = []
+    for _ in range(5):
+        started = time.monotonic()
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda a=app: a.first_frame_at is not None)  # type: ignore[misc]
+            assert app.first_frame_at is not None
+            times.append(app.first_frame_at - started)
+    median = statistics.median(times)
+    record_property("first_frame_median_s", round(median, 3))
+    print(f"time to first frame: median {median * 1000:.0f} ms of {len(times)}")
+    assert median < 3.0
 
 
 async def test_header_shows_uptime_probe_status_and_refresh() -> None:
@@ -363,3 +374,25 @@ async def test_header_shows_uptime_probe_status_and_refresh() -> None:
         assert "refresh 1s" in text
         assert "--token '***'" in text  # redacted upstream, shown as is
         assert T0 < NOW
+
+
+async def test_an_empty_session_draws_and_every_key_is_safe() -> None:
+    """Before the first sample: panels say they wait; no key crashes the app."""
+    empty = FixtureSource(Session(99), [])
+    app = make_app(empty)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert "waiting" in screen_text(app) or "collecting" in screen_text(app)
+        for key in ("tab", "enter", "escape", "k", "p", "p", "plus", "up", "left"):
+            await pilot.press(key)
+        for name in ("gpu", "processes", "stacks", "io", "help"):  # each draws from nothing
+            app.open_detail(name)
+            await pilot.pause()
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+    replay = ReplaySource(Session(99), [])
+    app = make_app(replay)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for key in ("left", "right", "home", "end", "space", "enter", "escape"):
+            await pilot.press(key)
+        assert app.is_running

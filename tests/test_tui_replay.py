@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aitop.tui.screens.main import MainScreen
@@ -95,43 +97,76 @@ async def test_replay_of_an_exported_file_opens(tmp_path: Path) -> None:
         assert "DATA LOADING" in screen_text(app)
 
 
+class Terminal:
+    """A child process on a pseudo-terminal, as a person's terminal would run it."""
+
+    def __init__(self, code: str) -> None:
+        self.primary, secondary = pty.openpty()
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+        env.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=secondary,
+                                     stdout=secondary, stderr=secondary, env=env,
+                                     close_fds=True)
+        os.close(secondary)
+        self.seen = b""
+
+    def read_until(self, done: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.primary], [], [], 0.2)
+            if ready:
+                try:
+                    self.seen += os.read(self.primary, 65536)
+                except OSError:  # the child closed the terminal
+                    return
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        os.close(self.primary)
+
+
+def app_code(snapshot: Path, **kwargs: object) -> str:
+    args = "".join(
+        f", {k}=Path({str(v)!r})" if isinstance(v, Path) else f", {k}={v!r}"
+        for k, v in kwargs.items()
+    )
+    return (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from aitop.tui.app import run_app\n"
+        "from aitop.tui.snapshot import load_snapshot\n"
+        f"sys.exit(run_app(load_snapshot(Path({str(snapshot)!r})){args}))\n"
+    )
+
+
 def test_run_app_works_on_a_real_terminal(tmp_path: Path) -> None:
     """run_app on a pseudo-terminal: it draws, answers q, restores the terminal, returns 0."""
     snapshot = write_snapshot(tmp_path / "t.json", replay_source())[0]
-    code = (
-        "import sys\n"
-        "from aitop.tui.app import run_app\n"
-        "from aitop.tui.snapshot import load_snapshot\n"
-        f"sys.exit(run_app(load_snapshot({str(snapshot)!r})))\n"
-    )
-    primary, secondary = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=secondary, stdout=secondary,
-                            stderr=secondary, env=env, close_fds=True)
-    os.close(secondary)
-    seen = b""
-    deadline = time.monotonic() + 30
+    term = Terminal(app_code(snapshot))
     try:
-        while b"DATA LOADING" not in seen and time.monotonic() < deadline:
-            ready, _, _ = select.select([primary], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(primary, 65536)
-                except OSError:
-                    break
-        assert b"DATA LOADING" in seen, seen[-2000:]
-        os.write(primary, b"q")
-        while proc.poll() is None and time.monotonic() < deadline:
-            ready, _, _ = select.select([primary], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(primary, 65536)
-                except OSError:
-                    break
-        assert proc.wait(timeout=10) == 0
-        assert b"\x1b[?1049l" in seen  # left the alternate screen: terminal restored
+        term.read_until(lambda: b"DATA LOADING" in term.seen)
+        assert b"DATA LOADING" in term.seen, term.seen[-2000:]
+        os.write(term.primary, b"q")
+        term.read_until(lambda: term.proc.poll() is not None)
+        assert term.proc.wait(timeout=10) == 0
+        assert b"\x1b[?1049l" in term.seen  # left the alternate screen: terminal restored
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(primary)
+        term.close()
+
+
+def test_sigterm_on_a_real_terminal_exports_and_exits_cleanly(tmp_path: Path) -> None:
+    snapshot = write_snapshot(tmp_path / "t.json", replay_source())[0]
+    out = tmp_path / "on-term.json"
+    term = Terminal(app_code(snapshot, export_path=out, export_on_exit=True))
+    try:
+        term.read_until(lambda: b"DATA LOADING" in term.seen)
+        term.proc.send_signal(signal.SIGTERM)
+        term.read_until(lambda: term.proc.poll() is not None)
+        assert term.proc.wait(timeout=10) == 0
+        assert b"\x1b[?1049l" in term.seen
+        assert b"aitop: saved" in term.seen
+        assert load_snapshot(out).history()  # a complete, loadable snapshot
+        assert out.with_suffix(".svg").exists()
+    finally:
+        term.close()
