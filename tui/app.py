@@ -39,8 +39,8 @@ from .widgets.view import View
 #: The refresh intervals ``+``/``-`` step through, in seconds.
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
-#: A finished evaluation is shown only if it is newer than this many seconds
-#: of staleness; slower evaluations are flagged in the header meanwhile.
+#: An evaluation still running after this long (or two refreshes, if longer) is
+#: flagged in the header, so a stale diagnosis is never mistaken for a fresh one.
 SLOW_EVALUATION_S = 2.0
 
 
@@ -134,10 +134,17 @@ class AitopApp(App[int]):
         self.replay_range: tuple[float, float] | None = None
         self.cursor: float = 0.0
         self.playing = False
+        self._step = 1.0
         if isinstance(source, ReplaySource):
             self.replay_range = source.time_range()
-            self.cursor = self.replay_range[1] if self.replay_range else 0.0
             self._step = source.step_s()
+        elif not source.live:
+            # Some other recording: span its samples; evaluate() still answers.
+            first, last = source.session.started_at, source.session.latest_time()
+            if first is not None and last is not None:
+                self.replay_range = (first, last)
+        if self.replay_range is not None:
+            self.cursor = self.replay_range[1]
 
     # ----------------------------------------------------------- lifecycle
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from aitop.knowledge.model import Diagnosis
-from aitop.probes.session import Session
+from aitop.probes.session import Session, sample_time
 
 from .widgets.series import typical_interval
 
@@ -91,8 +91,6 @@ class ReplaySource:
 
     def sample_times(self) -> list[float]:
         """Every distinct time at which something was recorded, ascending."""
-        from aitop.probes.session import sample_time
-
         times: set[float] = set(self._times)
         for ring in (
             self.session.processes,

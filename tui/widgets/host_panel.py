@@ -43,6 +43,32 @@ def cores_line(per_core: tuple[float, ...], width: int) -> Text:
     return text
 
 
+#: Rows of the per-core chart shown when the panel has room to spare.
+CORE_CHART_ROWS = 4
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def core_chart(per_core: tuple[float, ...], width: int) -> list[Line]:
+    """A small bar chart, one column per core, for big terminals.
+
+    Bottom rows get the better priority, so a partly shown chart is cut from
+    the top, never from its base.
+    """
+    cell = 2 if len(per_core) * 2 <= width - 8 else 1
+    cores = per_core[: max(0, (width - 8) // cell)]
+    if not cores:
+        return []
+    out: list[Line] = []
+    for row in range(CORE_CHART_ROWS - 1, -1, -1):
+        text = Text("        " if row else f"{'0-' + str(len(cores) - 1):<8}", style="dim")
+        for v in cores:
+            eighths = round(min(100.0, max(0.0, v)) / 100 * CORE_CHART_ROWS * 8)
+            ch = BLOCKS[min(8, max(0, eighths - row * 8))]
+            text.append(ch + " " * (cell - 1), style=fmt.STATUS_STYLE["near"] if v >= 95 else "")
+        out.append(Line(text, 12 + row))
+    return out
+
+
 class HostPanel(Panel):
     """The target tree and host CPU, iowait and RAM."""
 
@@ -118,4 +144,7 @@ class HostPanel(Panel):
         if host.load1 is not None:
             ram.append(f"  load {host.load1:.1f}", style="dim")
         out.append(Line(ram, 4))
+        if host.per_core_percent and len(host.per_core_percent) > 1:
+            out.append(Line(Text("per-core CPU", style="dim"), 15))
+            out += core_chart(host.per_core_percent, width)
         return out
