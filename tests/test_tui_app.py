@@ -116,7 +116,7 @@ async def test_direct_keys_open_every_detail_screen() -> None:
         for key, screen, expect in DIRECT_KEYS:
             await pilot.press(key)
             assert isinstance(app.screen, screen), key
-            assert expect in screen_text(app), key
+            await wait_for(pilot, lambda e=expect: e in screen_text(app))  # type: ignore[misc]
         # each key replaced the previous detail screen instead of stacking on it
         assert len(app.screen_stack) == 2
         await pilot.press("escape")

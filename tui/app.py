@@ -30,6 +30,7 @@ from textual.worker import get_current_worker
 
 from .screens import make_screen
 from .screens.base import DetailScreen, ViewScreen
+from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
 from .snapshot import SnapshotError, write_snapshot
 from .source import Evaluation, ReplaySource, Source
@@ -155,6 +156,12 @@ class AitopApp(App[int]):
         self._install_signal_handlers()
         self._tick()
         self.call_after_refresh(self._mark_first_frame)
+        self._warm_knowledge()
+
+    @work(thread=True, group="knowledge", exit_on_error=False)
+    def _warm_knowledge(self) -> None:
+        """Parse the knowledge file in the background, so that ``k`` opens at once."""
+        load_knowledge()
 
     def _mark_first_frame(self) -> None:
         if self.first_frame_at is None:

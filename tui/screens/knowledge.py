@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
@@ -107,7 +108,10 @@ class KnowledgeScreen(DetailScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.documents, self.error = load_knowledge()
+        self.documents: Any | None = None
+        self.error: str | None = None
+        #: Still parsing the file (not ``loading``: that is Textual's spinner reactive).
+        self.pending = True
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="body"):
@@ -116,6 +120,19 @@ class KnowledgeScreen(DetailScreen):
     def on_mount(self) -> None:
         self.query_one("#body").focus()
         super().on_mount()
+        self._load_documents()
+
+    @work(thread=True, exclusive=True, group="knowledge", exit_on_error=False)
+    def _load_documents(self) -> None:
+        """Parse the knowledge file off the event loop (seconds on a busy machine)."""
+        documents, error = load_knowledge()
+        self.app.call_from_thread(self._loaded, documents, error)
+
+    def _loaded(self, documents: Any | None, error: str | None) -> None:
+        self.documents, self.error, self.pending = documents, error, False
+        view = self.current_view()
+        if view is not None and self.is_mounted:
+            self.update_view(view)
 
     def update_view(self, view: View) -> None:
         super().update_view(view)
@@ -124,7 +141,9 @@ class KnowledgeScreen(DetailScreen):
     def render_body(self, view: View) -> RenderableType:
         kd = self.documents
         parts: list[RenderableType] = []
-        if kd is None:
+        if self.pending:
+            parts.append(Text("Loading the documents…", style="dim"))
+        elif kd is None:
             parts.append(Text(f"The knowledge file could not be loaded ({self.error}); "
                               "showing the diagnosis's own states.",
                               style=fmt.STATUS_STYLE["near"]))
