@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -156,12 +157,9 @@ class AitopApp(App[int]):
         self._install_signal_handlers()
         self._tick()
         self.call_after_refresh(self._mark_first_frame)
-        self._warm_knowledge()
-
-    @work(thread=True, group="knowledge", exit_on_error=False)
-    def _warm_knowledge(self) -> None:
-        """Parse the knowledge file in the background, so that ``k`` opens at once."""
-        load_knowledge()
+        # Parse the knowledge file in the background so that ``k`` opens at once. A
+        # daemon thread, not a worker: quitting must never wait for it.
+        threading.Thread(target=load_knowledge, name="aitop-knowledge", daemon=True).start()
 
     def _mark_first_frame(self) -> None:
         if self.first_frame_at is None:
