@@ -103,6 +103,29 @@ def normalised_phases(phases: dict[str, float] | None) -> dict[str, float] | Non
     return out
 
 
+#: Environment variables that shape a training job's performance.
+RELEVANT_ENV: tuple[str, ...] = (
+    "CUDA_", "NCCL_", "OMP_", "MKL_", "PYTORCH_", "TORCH_", "NVIDIA_", "CUBLAS_",
+    "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TOKENIZERS_",
+)
+
+
+def environment_json(session: Session) -> dict[str, Any] | None:
+    """The target's environment as the probes saw it (secrets already redacted)."""
+    env = session.environment
+    if env is None:
+        return None
+    return {
+        "python": env.python_version,
+        "torch": env.torch_version,
+        "num_workers": env.num_workers,
+        "pin_memory_thread": env.pin_memory_thread,
+        "cpus_allowed": env.cpus_allowed,
+        "hostname": env.hostname,
+        "env": {k: v for k, v in sorted(env.env.items()) if k.startswith(RELEVANT_ENV)},
+    }
+
+
 def phase_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | None:
     """[start, end] epoch seconds of the stack samples behind the phase fractions."""
     if diagnosis is None:
@@ -169,6 +192,7 @@ def build_report(
         "metrics": {
             k: _num(v) for k, v in sorted((diagnosis.metrics if diagnosis else {}).items())
         },
+        "environment": environment_json(session),
         "probes": dict(session.probe_status),
         "waiting_for": list(diagnosis.waiting_for) if diagnosis else [],
         "aitop": {
