@@ -396,3 +396,26 @@ async def test_an_empty_session_draws_and_every_key_is_safe() -> None:
         for key in ("left", "right", "home", "end", "space", "enter", "escape"):
             await pilot.press(key)
         assert app.is_running
+
+
+async def test_detail_screens_are_kept_and_the_gpu_screen_follows_new_gpus() -> None:
+    """Opening a screen again reuses it; GPUs that appear later get their charts."""
+    from fixtures.tui_session import DURATION_S, build_diagnoses, build_session, gpu
+
+    session = build_session(with_gpu=False)
+    session.gpu = type(session.gpu)(session.capacity)  # no GPU samples yet
+    app = make_app(FixtureSource(session, build_diagnoses()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("g")
+        first = app.screen
+        assert isinstance(first, GpuScreen) and first.indices == []
+        assert "No GPU samples yet" in screen_text(app)
+        await pilot.press("escape")
+        for i in range(DURATION_S + 1):
+            session.gpu.append(gpu(i, 2))
+        await pilot.press("g")
+        assert app.screen is first  # the same screen, kept
+        await wait_for(pilot, lambda: "GPU 0 · NVIDIA H100" in screen_text(app))
+        assert first.indices == [0, 1]
+        assert len(first.query("#gpu1-util")) == 1  # charts for the second GPU too

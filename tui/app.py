@@ -29,7 +29,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
-from .screens import make_screen
+from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
 from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
@@ -343,14 +343,30 @@ class AitopApp(App[int]):
         self.open_detail(name)
 
     def open_detail(self, name: str, finding_id: str | None = None) -> None:
-        """Open a detail screen; from another detail screen, replace it."""
-        screen = make_screen(name, self, finding_id)
-        if screen is None:
-            return
-        if isinstance(self.screen, DetailScreen):
-            self.switch_screen(screen)
+        """Open a detail screen; from another detail screen, replace it.
+
+        Screens other than a finding's are built once and kept (installed), so
+        opening one again is instant and keeps its scroll and sort order.
+        """
+        target: Screen[None] | str
+        if name in REUSABLE_SCREENS:
+            if not self.is_screen_installed(name):
+                built = make_screen(name, self)
+                if built is None:
+                    return
+                self.install_screen(built, name)
+            target = name
+            if self.screen is self.get_screen(name):
+                return
         else:
-            self.push_screen(screen)
+            screen = make_screen(name, self, finding_id)
+            if screen is None:
+                return
+            target = screen
+        if isinstance(self.screen, DetailScreen):
+            self.switch_screen(target)
+        else:
+            self.push_screen(target)
 
     # -------------------------------------------------------------- replay
 

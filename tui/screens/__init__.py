@@ -20,6 +20,12 @@ DETAIL_NAMES: tuple[str, ...] = (
 )
 
 
+#: Screens that do not depend on a parameter, so one instance can be kept.
+REUSABLE_SCREENS: frozenset[str] = frozenset(
+    {"gpu", "processes", "stacks", "io", "knowledge", "help"}
+)
+
+
 def make_screen(name: str, app: Any, finding_id: str | None = None) -> Screen[None] | None:
     """Build the detail screen ``name``; ``None`` (with a notice) when it cannot open."""
 

@@ -116,6 +116,12 @@ class GpuScreen(DetailScreen):
         super().update_view(view)
         samples = upto(view.session.gpu, view.now)
         sample = samples[-1] if samples else None
+        indices = [d.index for d in sample.devices] if sample and sample.available else []
+        if indices != self.indices:
+            # GPUs appeared (or went): rebuild the charts for the new set.
+            self.indices = indices
+            self.call_later(self._rebuild)
+            return
         summary = self.query_one("#gpu-summary", Static)
         if sample is None:
             summary.update(Text("No GPU samples yet.", style="dim"))
@@ -133,6 +139,12 @@ class GpuScreen(DetailScreen):
                 continue
             self._update_device(d, samples)
         self._update_processes(sample)
+
+    async def _rebuild(self) -> None:
+        await self.recompose()
+        view = self.current_view()
+        if view is not None:
+            self.update_view(view)
 
     def _update_device(self, d: GpuDevice, samples: list[GpuSample]) -> None:
         i = d.index
