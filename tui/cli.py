@@ -218,16 +218,22 @@ def run_demo(args: argparse.Namespace) -> int:
     log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in the finally below
         prefix="aitop-demo-", suffix=".log", delete=False
     )
-    command = [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", args.scenario]
+    ready = Path(log.name).with_suffix(".ready")
+    command = [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", args.scenario,
+               "--ready-file", str(ready)]
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
     if not args.headless or not args.json:
         print(f"aitop demo: started the '{args.scenario}' training job as PID {child.pid} "
-              f"(log: {log.name})", file=sys.stderr)
+              f"(log: {log.name}); attaching once it trains...", file=sys.stderr)
     try:
-        time.sleep(1.0)  # let the interpreter start; py-spy needs its runtime
+        # Attach once the job is past importing torch and its first steps, so
+        # the first window shows training rather than start-up.
+        deadline = time.time() + 120
+        while not ready.exists() and child.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
         if child.poll() is not None:
-            raise CliError(f"the demo job exited at once with status {child.returncode}; "
+            raise CliError(f"the demo job exited with status {child.returncode}; "
                            f"see {log.name}")
         return run_attached(args, child.pid, popen=child)
     finally:
@@ -238,6 +244,7 @@ def run_demo(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
         log.close()
+        ready.unlink(missing_ok=True)
 
 
 def run_replay(args: argparse.Namespace) -> int:

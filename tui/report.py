@@ -229,7 +229,7 @@ def render_text(report: dict[str, Any]) -> str:
     if report["state"]:
         prio = "  ".join(f"{i}. {p}" for i, p in enumerate(report["state_priorities"], 1))
         lines.append(f"State: {report['state']} -> {prio}")
-        if report["compute_device"] == "cpu":
+        if report["compute_device"] == "cpu" and "GPU utilization" in report["state"]:
             lines.append(
                 "  (no GPU: 'GPU utilization' here is the training thread's share of time "
                 "in forward/backward/optimizer; compute means the CPU)"

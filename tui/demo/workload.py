@@ -140,7 +140,11 @@ class Truth:
 
 
 def train(
-    scenario: str, duration_s: float, truth_path: Path | None, checkpoint_dir: Path
+    scenario: str,
+    duration_s: float,
+    truth_path: Path | None,
+    checkpoint_dir: Path,
+    ready_file: Path | None = None,
 ) -> int:
     cfg = CONFIGS[scenario]
     if cfg.threads:
@@ -195,6 +199,8 @@ def train(
                 truth.add("checkpoint", time.perf_counter() - t4)
             truth.steps = step
             truth.maybe_write()
+            if step == 2 and ready_file is not None:
+                ready_file.touch()  # past start-up and the first step's lazy imports
         epoch += 1
     truth.maybe_write(force=True)
     return step
@@ -206,11 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=3600.0, help="seconds to train")
     parser.add_argument("--truth", type=Path, help="append ground-truth phase timers here")
     parser.add_argument("--checkpoint-dir", type=Path, help="where checkpoints go")
+    parser.add_argument("--ready-file", type=Path,
+                        help="touch this file once training is under way")
     args = parser.parse_args(argv)
     checkpoint_dir = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="aitop-demo-ckpt-"))
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
-        train(args.scenario, args.duration, args.truth, checkpoint_dir)
+        train(args.scenario, args.duration, args.truth, checkpoint_dir, args.ready_file)
     except KeyboardInterrupt:
         return 130
     finally:
