@@ -30,10 +30,15 @@ CATEGORY_WORDS: dict[str, str] = {
 
 
 def gain_badge(f: Finding) -> str:
-    """``×1.55`` for a speed-up, or the kind of benefit otherwise."""
+    """``≤×2.8`` for an Amdahl bound, ``~×1.4`` for a documents' figure, ``·`` for none.
+
+    The sign says what kind of number it is: a bound from the measured phases
+    is an upper limit, not a promise; a documents' figure is their typical gain.
+    """
     if f.gain.speedup is None:
         return "  ·  "
-    return f"×{f.gain.speedup:.2f}"
+    mark = "≤" if f.gain.method == "amdahl" else "~"
+    return f"{mark}×{f.gain.speedup:.1f}"
 
 
 class AdvisorPanel(Panel):
