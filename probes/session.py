@@ -118,6 +118,14 @@ class Ring(Generic[T]):
         with self._lock:
             return self._items[-1] if self._items else None
 
+    def at_or_before(self, t: float) -> T | None:
+        """The newest item stamped at or before ``t`` (walks back from the end)."""
+        with self._lock:
+            for item in reversed(self._items):
+                if sample_time(item) <= t:
+                    return item
+        return None
+
     def window(self, lo: float, hi: float) -> list[T]:
         """Items stamped in ``(lo, hi]``, oldest first.
 

@@ -45,6 +45,14 @@ def wait_for(predicate: Callable[[str], bool], what: str, timeout: float = 45.0)
     raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a reaped-later child still has a /proc entry)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
 def keys(*names: str) -> None:
     tmux("send-keys", "-t", SESSION, *names)
 
@@ -117,3 +125,25 @@ def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session:
     report = json.loads(replay.stdout)
     assert report["bottleneck"]["category"] == "data_loading"
     assert report["target"]["pid"] == job.pid
+
+
+def test_closing_the_terminal_stops_aitop(tmp_path: Path, tmux_session: None) -> None:
+    """A closed window (SIGHUP) must not leave aitop sampling the job forever."""
+    job = start_job("data", tmp_path / "truth.jsonl")
+    try:
+        aitop = shlex.join([sys.executable, "-m", "aitop.tui.cli", "--pid", str(job.pid)])
+        # Under a shell, as from a terminal window: the shell dies with the
+        # window, and aitop gets the hang-up.
+        tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", f"{aitop}; sleep 60")
+        wait_for(lambda s: "Advisor" in s, "the UI")
+        shell = tmux("display", "-p", "-t", SESSION, "#{pane_pid}").strip()
+        children = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True)
+        pid = int(children.stdout.split()[0])
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+        deadline = time.time() + 15
+        while time.time() < deadline and running(pid):
+            time.sleep(0.2)
+        assert not running(pid), "aitop kept running after its terminal was closed"
+        assert job.poll() is None, "closing aitop must not stop the training job"
+    finally:
+        stop_job(job)

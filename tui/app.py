@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -189,6 +190,15 @@ class AitopApp(App[int]):
                 self.exit_errors.append(f"aitop: export on {signal.Signals(sig).name} failed: "
                                         f"{error}")
                 code = 1
+        if sig in (signal.SIGHUP, signal.SIGTERM):
+            # The terminal may be gone (SIGHUP: window closed, ssh dropped). Stop
+            # sampling the job now, and do not trust the UI to shut down: Textual's
+            # writer thread can block forever on a vanished terminal, which once
+            # left an aitop attached to a job long after its window was closed.
+            self.source.close()
+            threading.Thread(
+                target=_exit_soon, args=(code,), name="aitop-exit-watchdog", daemon=True
+            ).start()
         self.exit(code)
 
     # ---------------------------------------------------------------- time
@@ -473,6 +483,16 @@ class AitopApp(App[int]):
                             "without saving.", severity="error", timeout=15)
                 return
         self.exit(0)
+
+
+#: How long a signalled shutdown may take before the process exits regardless.
+EXIT_GRACE_S = 5.0
+
+
+def _exit_soon(code: int) -> None:
+    """Exit the process if the UI has not finished shutting down in time."""
+    time.sleep(EXIT_GRACE_S)
+    os._exit(code)
 
 
 def run_app(

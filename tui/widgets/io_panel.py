@@ -12,7 +12,7 @@ from rich.text import Text
 
 from . import fmt
 from .panel import Line, Panel, label, spark_line
-from .series import is_checkpoint, latest, recent, tree_io, upto, write_spans
+from .series import is_checkpoint, latest, recent, tree_io, write_spans
 from .view import View
 
 HISTORY_S = 300.0
@@ -80,7 +80,8 @@ class IoPanel(Panel):
     def _checkpoint_line(self, view: View, sample: StorageSample) -> Text:
         """A checkpoint being written now (near: it may stall the loop), else the last one."""
         text = label("ckpt")
-        spans = [s for s in write_spans(upto(view.session.storage, view.now))
+        # The last ten minutes: enough for "the last checkpoint", bounded per refresh.
+        spans = [s for s in write_spans(recent(view.session.storage, view.now, 600.0))
                  if is_checkpoint(s.path)]
         current = [s for s in spans if s.path in sample.writing]
         if current:

@@ -38,13 +38,21 @@ def upto(ring: Ring[T] | Sequence[T], now: float) -> list[T]:
 
 
 def latest(ring: Ring[T] | Sequence[T], now: float) -> T | None:
-    """The newest sample at or before ``now``."""
+    """The newest sample at or before ``now``.
+
+    On a Ring this walks back from the newest sample: panels ask for it every
+    refresh, and the cost must not grow with the length of the session.
+    """
+    if isinstance(ring, Ring):
+        return ring.at_or_before(now)
     items = upto(ring, now)
     return items[-1] if items else None
 
 
 def recent(ring: Ring[T] | Sequence[T], now: float, span_s: float) -> list[T]:
-    """Samples in ``(now - span_s, now]``."""
+    """Samples in ``(now - span_s, now]`` (on a Ring: cost follows the span)."""
+    if isinstance(ring, Ring):
+        return ring.window(now - span_s, now)
     lo = now - span_s
     return [s for s in upto(ring, now) if sample_time(s) > lo]
 
