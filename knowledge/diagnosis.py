@@ -205,6 +205,15 @@ def build_finding(
     )
 
 
+def finding_text(f: Finding) -> tuple[object, ...]:
+    """Everything a person reads of a finding (values as displayed, not raw)."""
+    return (
+        f.title, f.why, f.actions, f.fired_at, f.gain.explanation,
+        None if f.gain.speedup is None else round(f.gain.speedup, 2),
+        tuple((e.display, e.status) for e in f.evidence),
+    )
+
+
 def rank(findings: Sequence[tuple[Finding, bool]]) -> list[tuple[Finding, bool]]:
     """By estimated speed-up (unknown counts as none), then severity."""
     return sorted(
@@ -220,12 +229,25 @@ class Diagnoser:
         self.ruleset = ruleset
         self.facts = facts
         self.engine = RuleEngine(ruleset)
-        self._bottleneck = {r.id: r.bottleneck for r in ruleset.rules}
+        self._previous: dict[str, Finding] = {}
+
+    def _reuse(self, finding: Finding) -> Finding:
+        """The previous tick's finding when it reads the same.
+
+        A diagnosis a second is kept as history; a firing rule's finding usually
+        renders identically tick after tick (values are shown rounded), so the
+        history shares one object instead of storing a copy every second.
+        """
+        old = self._previous.get(finding.id)
+        if old is not None and finding_text(old) == finding_text(finding):
+            return old
+        self._previous[finding.id] = finding
+        return finding
 
     def diagnose(self, metrics: Mapping[str, float | None], now: float) -> Diagnosis:
         firing = self.engine.step(metrics, now)
         built = [
-            (build_finding(rule, fired_at, metrics, self.facts), rule.bottleneck)
+            (self._reuse(build_finding(rule, fired_at, metrics, self.facts)), rule.bottleneck)
             for rule, fired_at in firing
         ]
         ranked = rank(built)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -10,7 +11,7 @@ from pathlib import Path
 from aitop.probes.session import Session
 
 from .diagnosis import Diagnoser, Facts
-from .metrics import compute_metrics
+from .metrics import SCALARS, SERIES, compute_metrics
 from .model import Diagnosis
 from .rules import RuleSet, load_rules
 
@@ -18,6 +19,19 @@ from .rules import RuleSet, load_rules
 DEFAULT_WINDOW_S = 20.0
 #: Diagnoses kept for export (one a second: two hours).
 HISTORY = 7200
+
+#: Metrics a diagnosis keeps once it is history: every scalar and each series'
+#: window mean. The newest diagnosis keeps all ~200; keeping all in every
+#: history entry made a 10-minute session grow by ~15 MB.
+HISTORY_METRICS: frozenset[str] = frozenset(
+    [name for name, _unit, _desc in SCALARS] + [f"{name}_mean" for name, *_ in SERIES]
+)
+
+
+def compact(diagnosis: Diagnosis) -> Diagnosis:
+    """The diagnosis as history keeps it: the same, with fewer metrics."""
+    kept = {k: v for k, v in diagnosis.metrics.items() if k in HISTORY_METRICS}
+    return dataclasses.replace(diagnosis, metrics=kept)
 
 
 class Evaluator:
@@ -34,22 +48,27 @@ class Evaluator:
         self.window_s = window_s
         self.diagnoser = Diagnoser(ruleset, facts)
         self._history: deque[Diagnosis] = deque(maxlen=HISTORY)
+        self._latest: Diagnosis | None = None
         self._lock = threading.Lock()
 
     def evaluate(self, now: float) -> Diagnosis:
         with self._lock:
             metrics = compute_metrics(self.session, now, self.window_s)
             diagnosis = self.diagnoser.diagnose(metrics, now)
+            if self._latest is not None:
+                self._history[-1] = compact(self._latest)
             self._history.append(diagnosis)
+            self._latest = diagnosis
             return diagnosis
 
     def history(self) -> list[Diagnosis]:
+        """All kept diagnoses, oldest first; only the newest has every metric."""
         with self._lock:
             return list(self._history)
 
     def latest(self) -> Diagnosis | None:
         with self._lock:
-            return self._history[-1] if self._history else None
+            return self._latest
 
 
 def default_evaluator(

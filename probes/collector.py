@@ -20,6 +20,9 @@ from typing import Protocol
 from .pyspy import PySpyError
 from .session import Session
 
+#: Step-counter readings taken every 5 s before settling to the configured cadence.
+STEPS_WARMUP_READINGS = 6
+
 
 class Sampler(Protocol):
     def sample(self) -> object: ...
@@ -187,6 +190,7 @@ class Collector:
             self.loops.append(ProbeLoop("stacks", stack_work, 0.0, status, self.stop_event))
         if steps is not None:
             read = steps.sample  # type: ignore[attr-defined]
+            readings = [0]
 
             def steps_work() -> None:
                 window = session.stacks.last()
@@ -194,19 +198,22 @@ class Collector:
                 thread = window.thread_id if window else None
                 sample = read(loop_frame, thread)
                 session.add(sample)
+                readings[0] += sample.value is not None
+                # Read often until a rate is well established, then settle.
+                if readings[0] >= STEPS_WARMUP_READINGS:
+                    steps_loop.interval_s = cfg.steps_interval_s
                 status["steps"] = (
-                    f"counter '{sample.name}' every {cfg.steps_interval_s:g} s"
+                    f"counter '{sample.name}' every {steps_loop.interval_s:g} s"
                     if sample.name
                     else f"unknown: {sample.error}"
                 )
 
             # First read right after the first stack window has found the loop frame.
-            self.loops.append(
-                ProbeLoop(
-                    "steps", steps_work, cfg.steps_interval_s, status, self.stop_event,
-                    first_delay_s=cfg.first_stack_window_s + 0.5,
-                )
+            steps_loop = ProbeLoop(
+                "steps", steps_work, min(cfg.steps_interval_s, 5.0), status, self.stop_event,
+                first_delay_s=cfg.first_stack_window_s + 0.5,
             )
+            self.loops.append(steps_loop)
         for name, probe in (
             ("process", process), ("host", host), ("gpu", gpu), ("storage", storage),
             ("stacks", stacks), ("steps", steps),

@@ -226,8 +226,11 @@ class AitopApp(App[int]):
         self._timer = None
         if self.playing:
             self._move_cursor(self.cursor + self._step, keep_playing=True)
-        self.request_evaluation()
-        self.redraw()
+        # A started evaluation redraws when it lands (milliseconds later); drawing
+        # now as well would paint every frame twice, and painting is most of the
+        # UI's CPU. A slow or synchronous one (replay) is drawn now.
+        if not self.request_evaluation():
+            self.redraw()
         self._timer = self.set_timer(self.refresh_s, self._tick)
 
     def _rearm(self) -> None:
@@ -235,20 +238,24 @@ class AitopApp(App[int]):
             self._timer.stop()
         self._timer = self.set_timer(self.refresh_s, self._tick)
 
-    def request_evaluation(self) -> None:
-        """Start evaluating at ``now`` unless an evaluation is already running."""
+    def request_evaluation(self) -> bool:
+        """Start evaluating at ``now`` unless one is already running.
+
+        Returns True when an evaluation was started (it redraws when it lands).
+        """
         now = self.current_now()
         if isinstance(self.source, ReplaySource):
             # A recorded diagnosis is a bisect: no thread, and always in step.
             self.diagnosis = self.source.evaluate(now)
-            return
+            return False
         running = self._evaluation
         if running is not None and not running.done.is_set():
             self._evaluation_dirty = True
-            return
+            return False
         evaluation = Evaluation(self.source, now).start()
         self._evaluation = evaluation
         self._watch_evaluation(evaluation)
+        return True
 
     @work(thread=True, exclusive=True, group="evaluate", exit_on_error=False)
     def _watch_evaluation(self, evaluation: Evaluation) -> None:

@@ -57,7 +57,7 @@ CONFIGS: dict[str, Config] = {
     ),
     "checkpoint": Config(
         width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,
-        checkpoint_every=4, threads=0, optimizer="sgd",
+        checkpoint_every=2, threads=0, optimizer="sgd",
     ),
     "healthy": Config(
         width=1024, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
