@@ -133,6 +133,10 @@ class AitopApp(App[int]):
         self._last_error: str | None = None
         self._exit_export_failed = False
         self._signals: list[int] = []
+        #: Set by run_app: a signalled exit that hangs ends the process anyway.
+        self.exit_watchdog = False
+        #: Set once App.run has returned (the watchdog then stands down).
+        self.shut_down = threading.Event()
         # Replay: a time cursor over the recording, starting at its end.
         self.replay_range: tuple[float, float] | None = None
         self.cursor: float = 0.0
@@ -196,9 +200,13 @@ class AitopApp(App[int]):
             # writer thread can block forever on a vanished terminal, which once
             # left an aitop attached to a job long after its window was closed.
             self.source.close()
-            threading.Thread(
-                target=_exit_soon, args=(code,), name="aitop-exit-watchdog", daemon=True
-            ).start()
+            if self.exit_watchdog:
+                threading.Thread(
+                    target=_exit_unless_done,
+                    args=(self.shut_down, code),
+                    name="aitop-exit-watchdog",
+                    daemon=True,
+                ).start()
         self.exit(code)
 
     # ---------------------------------------------------------------- time
@@ -496,10 +504,10 @@ class AitopApp(App[int]):
 EXIT_GRACE_S = 5.0
 
 
-def _exit_soon(code: int) -> None:
+def _exit_unless_done(done: threading.Event, code: int) -> None:
     """Exit the process if the UI has not finished shutting down in time."""
-    time.sleep(EXIT_GRACE_S)
-    os._exit(code)
+    if not done.wait(EXIT_GRACE_S):
+        os._exit(code)
 
 
 def run_app(
@@ -516,9 +524,13 @@ def run_app(
     """
     app = AitopApp(source, refresh_s=refresh_s, export_path=export_path,
                    export_on_exit=export_on_exit)
+    # Only the process that owns the terminal may be cut short by the watchdog
+    # (never a test runner hosting the app).
+    app.exit_watchdog = True
     try:
         result = app.run()
     finally:
+        app.shut_down.set()
         source.close()
     for line in app.exit_messages:
         print(line)
