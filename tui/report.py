@@ -95,11 +95,13 @@ def timeline(history: Sequence[Diagnosis], started_at: float | None) -> list[dic
 
 
 def normalised_phases(phases: dict[str, float] | None) -> dict[str, float] | None:
-    """All seven phases, rounded, summing to 1 (rounding error goes to 'other')."""
+    """All seven phases, rounded to 4 places, summing to 1."""
     if not phases:
         return None
     out = {p: round(phases.get(p, 0.0), 4) for p in PHASES}
-    out["other"] = round(max(0.0, 1.0 - sum(v for k, v in out.items() if k != "other")), 4)
+    # Rounding leaves a residue of a few 1e-4: give it to the largest phase.
+    largest = max(out, key=out.__getitem__)
+    out[largest] = round(out[largest] + 1.0 - sum(out.values()), 4)
     return out
 
 
