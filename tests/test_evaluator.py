@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from synthetic import T0, Job, extend, mix
-
 from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator
 from aitop.knowledge.facts import load_facts
 from aitop.knowledge.metrics import CATALOGUE
 from aitop.knowledge.rules import load_rules
 from aitop.probes.session import Session
+from synthetic import T0, Job, extend, mix
 
 
 def run_starved_job(seconds: int) -> Evaluator:
