@@ -90,6 +90,21 @@ def _worker_max_cpu(sample: ProcessTreeSample) -> float | None:
     return max(vals) if vals else None
 
 
+#: A thread this busy (% of a core) counts as doing work; idle pool threads sit near 0.
+BUSY_THREAD_PERCENT = 10.0
+
+
+def _main_busy_threads(sample: ProcessTreeSample) -> float | None:
+    """How many of the main process's threads are busy (compute parallelism in use)."""
+    main = sample.main
+    if main is None or not main.threads or not sample.alive:
+        return None
+    known = [t.cpu_percent for t in main.threads if t.cpu_percent is not None]
+    if not known:
+        return None
+    return float(sum(1 for c in known if c >= BUSY_THREAD_PERCENT))
+
+
 def _mb(v: float | None) -> float | None:
     return None if v is None else v / 1e6
 
@@ -138,6 +153,8 @@ SERIES: tuple[tuple[str, str, Callable[..., float | None], str, str], ...] = (
      "CPU of the whole target tree (main process and workers)"),
     ("main_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "main"), "% of a core",
      "CPU of the main training process"),
+    ("main_busy_threads", "processes", _main_busy_threads, "threads",
+     "threads of the main process keeping at least 10 % of a core busy"),
     ("workers_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "worker"), "% of a core",
      "CPU of all DataLoader workers together"),
     ("worker_cpu_max", "processes", _worker_max_cpu, "% of a core",
@@ -174,7 +191,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("steps_per_s", "1/s", "training steps per second, from the loop counter"),
     ("step_time", "s", "seconds per training step"),
     ("cpu_headroom", "x",
-     "cores available / cores the main process keeps busy: how much wider CPU compute could go"),
+     "CPUs the target may use / busy threads of the main process: how much wider CPU "
+     "compute could go"),
     ("num_workers", "", "DataLoader worker processes"),
     ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
     ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
@@ -294,10 +312,12 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     else:
         metrics["cpu_count"] = float(hosts[-1].cpu_count) if hosts else None
 
-    main_cpu = metrics["main_cpu_mean"]
+    # Counted in threads, not CPU %, so that other processes loading the host do
+    # not make a single-threaded job look parallel (or a parallel one look narrow).
+    busy = metrics["main_busy_threads_mean"]
     cores = metrics["cpu_count"]
     metrics["cpu_headroom"] = (
-        max(1.0, cores * 100.0 / main_cpu) if main_cpu and cores else None
+        max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
 
     # Storage is sampled less often; look back a little further for it.

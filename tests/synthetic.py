@@ -35,6 +35,7 @@ from aitop.probes.samples import (
     StackWindow,
     StepCounterSample,
     StorageSample,
+    ThreadInfo,
 )
 from aitop.probes.session import PHASES, Session
 
@@ -115,6 +116,8 @@ class Job:
     #: CPU of the busiest worker (% of a core); worker k runs ``5 * k`` lower.
     worker_cpu: float = 40.0
     main_cpu: float = 100.0
+    #: Threads of the main process that each keep >= 10 % of a core busy.
+    busy_threads: int = 4
     #: Whether the pin-memory thread exists; None: thread names unreadable.
     pin_memory: bool | None = True
     #: False: no process-tree samples at all (the probe failed).
@@ -196,10 +199,15 @@ def gpu_sample(job: Job, i: int) -> GpuSample:
 
 
 def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
+    busy = job.main_cpu / max(job.busy_threads, 1)
+    threads = tuple(
+        ThreadInfo(tid=PID + k, name="python", cpu_percent=busy if k < job.busy_threads else 0.0)
+        for k in range(12)
+    )
     main = ProcessInfo(
         pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
         status="running", cpu_percent=job.main_cpu, rss_bytes=4 * 10**9, num_threads=12,
-        read_bps=1e6, write_bps=job.disk_write_mb * 1e6,
+        read_bps=1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
     )
     workers = tuple(
         ProcessInfo(

@@ -185,17 +185,24 @@ RULE_CASES: dict[str, Cases] = {
         ),
     ),
     "cpu_compute_underthreaded": Cases(
-        # cpu_headroom = 8 cores * 100 / 500 % = 1.6 exactly (2 * 100 / 125 likewise).
+        # One busy thread on a multi-core machine, whatever else loads the host
+        # (busy threads, not CPU %, so other processes cannot hide or fake it).
         fires=(
-            k(cpu_count=8, main_cpu=500.0, host_cpu=84.9, phases=mix(other=0.4), **CPU_ONLY),
-            k(cpu_count=2, main_cpu=125.0, host_cpu=50.0, phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=100.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=1, main_cpu=40.0, host_cpu=50.0,
+              phases=mix(other=0.4), **CPU_ONLY),
         ),
         misses=(
-            k(cpu_count=8, main_cpu=501.0, host_cpu=84.0, phases=mix(other=0.4), **CPU_ONLY),
-            k(cpu_count=8, main_cpu=500.0, host_cpu=85.0, phases=mix(other=0.4), **CPU_ONLY),
-            k(cpu_count=8, main_cpu=100.0, host_cpu=40.0, phases=mix(other=0.401), **CPU_ONLY),
-            k(cpu_count=1, main_cpu=50.0, host_cpu=40.0, phases=mix(other=0.2), **CPU_ONLY),
-            k(gpu=True, cpu_count=8, main_cpu=100.0, phases=mix(other=0.2)),
+            k(cpu_count=8, busy_threads=2, main_cpu=200.0, host_cpu=40.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=60.0, host_cpu=100.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=40.0,
+              phases=mix(other=0.401), **CPU_ONLY),
+            k(cpu_count=1, busy_threads=1, main_cpu=50.0, host_cpu=40.0,
+              phases=mix(other=0.2), **CPU_ONLY),
+            k(gpu=True, cpu_count=8, busy_threads=1, main_cpu=100.0, phases=mix(other=0.2)),
         ),
     ),
     "python_overhead": Cases(
@@ -379,6 +386,7 @@ def test_synthetic_job_builds_the_metrics_it_claims() -> None:
         workers=3,
         worker_cpu=90.0,
         main_cpu=200.0,
+        busy_threads=2,
         cpu_count=8,
         network_fs=True,
         scheduler="bfq",
@@ -397,7 +405,8 @@ def test_synthetic_job_builds_the_metrics_it_claims() -> None:
     assert m["num_workers"] == 3.0
     assert m["worker_cpu_max_mean"] == 90.0
     assert m["workers_cpu_mean"] == 90.0 + 85.0 + 80.0
-    assert m["cpu_headroom"] == 4.0
+    assert m["main_busy_threads_mean"] == 2.0
+    assert m["cpu_headroom"] == 4.0  # 8 CPUs / 2 busy threads
     assert m["network_fs"] == 1.0
     assert m["scheduler_ok"] == 0.0
     assert m["checkpoint_writing"] == 1.0
@@ -630,7 +639,7 @@ def test_compute_bound_gpu_is_compute() -> None:
 
 def test_underthreaded_cpu_only_compute_is_compute_with_parallel_gain() -> None:
     d = diagnose_job(
-        RULESET, gpu=False, cpu_count=8, main_cpu=100.0, host_cpu=20.0,
+        RULESET, gpu=False, cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=20.0,
         phases=mix(data_wait=0.02, other=0.18),
     )
     assert d.compute_device == "cpu"
