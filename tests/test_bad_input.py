@@ -111,7 +111,7 @@ def test_no_gpu_driver_is_not_an_error() -> None:
 @pytest.mark.attach
 def test_target_that_exits_during_the_session(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
-    job = start_job("data", truth, duration_s=7)
+    job = start_job("data", truth, duration_s=14)
     try:
         started = time.time()
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "40")
