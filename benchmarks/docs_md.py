@@ -1,0 +1,354 @@
+"""docs/benchmarks.md: the command, the results against targets, and how each was measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .jobs import SCENARIOS
+from .report import DATA_MARKER, all_rows, md_table
+from .stats import Summary, fmt_summary
+from .tui_latency import IDLE_S
+
+HEADER = """# Benchmarks
+
+```bash
+python -m benchmarks.run            # full run (~30 min): writes this file
+python -m benchmarks.run --quick    # ~4-5 min smoke run: one pair, a 1-min session
+python -m benchmarks.run --only overhead   # one section (repeatable):
+                                           #   pyspy | overhead | tui_overhead | session | tui
+```
+
+Run from the repository root with the virtual environment active (`tmux` and
+`py-spy` must be installed; the demo jobs need torch). The command prints the table
+below and rewrites this file; everything in it is measured by that run (the raw
+results are embedded at the end of this file). A `--only` run refreshes its
+section and keeps the others, each stamped with its own date, mode and commit.
+
+**How to read it.** Each figure is the median over several runs, followed by
+`[min–max]` and the number of runs `n`; the IQR column is the interquartile
+range. The machine is shared with other people's test runs while we measure, so
+nothing is compared with an earlier run: every comparison (aitop attached vs
+not) is a ratio measured within one run, in alternating periods on one
+long-running job. A ratio of two 10-s periods swings by ±10 % here on its own;
+the line beside it, *aitop CPU / job CPU* over the same "on" period, is the bound
+that noise cannot blur (aitop can slow the job only by taking CPU from it: py-spy
+runs `--nonblocking` and never stops the job).
+"""
+
+METHODS = {
+    "pyspy": """### What one py-spy call costs (the basis of aitop's cadences)
+
+py-spy dominates aitop's own CPU, so its unit costs are measured, with exactly
+aitop's flags (`probes/pyspy.py`), alternated round-robin on one `data` job:
+each call is charged the CPU of the reaped py-spy process
+(`getrusage(RUSAGE_CHILDREN)` before/after). `record` runs {record_s} s at 1 Hz
+(almost only launching and attaching) and at 50 Hz; the per-sample cost is the
+difference divided by the difference in samples (a sample is one thread's stack
+at one tick; the demo job shows ~2 threads). The model line multiplies these by
+aitop's default cadences (`CollectorConfig`, and `CollectorConfig.headless()` when
+it exists): launch / window + rate × threads × per-sample, plus one
+`dump --locals` per step-counter read.
+""",
+    "overhead": """### Overhead, accuracy and speed of diagnosis — headless (targets 1, 3, 4)
+
+* One demo job per scenario (`python -m aitop.tui.demo.workload --scenario S
+  --truth FILE`), started once; aitop is attached and detached many times.
+* Pairs of periods in ABBA order (off-on, on-off, …). "off": nothing attached for
+  {period_s:g} s. "on": `aitop --pid N --headless --json --duration {duration_s:g}`
+  is launched, and the period [launch + {settle_s:g} s, + {period_s:g} s] is measured,
+  so interpreter start-up and attach are over.
+* steps/s: from the job's own step counter (truth file, interpolated at the
+  period's boundaries). Ratio = steps/s(on) / steps/s(off), per pair.
+* aitop CPU: /proc utime+stime of aitop and all its descendants, plus the
+  cutime+cstime of those it reaped (py-spy runs), at the period's boundaries; job
+  CPU: the same for the job and its DataLoader workers.
+* Accuracy: each headless report's `phases` and `steps_per_s` against the job's own
+  timers over exactly the report's `phase_span` (`tests/demo_jobs.truth_between`);
+  errors in percentage points (phases) and % (steps/s).
+* Speed of diagnosis: seconds from attach (the report's `attached_at`) to the first
+  evaluation whose category is the expected one (data→data_loading,
+  compute→compute, checkpoint→io, healthy→none) *and* rests on stack samples —
+  the `none` shown while "Collecting: no stack samples yet" does not count. The
+  report's `timeline` cannot tell those two `none`s apart, so the CLI is run
+  through `benchmarks/hooked_cli.py`, which runs `aitop.tui.cli.main` unchanged and
+  writes the full diagnosis history when the report is built.
+* The whole-run CPU (startup included) is the wrapper's `getrusage(RUSAGE_CHILDREN)`
+  after aitop exited (`benchmarks/wrap.py`: a child subreaper, so even a py-spy
+  that aitop left behind would be counted).
+""",
+    "tui_overhead": """### Overhead — TUI (target 1) and first frame in a real terminal (target 4)
+
+As above, but the "on" period runs the real UI: `aitop --pid N` (default refresh
+1 s) in a detached tmux session of 200x50 (`tmux new-session -d -x 200 -y 50`),
+quit with the `q` key afterwards. First frame: from launching the tmux session to
+`PID N` (the UI's header) appearing in `tmux capture-pane`, polled every 20 ms —
+this is what a user sees: interpreter start, imports, attach and the first
+paint. Polling stops before the measured period starts.
+""",
+    "session": """### aitop's own cost over a session (target 2)
+
+One `data` demo job with two aitops attached for {session_s:.0f} s: the headless CLI
+(`--duration {session_s:.0f}`) and the TUI (default refresh) in tmux. Every second,
+each aitop's cumulative CPU (itself + live and reaped children: py-spy included)
+and RSS are read from /proc. Reported: the first 60 s (start-up included), the
+steady state ({steady}), and the whole session from `getrusage` after exit. RSS is
+aitop's own process (py-spy's is listed separately as "tree peak"); growth is
+the end minus the value at 60 s (the value at 10 s is shown too).
+""",
+    "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
+
+In-process: a real `LiveSource` (`aitop.tui.live.attach`) on a `data` demo job,
+and the real `AitopApp` under `App.run_test(size=(200, 50))`, so the probe threads
+(py-spy windows, step dumps, the evaluator) share the interpreter with the event
+loop exactly as in `aitop --pid`. First frame: from entering `run_test` to the
+app's `first_frame_at` (after the first refresh following mount). Keys, once a
+stack window and a diagnosis exist: each key is injected as a terminal's input
+thread does (`driver.send_message(events.Key(...))`) and timed until the expected
+change (detail screen on top, display paused, refresh rate changed) *and* the
+next refresh after it completed. Keys: g, f, w, i, ? (each followed by Escape),
+p twice, + and −, separated by random 0.1–0.5 s gaps. The event-loop thread's CPU
+time over the same interval (`time.thread_time`) is shown beside: it is the UI's
+own work per key, which the machine's load cannot inflate. `pilot.press()` is
+timed as well, but it also waits for the process to go idle, so it overstates.
+""",
+}
+
+
+def _f(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
+    return "—" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _sj(data: dict[str, Any] | None, fmt: str = ".3f", unit: str = "", scale: float = 1.0
+        ) -> str:
+    if not data:
+        return "—"
+    s = Summary.from_json(data)
+    s = Summary(s.n, s.median * scale, s.q1 * scale, s.q3 * scale, s.minimum * scale,
+                s.maximum * scale, s.p95 * scale)
+    return fmt_summary(s, fmt, unit)
+
+
+def _stamp(section: dict[str, Any]) -> str:
+    m = section.get("machine", {})
+    dirty = " + uncommitted engine changes" if m.get("engine_uncommitted") else ""
+    load = m.get("load_average_start")
+    load_text = f"; load average at start {load[0]:.1f}" if load else ""
+    return (f"*Measured {section.get('date', '?')}, {section.get('mode', '?')} run, "
+            f"{section.get('duration_s', 0) / 60:.1f} min, commit "
+            f"{m.get('git_commit', '?')}{dirty}{load_text}.*")
+
+
+def overhead_detail(section: dict[str, Any], headless: bool) -> str:
+    out = []
+    head = ("| scenario | steps/s off | steps/s on | ratio on/off | aitop CPU / job CPU | "
+            "aitop CPU in period | whole run incl. startup | job CPU (off) |")
+    out += [head, "|---" * 8 + "|"]
+    for scenario in SCENARIOS:
+        r = section.get("scenarios", {}).get(scenario)
+        if not r:
+            continue
+        out.append(
+            f"| {scenario} | {_sj(r['steps_per_s_off'], '.2f')} | {_sj(r['steps_per_s_on'], '.2f')}"
+            f" | {_sj(r['ratio'])} | {_sj(r['aitop_over_job_cpu'], '.4f')} | "
+            f"{_sj(r['aitop_cpu_percent'], '.2f', ' %')} | "
+            f"{_sj(r['whole_run_cpu_percent'], '.2f', ' %')} | "
+            f"{_sj(r['job_cpu_percent_off'], '.0f', ' %')} |")
+    if headless:
+        out += ["", "| scenario | data-wait error | checkpoint error | steps/s error | "
+                "attach → correct | launch → correct | wrong evaluations after correct | "
+                "report's own CPU % |", "|---" * 8 + "|"]
+        for scenario in SCENARIOS:
+            r = section.get("scenarios", {}).get(scenario)
+            if not r:
+                continue
+            out.append(
+                f"| {scenario} | {_sj(r['data_wait_err_pp'], '.2f', ' pp')} | "
+                f"{_sj(r['checkpoint_err_pp'], '.2f', ' pp')} | "
+                f"{_sj(r['steps_rel_err'], '.1f', ' %', 100.0)}"
+                f"{', null in ' + str(r['steps_unknown']) if r.get('steps_unknown') else ''} | "
+                f"{_sj(r['diagnosis_after_attach_s'], '.1f', ' s')} | "
+                f"{_sj(r['diagnosis_after_launch_s'], '.1f', ' s')} | {r['diagnosis_flips']} | "
+                f"{_sj(r['report_cpu_percent'], '.2f', ' %')} |")
+    else:
+        out += ["", "| scenario | first frame (launch → header in tmux) |", "|---|---|"]
+        for scenario in SCENARIOS:
+            r = section.get("scenarios", {}).get(scenario)
+            if r:
+                out.append(f"| {scenario} | {_sj(r.get('first_frame_s'), '.2f', ' s')} |")
+    out += ["", "<details><summary>Every pair</summary>", ""]
+    cols = "| scenario | order | steps/s off | steps/s on | ratio | aitop/job CPU |"
+    if headless:
+        cols += (" data wait aitop / job | checkpoint aitop / job | steps/s aitop / job |"
+                 " correct after |")
+    out += [cols, "|" + "---|" * (cols.count("|") - 1)]
+    for scenario in SCENARIOS:
+        r = section.get("scenarios", {}).get(scenario)
+        if not r:
+            continue
+        for p in r["pairs"]:
+            line = (f"| {scenario} | {p['order']} | {p['off']['steps_per_s']:.2f} | "
+                    f"{p['on']['steps_per_s']:.2f} | {p['ratio']:.3f} | "
+                    f"{_f(p.get('aitop_over_job_cpu'), '.4f')} |")
+            if headless:
+                acc = p.get("accuracy", {})
+                truth = acc.get("truth", {})
+                phases = acc.get("phases") or {}
+                line += (f" {_f(phases.get('data_wait'), '.3f')} / "
+                         f"{_f(truth.get('data_wait'), '.3f')} | "
+                         f"{_f(phases.get('checkpoint'), '.3f')} / "
+                         f"{_f(truth.get('checkpoint'), '.3f')} | "
+                         f"{_f(acc.get('steps_per_s'), '.2f')} / "
+                         f"{_f(truth.get('steps_per_s'), '.2f')} | "
+                         f"{_f(p.get('diagnosis', {}).get('after_attach_s'), '.1f', ' s')} |")
+            out.append(line)
+    out += ["", "</details>"]
+    return "\n".join(out)
+
+
+def session_detail(section: dict[str, Any]) -> str:
+    out = ["| | headless | TUI |", "|---|---|---|"]
+    h, t = section.get("headless", {}), section.get("tui", {})
+
+    def row(label: str, key: str, fmt: str = ".2f", unit: str = "") -> None:
+        out.append(f"| {label} | {_f(h.get(key), fmt, unit)} | {_f(t.get(key), fmt, unit)} |")
+
+    out.append(f"| CPU, steady state, median [min–max] | "
+               f"{_sj(h.get('steady_cpu_percent'), '.2f', ' %')} | "
+               f"{_sj(t.get('steady_cpu_percent'), '.2f', ' %')} |")
+    row("CPU, first 60 s incl. startup", "first_60s_cpu_percent", unit=" %")
+    row("CPU, whole session (getrusage)", "whole_run_cpu_percent", unit=" %")
+    row("CPU, the report's own figure (since attach)", "report_cpu_percent", unit=" %")
+    row("RSS at 10 s", "rss_mb_at_10s", ".1f", " MB")
+    row("RSS at 60 s", "rss_mb_at_60s", ".1f", " MB")
+    row("RSS at the end", "rss_mb_end", ".1f", " MB")
+    row("RSS peak", "rss_mb_peak", ".1f", " MB")
+    row("RSS peak, aitop + py-spy", "tree_rss_mb_peak", ".1f", " MB")
+    row("RSS growth, 60 s → end", "rss_growth_mb_from_60s", ".2f", " MB")
+    row("RSS growth, 10 s → end", "rss_growth_mb_from_10s", ".2f", " MB")
+    row("orphaned children reaped by the wrapper", "orphans_reaped", ".0f")
+    first = _f(t.get("first_frame_s"), ".2f", " s")
+    out.append(f"| TUI first frame (launch → header) | | {first} |")
+    for mode in ("headless", "tui"):
+        series = section.get(mode, {}).get("rss_series_mb")
+        if series:
+            out += ["", f"RSS of the {mode} aitop over the session (s, MB): "
+                    + ", ".join(f"{a}: {b}" for a, b in series)]
+        windows = section.get(mode, {}).get("steady_windows")
+        if windows:
+            out += ["", f"CPU % per steady-state window, {mode}: "
+                    + ", ".join(f"{w:.2f}" for w in windows)]
+    return "\n".join(out)
+
+
+def tui_detail(section: dict[str, Any]) -> str:
+    def ms(key: str) -> str:
+        return _sj(section.get(key), ".0f", " ms", 1000)
+
+    p95 = (section.get("key_latency_s") or {}).get("p95")
+    out = [f"* attach (`aitop.tui.live.attach`, in-process): "
+           f"{_f(section.get('attach_s'), '.2f', ' s')}",
+           "* first frame per app start: "
+           + ", ".join(f"{v:.3f} s" for v in section.get("first_frame_runs", [])),
+           f"* key presses: {section.get('key_presses')}, timeouts (> 2 s): "
+           f"{section.get('key_timeouts')}; stack probe during the test: "
+           f"`{section.get('stacks_status')}`",
+           f"* key → change (before the repaint): {ms('key_changed_s')}",
+           f"* key → change + repaint: {ms('key_latency_s')}, "
+           f"p95 {_f(p95 * 1000 if p95 is not None else None, '.0f', ' ms')}",
+           f"* UI-thread CPU per key: {ms('key_ui_cpu_s')}; the same thread with no key "
+           f"pressed (ticks, redraws): {_f(section.get('idle_ui_cpu_percent'), '.1f', ' %')} "
+           f"of one core over {IDLE_S:g} s",
+           f"* `pilot.press()` until the change: {ms('pilot_press_s')}",
+           "", "| key | key → change + repaint |", "|---|---|"]
+    for key, data in (section.get("per_key") or {}).items():
+        out.append(f"| {key} | {_sj(data, '.0f', ' ms', 1000)} |")
+    return "\n".join(out)
+
+
+def _load(values: list[float] | tuple[float, ...] | None) -> str:
+    return "—" if not values else ", ".join(f"{v:.1f}" for v in values)
+
+
+def pyspy_detail(section: dict[str, Any]) -> str:
+    costs = section.get("costs", {})
+    out = ["| py-spy call (aitop's flags) | CPU per call |", "|---|---|"]
+    labels = {"dump": "`dump --json`", "dump_locals": "`dump --json --locals` (step counter)",
+              "record_1hz": f"`record` {section.get('record_s')} s at 1 Hz",
+              "record_50hz": f"`record` {section.get('record_s')} s at 50 Hz"}
+    for key, label in labels.items():
+        out.append(f"| {label} | {_sj(costs.get(key), '.1f', ' ms', 1000)} |")
+    launch = _f(_ms(section.get("launch_s")), ".1f", " ms")
+    out += ["", f"* launch + attach of one `record`: {launch}; "
+            f"per sample: {_f(_ms(section.get('per_sample_s')), '.2f', ' ms')} "
+            f"(samples per 5-s window: {_sj(section.get('samples_1hz'), '.0f')} at 1 Hz, "
+            f"{_sj(section.get('samples_50hz'), '.0f')} at 50 Hz)"]
+    for name, m in (section.get("model") or {}).items():
+        out.append(f"* model, {name} cadences ({m['rate_hz']} Hz, {m['window_s']} s windows, "
+                   f"counter every {m['steps_interval_s']:g} s): record "
+                   f"{m['record_percent']:.2f} % + step counter {m['steps_percent']:.2f} % = "
+                   f"**{m['total_percent']:.2f} %** of one core for py-spy alone")
+    return "\n".join(out)
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else 1000.0 * value
+
+
+def machine_md(m: dict[str, Any]) -> str:
+    return "\n".join([
+        f"* date: {m.get('date')}",
+        f"* `nproc`: {m.get('nproc')}; CPU: {m.get('cpu_model')}; RAM: "
+        f"{_f(m.get('ram_gib'), '.1f', ' GiB')}; kernel {m.get('kernel')}",
+        f"* Python {m.get('python')}, torch {m.get('torch')}, textual {m.get('textual')}, "
+        f"py-spy {m.get('py_spy')}",
+        f"* aitop commit {m.get('git_commit')}"
+        + (f", with uncommitted changes in: {', '.join(m['engine_uncommitted'])}"
+           if m.get("engine_uncommitted") else ", clean engine tree"),
+        f"* load average (1, 5, 15 min) at start / end: {_load(m.get('load_average_start'))} / "
+        f"{_load(m.get('load_average_end'))} (other people's test runs share the machine)",
+    ])
+
+
+def section_data(sections: dict[str, Any]) -> dict[str, Any]:
+    """Each section's measured data (sections that failed have none)."""
+    return {k: v["data"] for k, v in sections.items() if v.get("data")}
+
+
+def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]) -> None:
+    parts = [HEADER, "## Results against the targets", "", machine_md(machine), "",
+             md_table(all_rows(section_data(sections))), "",
+             "Verdicts judge the median, except key latency (its p95). "
+             "\"not measured\" means that part did not run or failed; see its section.", "",
+             "## How each figure was obtained, and the details", ""]
+    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui"):
+        section = sections.get(name)
+        if not section:
+            continue
+        cfg = section.get("config", {})
+        steady = section.get("data", {}).get("headless", {}).get("steady_window", "")
+        fields = {"record_s": section.get("data", {}).get("record_s", "?")} | cfg
+        method = METHODS[name].format(steady=steady or "after start-up", **fields)
+        parts += [method, _stamp(section), ""]
+        if section.get("error"):
+            parts += [f"**This section failed:** `{section['error']}`", ""]
+            continue
+        data = section.get("data", {})
+        if name == "overhead":
+            parts.append(overhead_detail(data, headless=True))
+        elif name == "tui_overhead":
+            parts.append(overhead_detail(data, headless=False))
+        elif name == "session":
+            parts.append(session_detail(data))
+        elif name == "pyspy":
+            parts.append(pyspy_detail(data))
+        else:
+            parts.append(tui_detail(data))
+        parts.append("")
+    payload = json.dumps({"machine": machine, "sections": sections}, separators=(",", ":"))
+    parts += [f"<!-- {DATA_MARKER}", payload, "-->", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(parts))
+    tmp.replace(path)

@@ -1,0 +1,183 @@
+"""``python -m benchmarks.run [--quick] [--only NAME]``: measure aitop against its targets.
+
+Prints the results table and rewrites docs/benchmarks.md (results, machine, and
+how each figure was obtained). Sections:
+
+* ``overhead``: targets 1 (headless), 3 and 4 — alternating periods with and
+  without ``aitop --headless`` on one long job per scenario;
+* ``tui_overhead``: target 1 with the TUI in tmux, and the first frame a user sees;
+* ``session``: target 2 — CPU and memory of headless and TUI aitop over a session;
+* ``tui``: targets 4 and 5 — first frame and key latency with Textual's Pilot;
+* ``pyspy``: what one py-spy call costs (the unit costs behind aitop's cadences).
+
+The full run takes ~30 minutes; ``--quick`` (~4-5 minutes) runs every section
+once, briefly, as a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .docs_md import section_data, write_markdown
+from .jobs import REPO, SCENARIOS
+from .machine import load_average, machine_info
+from .overhead import OverheadConfig, run_scenario
+from .pyspy_cost import run_pyspy_cost
+from .report import all_rows, load_previous, text_table
+from .session import run_session
+from .tui_latency import run_tui_latency
+
+SECTIONS: tuple[str, ...] = ("pyspy", "overhead", "tui_overhead", "session", "tui")
+DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of each section a run does."""
+
+    overhead: OverheadConfig
+    overhead_scenarios: tuple[str, ...]
+    tui_overhead: OverheadConfig
+    tui_scenarios: tuple[str, ...]
+    session_s: float
+    key_rounds: int
+    first_frame_runs: int
+    pyspy_reps: int
+
+
+FULL = Plan(
+    overhead=OverheadConfig(pairs=5, period_s=10.0),
+    overhead_scenarios=SCENARIOS,
+    tui_overhead=OverheadConfig(pairs=5, period_s=10.0),
+    # The default demo scenario, and the one that keeps both cores busy.
+    tui_scenarios=("data", "healthy"),
+    session_s=600.0,
+    key_rounds=4,
+    first_frame_runs=5,
+    pyspy_reps=6,
+)
+QUICK = Plan(
+    overhead=OverheadConfig(pairs=1, period_s=6.0, warmup_s=3.0),
+    overhead_scenarios=SCENARIOS,
+    tui_overhead=OverheadConfig(pairs=1, period_s=6.0, warmup_s=3.0),
+    tui_scenarios=("data",),
+    session_s=60.0,
+    key_rounds=1,
+    first_frame_runs=2,
+    pyspy_reps=2,
+)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _overhead_config(cfg: OverheadConfig) -> dict[str, Any]:
+    return asdict(cfg) | {"duration_s": cfg.headless_duration_s}
+
+
+def run_section(name: str, plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, data) of one section."""
+    if name in ("overhead", "tui_overhead"):
+        headless = name == "overhead"
+        cfg = plan.overhead if headless else plan.tui_overhead
+        scenarios = plan.overhead_scenarios if headless else plan.tui_scenarios
+        data: dict[str, Any] = {"scenarios": {}}
+        for scenario in scenarios:
+            log(f"{name}: {scenario}, {cfg.pairs} pair(s) of {cfg.period_s:g}-s periods")
+            data["scenarios"][scenario] = run_scenario(
+                scenario, "headless" if headless else "tui", cfg, workdir / name, log
+            )
+        return _overhead_config(cfg) | {"scenarios": list(scenarios)}, data
+    if name == "session":
+        log(f"session: {plan.session_s:.0f} s, headless and TUI side by side")
+        return {"session_s": plan.session_s}, run_session(plan.session_s, workdir / name, log)
+    if name == "pyspy":
+        log(f"pyspy: unit costs, {plan.pyspy_reps} round(s)")
+        return {"reps": plan.pyspy_reps}, run_pyspy_cost(plan.pyspy_reps, workdir / name, log)
+    log(f"tui: Pilot, {plan.first_frame_runs} app start(s), {plan.key_rounds} round(s) of keys")
+    return ({"key_rounds": plan.key_rounds, "first_frame_runs": plan.first_frame_runs},
+            run_tui_latency(plan.key_rounds, plan.first_frame_runs, workdir / name, log))
+
+
+def preflight() -> list[str]:
+    """What is missing for the benchmarks to run at all."""
+    problems = []
+    if shutil.which("tmux") is None:
+        problems.append("tmux is not installed (the TUI runs in a detached tmux session)")
+    if not Path(sys.executable).with_name("py-spy").exists() and shutil.which("py-spy") is None:
+        problems.append("py-spy is not installed")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        problems.append("torch is not installed (pip install -e '.[demo]')")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="~4-5 minute smoke run")
+    parser.add_argument("--only", action="append", choices=SECTIONS, metavar="NAME",
+                        help=f"run only this section (repeatable): {', '.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="Markdown file to write (default docs/benchmarks.md)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work directory (reports, truth files, logs)")
+    args = parser.parse_args(argv)
+    problems = preflight()
+    if problems:
+        for problem in problems:
+            print(f"benchmarks: {problem}", file=sys.stderr)
+        return 2
+    plan = QUICK if args.quick else FULL
+    mode = "quick" if args.quick else "full"
+    selected = [s for s in SECTIONS if not args.only or s in args.only]
+    machine = machine_info()
+    previous = load_previous(args.out)
+    sections: dict[str, Any] = dict(previous.get("sections", {}))
+    workdir = Path(tempfile.mkdtemp(prefix="aitop-bench-"))
+    log(f"{mode} run of {', '.join(selected)}; work directory {workdir}")
+    ran: dict[str, Any] = {}
+    started = time.time()
+    try:
+        for name in selected:
+            t0 = time.time()
+            # Others may commit engine changes while a long run goes on: each
+            # section records the commit and working tree it actually measured.
+            section: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                                       "mode": mode, "machine": machine_info()}
+            try:
+                config, data = run_section(name, plan, workdir)
+                section.update(config=config, data=data)
+            except Exception as exc:
+                traceback.print_exc()
+                section.update(config={}, error=f"{type(exc).__name__}: {exc}")
+                log(f"{name} FAILED: {exc}")
+            section["duration_s"] = time.time() - t0
+            sections[name] = ran[name] = section
+            machine["load_average_end"] = load_average()
+            write_markdown(args.out, sections, machine)
+            log(f"{name} done in {section['duration_s'] / 60:.1f} min; wrote {args.out}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(f"aitop benchmarks ({mode}, {(time.time() - started) / 60:.1f} min, "
+          f"{machine['nproc']} cores, load {machine['load_average_start'][0]:.1f} → "
+          f"{machine['load_average_end'][0]:.1f}):")
+    print(text_table(all_rows(section_data(ran))))
+    print(f"\nwritten: {args.out}")
+    return 1 if any("error" in s for s in ran.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
