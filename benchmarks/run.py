@@ -124,7 +124,8 @@ def preflight() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="~4-5 minute smoke run")
     parser.add_argument("--only", action="append", choices=SECTIONS, metavar="NAME",
                         help=f"run only this section (repeatable): {', '.join(SECTIONS)}")
