@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from aitop.knowledge.metrics import STEPS_WINDOW_S
 from aitop.knowledge.model import Diagnosis, Evidence, Finding
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
@@ -141,6 +142,20 @@ def phase_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | N
     return [round(windows[0].t_start, 3), round(windows[-1].t_end, 3)]
 
 
+def steps_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | None:
+    """[first, last] epoch seconds of the counter readings behind steps_per_s."""
+    if diagnosis is None or diagnosis.steps_per_s is None:
+        return None
+    lookback = max(diagnosis.window_s, STEPS_WINDOW_S)
+    readings = [
+        s for s in session.steps.window(diagnosis.t - lookback, diagnosis.t)
+        if s.value is not None
+    ]
+    if len(readings) < 2:
+        return None
+    return [round(readings[0].t, 3), round(readings[-1].t, 3)]
+
+
 def build_report(
     session: Session,
     diagnosis: Diagnosis | None,
@@ -176,6 +191,7 @@ def build_report(
         "phases": normalised_phases(diagnosis.phases if diagnosis else None),
         "phase_span": span,
         "steps_per_s": _num(diagnosis.steps_per_s, 3) if diagnosis else None,
+        "steps_span": steps_span(session, diagnosis),
         "bottleneck": {
             "category": diagnosis.category if diagnosis else "none",
             "summary": diagnosis.summary if diagnosis else "no diagnosis was made",
