@@ -64,9 +64,11 @@ it exists): launch / window + rate × threads × per-sample, plus one
 * aitop CPU: /proc utime+stime of aitop and all its descendants, plus the
   cutime+cstime of those it reaped (py-spy runs), at the period's boundaries; job
   CPU: the same for the job and its DataLoader workers.
-* Accuracy: each headless report's `phases` and `steps_per_s` against the job's own
-  timers over exactly the report's `phase_span` (`tests/demo_jobs.truth_between`);
-  errors in percentage points (phases) and % (steps/s).
+* Accuracy: each headless report's `phases` against the job's own timers over
+  exactly the report's `phase_span`, and its `steps_per_s` against the job's own
+  step count over exactly its `steps_span` (the counter readings behind it; the
+  phase span in reports without it), with `tests/demo_jobs.truth_between`; errors in
+  percentage points (phases) and % (steps/s).
 * Speed of diagnosis: seconds from attach (the report's `attached_at`) to the first
   evaluation whose category is the expected one (data→data_loading,
   compute→compute, checkpoint→io, healthy→none) *and* rests on stack samples —
@@ -200,7 +202,7 @@ def overhead_detail(section: dict[str, Any], headless: bool) -> str:
                          f"{_f(phases.get('checkpoint'), '.3f')} / "
                          f"{_f(truth.get('checkpoint'), '.3f')} | "
                          f"{_f(acc.get('steps_per_s'), '.2f')} / "
-                         f"{_f(truth.get('steps_per_s'), '.2f')} | "
+                         f"{_f(acc.get('true_steps_per_s', truth.get('steps_per_s')), '.2f')} | "
                          f"{_f(p.get('diagnosis', {}).get('after_attach_s'), '.1f', ' s')} |")
             out.append(line)
     out += ["", "</details>"]

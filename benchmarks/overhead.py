@@ -96,8 +96,14 @@ def accuracy(report: dict[str, Any], job: DemoJob) -> dict[str, Any]:
                            "steps_per_s": sps}
     for phase in ("data_wait", "checkpoint"):
         out[f"{phase}_err_pp"] = 100.0 * abs(phases[phase] - truth[phase])
-    out["steps_rel_err"] = (abs(sps / truth["steps_per_s"] - 1.0)
-                            if sps is not None and truth["steps_per_s"] > 0 else None)
+    # steps/s rests on the step-counter readings, whose span the report gives as
+    # ``steps_span`` (newer reports); older reports only have the phase span.
+    steps_span = report.get("steps_span") or span
+    true_rate = job.between(steps_span[0], steps_span[1])["steps_per_s"]
+    out["steps_span"] = "steps_span" if report.get("steps_span") else "phase_span"
+    out["true_steps_per_s"] = true_rate
+    out["steps_rel_err"] = (abs(sps / true_rate - 1.0)
+                            if sps is not None and true_rate > 0 else None)
     return out
 
 
