@@ -53,7 +53,7 @@ it exists): launch / window + rate × threads × per-sample, plus one
 """,
     "overhead": """### Overhead, accuracy and speed of diagnosis — headless (targets 1, 3, 4)
 
-* One demo job per scenario (`python -m aitop.tui.demo.workload --scenario S
+* One demo job per scenario (`python -m aitop.demo.workload --scenario S
   --truth FILE`), started once; aitop is attached and detached many times.
 * Pairs of periods in ABBA order (off-on, on-off, …). "off": nothing attached for
   {period_s:g} s. "on": `aitop --pid N --headless --json --duration {duration_s:g}`
@@ -74,7 +74,7 @@ it exists): launch / window + rate × threads × per-sample, plus one
   compute→compute, checkpoint→io, healthy→none) *and* rests on stack samples —
   the `none` shown while "Collecting: no stack samples yet" does not count. The
   report's `timeline` cannot tell those two `none`s apart, so the CLI is run
-  through `benchmarks/hooked_cli.py`, which runs `aitop.tui.cli.main` unchanged and
+  through `benchmarks/hooked_cli.py`, which runs `aitop.tui.entry.main` unchanged and
   writes the full diagnosis history when the report is built.
 * The whole-run CPU (startup included) is the wrapper's `getrusage(RUSAGE_CHILDREN)`
   after aitop exited (`benchmarks/wrap.py`: a child subreaper, so even a py-spy
@@ -101,7 +101,7 @@ the end minus the value at 60 s (the value at 10 s is shown too).
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
-In-process: a real `LiveSource` (`aitop.tui.live.attach`) on a `data` demo job,
+In-process: a real `LiveSource` (`aitop.engine.live.attach`) on a `data` demo job,
 and the real `AitopApp` under `App.run_test(size=(200, 50))`, so the probe threads
 (py-spy windows, step dumps, the evaluator) share the interpreter with the event
 loop exactly as in `aitop --pid`. First frame: from entering `run_test` to the
@@ -249,7 +249,7 @@ def tui_detail(section: dict[str, Any]) -> str:
         return _sj(section.get(key), ".0f", " ms", 1000)
 
     p95 = (section.get("key_latency_s") or {}).get("p95")
-    out = [f"* attach (`aitop.tui.live.attach`, in-process): "
+    out = [f"* attach (`aitop.engine.live.attach`, in-process): "
            f"{_f(section.get('attach_s'), '.2f', ' s')}",
            "* first frame per app start: "
            + ", ".join(f"{v:.3f} s" for v in section.get("first_frame_runs", [])),

@@ -6,7 +6,7 @@ Why: the headless report's ``timeline`` lists changes of bottleneck *category*
 only. A healthy job's correct answer, ``none``, is also the category of the
 placeholder "Collecting: no stack samples yet" shown before any sample exists,
 so the timeline cannot say when aitop actually concluded "no bottleneck". This
-runs exactly ``aitop.tui.cli.main`` (what the ``aitop`` console script runs) and,
+runs exactly what ``aitop.tui.entry.main`` (what the ``aitop`` console script runs) and,
 when the report is built at the end, also writes the whole diagnosis history
 (time, category, summary, how many stack samples it rested on) as JSON. Nothing
 runs during sampling, so the CPU figures of this process are aitop's.
@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import aitop.tui.cli as cli
+import aitop.engine.cli as cli
+from aitop.tui.entry import run_ui
 
 
 def main(argv: Sequence[str]) -> int:
@@ -57,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
         return real_build_report(*args, **kwargs)
 
     cli.build_report = build_report
-    return cli.main(args)
+    return cli.main(args, run_ui=run_ui)
 
 
 if __name__ == "__main__":

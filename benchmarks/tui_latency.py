@@ -104,8 +104,8 @@ async def _pilot_press(pilot: Any, app: Any, key: str, expect: str) -> float | N
 
 
 async def _measure(job_pid: int, rounds: int, first_frame_runs: int, log: Log) -> dict[str, Any]:
+    from aitop.engine.live import AttachOptions, attach
     from aitop.tui.app import AitopApp
-    from aitop.tui.live import AttachOptions, attach
 
     t = time.perf_counter()
     source = attach(job_pid, AttachOptions())

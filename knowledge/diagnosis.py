@@ -8,70 +8,15 @@ rows of the priority framework, the key-metric targets) come in as a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+from aitop.probes.session import PHASES
 
 from .expressions import render
+from .facts import Facts
 from .metrics import CATALOGUE
-from .model import SEVERITIES, Diagnosis, Evidence, Finding, Gain, Source, StateMatch
+from .model import SEVERITIES, Citation, Diagnosis, Evidence, Finding, Gain, StateMatch
 from .rules import GainSpec, Rule, RuleEngine, RuleSet
-
-
-@dataclass(frozen=True)
-class Target:
-    """A metric's target range and where it comes from."""
-
-    low: float | None
-    high: float | None
-    text: str
-    source: str = ""
-
-
-@dataclass(frozen=True)
-class TechniqueClaim:
-    """What the documents claim a technique does to step speed."""
-
-    name: str
-    speedup_low: float | None
-    speedup_high: float | None
-    text: str
-    source: Source
-
-
-@dataclass(frozen=True)
-class StateRow:
-    name: str
-    priorities: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Facts:
-    techniques: Mapping[str, TechniqueClaim] = field(default_factory=dict)
-    states: Mapping[str, StateRow] = field(default_factory=dict)
-    targets: Mapping[str, Target] = field(default_factory=dict)
-    documents: Mapping[str, str] = field(default_factory=dict)  # id -> title
-
-
-def target_for(metric: str, targets: Mapping[str, Target]) -> Target | None:
-    """Exact name first, then the series name without its aggregate suffix."""
-    if metric in targets:
-        return targets[metric]
-    base = metric.rsplit("_", 1)[0]
-    return targets.get(base)
-
-
-def judge(value: float | None, target: Target | None) -> str:
-    """within / near / outside the target (near: within 10 % of the range's edge)."""
-    if value is None:
-        return "unknown"
-    if target is None:
-        return "unknown"
-    low, high = target.low, target.high
-    if (low is None or value >= low) and (high is None or value <= high):
-        return "within"
-    edge = high if high is not None and value > high else low
-    assert edge is not None
-    slack = 0.1 * (abs(high - low) if low is not None and high is not None else abs(edge) or 1.0)
-    return "near" if abs(value - edge) <= slack else "outside"
+from .targets import Target, judge, target_for
 
 
 def display(metric: str, value: float | None) -> str:
@@ -167,6 +112,14 @@ def estimate_gain(
     return Gain(None, method="none", explanation=spec.note or "not a speed gain")
 
 
+def phases_of(metrics: Mapping[str, float | None]) -> dict[str, float] | None:
+    """The step's phase shares (exactly the session's ``PHASES``), or ``None``."""
+    shares = {p: metrics.get(f"phase_{p}") for p in PHASES}
+    if any(v is None for v in shares.values()):
+        return None
+    return {p: float(v) for p, v in shares.items() if v is not None}
+
+
 def _severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else 0
 
@@ -193,7 +146,7 @@ def build_finding(
         evidence=evidence_for(metrics, rule.evidence, facts.targets),
         actions=tuple(render(a, metrics) for a in rule.actions),
         gain=estimate_gain(rule.gain, metrics, facts),
-        source=Source(
+        source=Citation(
             document=facts.documents.get(rule.source.get("document", ""), rule.source["document"]),
             section=rule.source.get("section", ""),
             quote=rule_quote(rule, facts),
@@ -273,13 +226,7 @@ class Diagnoser:
             compute_device="gpu" if has_gpu else "cpu",
             states=self.states(metrics),
             findings=findings,
-            phases={
-                k.removeprefix("phase_"): v
-                for k, v in metrics.items()
-                if k.startswith("phase_") and k not in ("phase_samples", "phase_compute")
-                and v is not None
-            }
-            or None,
+            phases=phases_of(metrics),
             steps_per_s=metrics.get("steps_per_s"),
             metrics=dict(metrics),
             waiting_for=tuple(self.engine.waiting(metrics)),

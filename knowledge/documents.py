@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .model import CATEGORIES, Source
+from .model import CATEGORIES, Citation
 
 # One error type for every knowledge-base file (rules, phases, documents), so the
 # CLI reports them all the same way: ``file:line: problem``.
@@ -97,9 +97,9 @@ class SourceRef:
     section: str
     quote: str
 
-    def as_source(self) -> Source:
-        """The same reference as the diagnosis model's :class:`Source`."""
-        return Source(document=self.document, section=self.section, quote=self.quote)
+    def as_source(self) -> Citation:
+        """The same reference as the diagnosis model's :class:`Citation`."""
+        return Citation(document=self.document, section=self.section, quote=self.quote)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,10 +342,6 @@ class KnowledgeDocuments:
     def state(self, id: str) -> PriorityState:
         """The priority-framework state with this id (``KeyError`` if none)."""
         return _by_id(self.priority_framework, id, "priority state")
-
-    def techniques_for(self, category: str) -> tuple[Technique, ...]:
-        """Techniques that address one bottleneck category, in file order."""
-        return tuple(t for t in self.techniques if t.category == category)
 
     def source_refs(self) -> Iterator[tuple[str, SourceRef]]:
         """Every source reference in the file, labelled by where it is used."""

@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Iterable
-from pathlib import Path
+from dataclasses import dataclass
 
 from aitop.probes.session import Session
 
-from .diagnosis import Diagnoser, Facts
+from .diagnosis import Diagnoser
+from .facts import Facts
 from .metrics import SCALARS, SERIES, compute_metrics
 from .model import Diagnosis
-from .rules import RuleSet, load_rules
+from .rules import RuleSet
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
 DEFAULT_WINDOW_S = 20.0
@@ -34,6 +34,19 @@ def compact(diagnosis: Diagnosis) -> Diagnosis:
     return dataclasses.replace(diagnosis, metrics=kept)
 
 
+@dataclass(frozen=True)
+class Published:
+    """What the evaluator has concluded so far: an immutable value, swapped whole.
+
+    Readers (the UI's event loop, an export) take the current reference and
+    never wait on an evaluation in progress, however long it runs.
+    """
+
+    latest: Diagnosis | None = None
+    #: Oldest first; only the newest entry keeps every metric.
+    history: tuple[Diagnosis, ...] = ()
+
+
 class Evaluator:
     """Turns the newest window of a session into a Diagnosis, keeping rule state."""
 
@@ -48,33 +61,28 @@ class Evaluator:
         self.window_s = window_s
         self.diagnoser = Diagnoser(ruleset, facts)
         self._history: deque[Diagnosis] = deque(maxlen=HISTORY)
-        self._latest: Diagnosis | None = None
-        self._lock = threading.Lock()
+        self._published = Published()
+        #: Serialises evaluations (the rules keep for/keep_firing_for state);
+        #: readers never take it.
+        self._evaluating = threading.Lock()
 
     def evaluate(self, now: float) -> Diagnosis:
-        with self._lock:
+        with self._evaluating:
             metrics = compute_metrics(self.session, now, self.window_s)
             diagnosis = self.diagnoser.diagnose(metrics, now)
-            if self._latest is not None:
-                self._history[-1] = compact(self._latest)
+            if self._history:
+                self._history[-1] = compact(self._history[-1])
             self._history.append(diagnosis)
-            self._latest = diagnosis
+            self._published = Published(diagnosis, tuple(self._history))
             return diagnosis
 
-    def history(self) -> list[Diagnosis]:
+    def published(self) -> Published:
+        """The latest conclusions, without waiting for an evaluation in progress."""
+        return self._published
+
+    def history(self) -> tuple[Diagnosis, ...]:
         """All kept diagnoses, oldest first; only the newest has every metric."""
-        with self._lock:
-            return list(self._history)
+        return self._published.history
 
     def latest(self) -> Diagnosis | None:
-        with self._lock:
-            return self._latest
-
-
-def default_evaluator(
-    session: Session, rule_files: Iterable[Path] = (), window_s: float = DEFAULT_WINDOW_S
-) -> Evaluator:
-    """The packaged knowledge base (plus the user's rule files) over a session."""
-    from .facts import load_facts
-
-    return Evaluator(session, load_rules(rule_files), load_facts(), window_s)
+        return self._published.latest

@@ -8,11 +8,40 @@ targets by the metric names that rules use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .diagnosis import Facts, StateRow, Target, TechniqueClaim
 from .documents import Effect, KnowledgeDocuments, MetricTarget, Technique, load_documents
-from .model import Source
+from .model import Citation
+from .targets import Target
+
+
+@dataclass(frozen=True)
+class TechniqueClaim:
+    """What the documents claim a technique does to step speed."""
+
+    name: str
+    speedup_low: float | None
+    speedup_high: float | None
+    text: str
+    source: Citation
+
+
+@dataclass(frozen=True)
+class StateRow:
+    name: str
+    priorities: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Facts:
+    techniques: Mapping[str, TechniqueClaim] = field(default_factory=dict)
+    states: Mapping[str, StateRow] = field(default_factory=dict)
+    targets: Mapping[str, Target] = field(default_factory=dict)
+    documents: Mapping[str, str] = field(default_factory=dict)  # id -> title
+
+
 
 #: Which rule metrics each of the documents' key metrics governs, and the
 #: factor from the document's unit to the metric's (percent -> fraction).
@@ -90,7 +119,7 @@ def claim_for(technique: Technique, titles: dict[str, str]) -> TechniqueClaim:
         speedup_low=speed[0] if speed else None,
         speedup_high=speed[1] if speed else None,
         text=text,
-        source=Source(titles.get(src.document, src.document), src.section, src.quote),
+        source=Citation(titles.get(src.document, src.document), src.section, src.quote),
     )
 
 

@@ -65,11 +65,22 @@ def _gpu(fn: Callable[[GpuDevice], float | None]) -> Callable[[GpuSample], float
     return value
 
 
-def _temp_margin(d: GpuDevice) -> float | None:
-    if d.temperature_c is None:
+#: The documents' key-metric bound ("GPU temperature: below 83 degrees C"), used
+#: where the driver does not report the GPU's own slowdown temperature (which the
+#: documents' entry prefers). A test holds it equal to ``documents.yaml``.
+FALLBACK_TEMPERATURE_LIMIT_C = 83.0
+
+
+def temperature_margin(temp_c: float | None, slowdown_c: float | None) -> float | None:
+    """Degrees below the GPU's slowdown threshold (the documents' 83 °C if unknown)."""
+    if temp_c is None:
         return None
-    limit = d.temperature_slowdown_c if d.temperature_slowdown_c is not None else 83.0
-    return limit - d.temperature_c
+    limit = slowdown_c if slowdown_c is not None else FALLBACK_TEMPERATURE_LIMIT_C
+    return limit - temp_c
+
+
+def _temp_margin(d: GpuDevice) -> float | None:
+    return temperature_margin(d.temperature_c, d.temperature_slowdown_c)
 
 
 def _tree_sum(
@@ -248,30 +259,52 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     for name, ring_name, fn, _unit, _desc in SERIES:
         ring = getattr(session, ring_name)
         metrics.update(_aggregate_values(name, session.aggregate(ring, fn, now, window_s)))
+    has_gpu = _gpu_metrics(metrics, session, now, window_s)
+    _phase_metrics(metrics, session, now, window_s, has_gpu)
+    # The counter is read every few seconds: look back far enough for several.
+    rate = steps_per_second(session.steps.window(now - max(window_s, STEPS_WINDOW_S), now))
+    metrics["steps_per_s"] = rate
+    metrics["step_time"] = 1.0 / rate if rate else None
+    _process_metrics(metrics, session, now, window_s)
+    _storage_metrics(metrics, session, now, window_s)
+    _technique_metrics(metrics, session, now, window_s)
+    return metrics
 
+
+def _gpu_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> bool:
+    """Device-level GPU facts beyond the per-sample series; whether a GPU is seen."""
     gpus = session.gpu.window(now - window_s, now)
     last_gpu = gpus[-1] if gpus else None
     has_gpu = last_gpu is not None and last_gpu.available and bool(last_gpu.devices)
     metrics["has_gpu"] = None if last_gpu is None else float(has_gpu)
     metrics["gpu_count"] = None if last_gpu is None else float(len(last_gpu.devices))
-    if has_gpu:
-        def share(reasons: frozenset[str]) -> float:
-            hits = sum(
-                any(set(d.clock_event_reasons) & reasons for d in target_devices(g)) for g in gpus
-            )
-            return hits / len(gpus)
-
-        metrics["gpu_throttle_thermal"] = share(THERMAL_REASONS)
-        metrics["gpu_throttle_power"] = share(POWER_REASONS)
-        assert last_gpu is not None
-        used = [d for d in last_gpu.devices if any(p.in_target for p in d.processes)]
-        metrics["gpu_target_devices"] = float(len(used))
-        utils = [d.util_percent for d in used if d.util_percent is not None]
-        metrics["gpu_util_spread"] = max(utils) - min(utils) if len(utils) >= 2 else None
-    else:
+    if not has_gpu or last_gpu is None:
         metrics["gpu_throttle_thermal"] = metrics["gpu_throttle_power"] = None
         metrics["gpu_target_devices"] = metrics["gpu_util_spread"] = None
+        return False
 
+    def share(reasons: frozenset[str]) -> float:
+        hits = sum(
+            any(set(d.clock_event_reasons) & reasons for d in target_devices(g)) for g in gpus
+        )
+        return hits / len(gpus)
+
+    metrics["gpu_throttle_thermal"] = share(THERMAL_REASONS)
+    metrics["gpu_throttle_power"] = share(POWER_REASONS)
+    used = [d for d in last_gpu.devices if any(p.in_target for p in d.processes)]
+    metrics["gpu_target_devices"] = float(len(used))
+    utils = [d.util_percent for d in used if d.util_percent is not None]
+    metrics["gpu_util_spread"] = max(utils) - min(utils) if len(utils) >= 2 else None
+    return True
+
+
+def _phase_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float,
+    has_gpu: bool,
+) -> None:
+    """The training thread's phase shares, and what stands for accelerator use."""
     fractions = session.phase_fractions(now, window_s)
     _counts, total = session.phase_counts(now, window_s)
     for phase in PHASES:
@@ -288,12 +321,11 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         compute = metrics["phase_compute"]
         metrics["accel_util"] = None if compute is None else 100.0 * compute
 
-    # The counter is read every few seconds: look back far enough for several.
-    steps = session.steps.window(now - max(window_s, STEPS_WINDOW_S), now)
-    rate = steps_per_second(steps)
-    metrics["steps_per_s"] = rate
-    metrics["step_time"] = 1.0 / rate if rate else None
 
+def _process_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> None:
+    """Workers, pin-memory thread, liveness, the cores allowed and their use."""
     # The newest sample *inside* the window, so a replay cursor or a late
     # evaluation sees the state at `now`, not whatever came last.
     trees = session.processes.window(now - window_s, now)
@@ -311,7 +343,6 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         metrics["cpu_count"] = float(env.cpus_allowed)
     else:
         metrics["cpu_count"] = float(hosts[-1].cpu_count) if hosts else None
-
     # Counted in threads, not CPU %, so that other processes loading the host do
     # not make a single-threaded job look parallel (or a parallel one look narrow).
     busy = metrics["main_busy_threads_mean"]
@@ -320,6 +351,11 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
         max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
 
+
+def _storage_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> None:
+    """Where the job's files live and whether a checkpoint is being written."""
     # Storage is sampled less often; look back a little further for it.
     storages = session.storage.window(now - max(window_s, 30.0), now)
     storage = storages[-1] if storages else None
@@ -333,10 +369,14 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     else:
         metrics["network_fs"] = metrics["scheduler_ok"] = metrics["checkpoint_writing"] = None
 
+
+def _technique_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> None:
+    """Techniques seen in the job's stacks (compile, AMP, activation checkpointing)."""
     windows = session.stacks.window(now - window_s, now)
     seen = {t for w in windows for t in w.techniques_seen}
     known = bool(windows)
     metrics["uses_compile"] = _flag("torch_compile" in seen) if known else None
     metrics["uses_amp"] = _flag("mixed_precision" in seen) if known else None
     metrics["uses_grad_checkpointing"] = _flag("gradient_checkpointing" in seen) if known else None
-    return metrics

@@ -17,7 +17,7 @@ SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
+class Citation:
     """Where in which document a claim comes from."""
 
     document: str
@@ -65,7 +65,7 @@ class Finding:
     evidence: tuple[Evidence, ...]
     actions: tuple[str, ...]
     gain: Gain
-    source: Source
+    source: Citation
     expr: str
     fired_at: float
     snippet: str | None = None

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from aitop.probes.phases import FrameSignature, PhaseClassifier, PhaseRule, TechniqueRule
 from aitop.probes.session import PHASES
 
-from .yamlio import fail, load_yaml_file, load_yaml_text, require
+from .yamlio import fail, load_yaml_file, load_yaml_text, only_keys, require
 
 PACKAGED = "phases.yaml"
 
@@ -31,6 +32,7 @@ def _signatures(node: object) -> tuple[FrameSignature, ...]:
     for item in items:
         if not isinstance(item, dict):
             raise fail(node, "each signature must be a mapping {function, file}")
+        only_keys(item, ("function", "file"), "signature")
         function = item.get("function", "*")
         file = item.get("file", "*")
         if not isinstance(function, str) or not isinstance(file, str):
@@ -45,15 +47,16 @@ def parse_phase_document(doc: object) -> PhaseConfig:
         raise fail(doc, "expected a mapping with 'phases'")
     rules = []
     for node in doc.get("phases") or []:
+        only_keys(node, ("phase", "rank", "signatures"), "phase")
         phase = require(node, "phase", str)
         if phase not in PHASES or phase == "other":
             raise fail(node, f"unknown phase '{phase}' (one of {', '.join(PHASES[:-1])})")
         rank = require(node, "rank", int)
         rules.append(PhaseRule(phase, rank, _signatures(node)))
-    techniques = [
-        TechniqueRule(require(node, "technique", str), _signatures(node))
-        for node in doc.get("techniques_seen") or []
-    ]
+    techniques = []
+    for node in doc.get("techniques_seen") or []:
+        only_keys(node, ("technique", "signatures"), "technique")
+        techniques.append(TechniqueRule(require(node, "technique", str), _signatures(node)))
     counters = doc.get("step_counters") or []
     if not all(isinstance(c, str) for c in counters):
         raise fail(doc, "'step_counters' must be a list of names")
@@ -72,11 +75,16 @@ def merge(configs: Iterable[PhaseConfig]) -> PhaseConfig:
     return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
 
 
-def load_phase_config(extra_files: Iterable[Path] = ()) -> PhaseConfig:
+def phases_from(user_docs: Sequence[tuple[str, Any]]) -> PhaseConfig:
+    """The packaged phase signatures plus those of already-parsed user files."""
     text = resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED}").read_text("utf-8")
     configs = [parse_phase_document(load_yaml_text(text, PACKAGED))]
-    for path in extra_files:
-        doc = load_yaml_file(path)
+    for _path, doc in user_docs:
         if isinstance(doc, dict) and ("phases" in doc or "techniques_seen" in doc):
             configs.append(parse_phase_document(doc))
     return merge(configs)
+
+
+def load_phase_config(extra_files: Iterable[Path] = ()) -> PhaseConfig:
+    """The packaged phase signatures plus the user's ``--rules`` files."""
+    return phases_from([(str(path), load_yaml_file(path)) for path in extra_files])

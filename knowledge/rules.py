@@ -10,7 +10,7 @@ bottleneck category, concrete actions and the source in the documents.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 from .expressions import Condition, ExpressionError, template_fields
 from .metrics import CATALOGUE
 from .model import CATEGORIES, SEVERITIES
-from .yamlio import KnowledgeError, fail, load_yaml_file, load_yaml_text, require
+from .yamlio import KnowledgeError, fail, load_yaml_file, load_yaml_text, only_keys, require
 
 PACKAGED = "rules.yaml"
 
@@ -142,6 +142,7 @@ def _gain(node: Any) -> GainSpec:
         return GainSpec("none")
     if not isinstance(spec, dict):
         raise fail(node, "'gain' must be a mapping with 'method'")
+    only_keys(spec, GAIN_KEYS, "gain")
     method = require(spec, "method", str)
     if method == "amdahl":
         metric = require(spec, "metric", str)
@@ -173,8 +174,21 @@ def _gain(node: Any) -> GainSpec:
     raise fail(spec, f"unknown gain method '{method}' (amdahl, parallel, document or none)")
 
 
+#: Every key a rule, its gain and its source may have.
+RULE_KEYS = (
+    "name", "expr", "for", "keep_firing_for", "severity", "category", "title", "why",
+    "actions", "evidence", "snippet", "techniques", "gain", "source", "bottleneck",
+)
+GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "note")
+SOURCE_KEYS = ("document", "section", "quote")
+STATE_KEYS = ("id", "expr")
+#: A user's --rules file may also carry phase signatures (``phases.py``).
+FILE_KEYS = ("rules", "states", "phases", "techniques_seen", "step_counters")
+
+
 def parse_rule(node: Any) -> Rule:
     rule_id = require(node, "name", str)
+    only_keys(node, RULE_KEYS, f"rule '{rule_id}'")
     severity = require(node, "severity", str)
     if severity not in SEVERITIES:
         raise fail(node, f"unknown severity '{severity}' (one of {', '.join(SEVERITIES)})")
@@ -191,6 +205,7 @@ def parse_rule(node: Any) -> Rule:
     source = node.get("source") or {}
     if not isinstance(source, dict) or "document" not in source:
         raise fail(node, "'source' must name the document (and section) the rule comes from")
+    only_keys(source, SOURCE_KEYS, "source")
     return Rule(
         id=rule_id,
         condition=_condition(node, "expr"),
@@ -215,6 +230,7 @@ def parse_rule(node: Any) -> Rule:
 def parse_rules_document(doc: Any) -> RuleSet:
     if not isinstance(doc, dict):
         raise fail(doc, "expected a mapping with 'rules:'")
+    only_keys(doc, FILE_KEYS, "rule file")
     for key in ("rules", "states"):
         if not isinstance(doc.get(key) or [], list):
             line = getattr(doc, "lines", {}).get(key, getattr(doc, "line", None))
@@ -229,29 +245,33 @@ def parse_rules_document(doc: Any) -> RuleSet:
         if rule.id in seen:
             raise KnowledgeError(f"duplicate rule name '{rule.id}'", rule.file, rule.line)
         seen.add(rule.id)
-    states = [
-        StateSpec(require(n, "id", str), _condition(n, "expr"), n.file, n.line)
-        for n in doc.get("states") or []
-    ]
+    states = []
+    for n in doc.get("states") or []:
+        only_keys(n, STATE_KEYS, "state")
+        states.append(StateSpec(require(n, "id", str), _condition(n, "expr"), n.file, n.line))
     return RuleSet(tuple(rules), tuple(states))
 
 
-def load_rules(extra_files: Iterable[Path] = ()) -> RuleSet:
-    """The packaged rules plus the user's ``--rules`` files (theirs may replace ours)."""
+def rules_from(user_docs: Sequence[tuple[str, Any]]) -> RuleSet:
+    """The packaged rules plus already-parsed user files (theirs may replace ours)."""
     text = resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED}").read_text("utf-8")
     base = parse_rules_document(load_yaml_text(text, PACKAGED))
     rules = {r.id: r for r in base.rules}
     states = {s.id: s for s in base.states}
     files = [PACKAGED]
-    for path in extra_files:
-        doc = load_yaml_file(path)
+    for path, doc in user_docs:
         if not isinstance(doc, dict) or not ({"rules", "states", "phases"} & doc.keys()):
-            raise KnowledgeError("expected top-level 'rules:' (or 'states:', 'phases:')", str(path))
+            raise KnowledgeError("expected top-level 'rules:' (or 'states:', 'phases:')", path)
         extra = parse_rules_document(doc)
         rules.update({r.id: r for r in extra.rules})
         states.update({s.id: s for s in extra.states})
-        files.append(str(path))
+        files.append(path)
     return RuleSet(tuple(rules.values()), tuple(states.values()), tuple(files))
+
+
+def load_rules(extra_files: Iterable[Path] = ()) -> RuleSet:
+    """The packaged rules plus the user's ``--rules`` files."""
+    return rules_from([(str(path), load_yaml_file(path)) for path in extra_files])
 
 
 class RuleEngine:

@@ -7,7 +7,8 @@ a rule that names an unknown metric fails with ``rules.yaml:42: ...``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,10 @@ class Located(dict[Any, Any]):
         super().__init__()
         self.line = line
         self.file = file
+        #: Line of each key's value, and of the key itself (they differ for a
+        #: block value, which starts on the next line).
         self.lines: dict[str, int] = {}
+        self.key_lines: dict[str, int] = {}
 
 
 class LocatedList(list[Any]):
@@ -72,6 +76,7 @@ def _construct_map(loader: LineLoader, node: yaml.MappingNode) -> Iterator[Locat
             raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         data[key] = loader.construct_object(value_node, deep=True)
         data.lines[key] = value_node.start_mark.line + 1
+        data.key_lines[key] = key_node.start_mark.line + 1
 
 
 def _construct_seq(loader: LineLoader, node: yaml.SequenceNode) -> Iterator[LocatedList]:
@@ -136,3 +141,21 @@ def require(node: object, key: str, kind: type | tuple[type, ...] = object) -> A
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise fail(node, f"'{key}' must be {names}, not {type(value).__name__}")
     return value
+
+
+def only_keys(node: object, allowed: Iterable[str], what: str) -> None:
+    """Reject a key ``node`` may not have, at that key's line.
+
+    As Prometheus' rule parser does: a misspelt ``keep_firing_for`` must not be
+    silently ignored, or the rule runs without the hysteresis its author wrote.
+    """
+    if not isinstance(node, dict):
+        return
+    known = list(allowed)
+    for key in node:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (expected {', '.join(known)})"
+        line = node.key_lines.get(key, node.line) if isinstance(node, Located) else None
+        raise KnowledgeError(f"{what}: unknown key '{key}'{hint}", where(node)[0], line)

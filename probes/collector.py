@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .pyspy import PySpyError
+from .samples import StackWindow, StepCounterSample
 from .session import Session
+from .status import ProbeStatus
 
 #: Step-counter readings taken every 5 s before settling to the configured cadence.
 STEPS_WARMUP_READINGS = 6
@@ -26,6 +28,17 @@ STEPS_WARMUP_READINGS = 6
 
 class Sampler(Protocol):
     def sample(self) -> object: ...
+
+
+class StackSampler(Protocol):
+    def run_window(self, window_s: int | None = None) -> StackWindow: ...
+
+    def stop(self) -> None:
+        """Cut a window in progress short."""
+
+
+class StepSampler(Protocol):
+    def sample(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample: ...
 
 
 @dataclass(frozen=True)
@@ -70,15 +83,20 @@ class CollectorConfig:
         )
 
 
-class ProbeLoop:
-    """Calls ``work`` every ``interval_s`` on a daemon thread until stopped."""
+class PeriodicTask:
+    """Calls ``work`` every ``interval_s`` on a daemon thread until stopped.
+
+    Used for every probe and for the live rule evaluation: a failure is written
+    to ``status[name]`` (the task keeps going, backing off), a failure that will
+    not go away stops the task and says why.
+    """
 
     def __init__(
         self,
         name: str,
         work: Callable[[], None],
         interval_s: float,
-        status: dict[str, str],
+        status: dict[str, ProbeStatus],
         stop: threading.Event,
         on_fatal: Callable[[BaseException], None] | None = None,
         first_delay_s: float = 0.0,
@@ -106,15 +124,15 @@ class ProbeLoop:
                 failures = 0
             except PySpyError as exc:
                 if exc.kind in ("permission", "missing", "not_python", "gone"):
-                    self.status[self.name] = f"unavailable: {exc}"
+                    self.status[self.name] = ProbeStatus("unavailable", str(exc))
                     if self.on_fatal is not None:
                         self.on_fatal(exc)
                     return
                 failures += 1
-                self.status[self.name] = f"error: {exc}"
+                self.status[self.name] = ProbeStatus("error", str(exc))
             except Exception as exc:  # a probe bug must not kill collection
                 failures += 1
-                self.status[self.name] = f"error: {type(exc).__name__}: {exc}"
+                self.status[self.name] = ProbeStatus("error", f"{type(exc).__name__}: {exc}")
             # Back off on repeated failures instead of hammering a broken source.
             delay = self.interval_s * min(2 ** max(failures - 1, 0), 30)
             next_due = max(next_due + delay, time.monotonic())
@@ -137,102 +155,110 @@ class Collector:
         gpu: Callable[[], object] | None,
         storage: Sampler | None,
         environment: Sampler | None,
-        stacks: object | None,
-        steps: object | None,
+        stacks: StackSampler | None,
+        steps: StepSampler | None,
         config: CollectorConfig = CollectorConfig(),
     ) -> None:
         self.session = session
         self.config = config
         self.stop_event = threading.Event()
-        self.loops: list[ProbeLoop] = []
+        self.loops: list[PeriodicTask] = []
         self._stacks = stacks
-        status = session.probe_status
         cfg = config
-
-        def periodic(name: str, sampler: Callable[[], object], interval: float, ok: str) -> None:
-            def work() -> None:
-                sample = sampler()
-                session.add(sample)
-                # A probe that answers "not available" (no GPU driver) says why.
-                if getattr(sample, "available", True) is False:
-                    status[name] = f"unavailable: {getattr(sample, 'reason', None) or 'unknown'}"
-                else:
-                    status[name] = ok
-            self.loops.append(ProbeLoop(name, work, interval, status, self.stop_event))
-
-        if process is not None:
-            periodic("process", process.sample, cfg.interval_s, f"every {cfg.interval_s:g} s")
-        if host is not None:
-            periodic("host", host.sample, cfg.interval_s, f"every {cfg.interval_s:g} s")
-        if gpu is not None:
-            periodic("gpu", gpu, cfg.gpu_interval_s, f"every {cfg.gpu_interval_s:g} s")
-        if storage is not None:
-            periodic(
-                "storage", storage.sample, cfg.storage_interval_s,
-                f"every {cfg.storage_interval_s:g} s",
-            )
-        if environment is not None:
-            periodic(
-                "environment", environment.sample, cfg.environment_interval_s,
-                f"every {cfg.environment_interval_s:g} s",
-            )
+        for name, sampler, interval in (
+            ("process", process.sample if process else None, cfg.interval_s),
+            ("host", host.sample if host else None, cfg.interval_s),
+            ("gpu", gpu, cfg.gpu_interval_s),
+            ("storage", storage.sample if storage else None, cfg.storage_interval_s),
+            ("environment", environment.sample if environment else None,
+             cfg.environment_interval_s),
+        ):
+            if sampler is not None:
+                self._add_periodic(name, sampler, interval)
         if stacks is not None:
-            run_window = stacks.run_window  # type: ignore[attr-defined]
-            windows_done = [0]
-
-            def stack_work() -> None:
-                session.add(run_window(cfg.stack_window(windows_done[0])))
-                windows_done[0] += 1
-                status["stacks"] = (
-                    f"py-spy {cfg.stack_rate_hz} Hz, {cfg.stack_window_s} s windows (nonblocking)"
-                )
-
-            self.loops.append(ProbeLoop("stacks", stack_work, 0.0, status, self.stop_event))
+            self._add_stacks(stacks)
         if steps is not None:
-            read = steps.sample  # type: ignore[attr-defined]
-            readings = [0]
-
-            def steps_work() -> None:
-                window = session.stacks.last()
-                loop_frame = window.loop_frame if window else None
-                thread = window.thread_id if window else None
-                sample = read(loop_frame, thread)
-                session.add(sample)
-                readings[0] += sample.value is not None
-                # Read often until a rate is well established, then settle.
-                if readings[0] >= STEPS_WARMUP_READINGS:
-                    steps_loop.interval_s = cfg.steps_interval_s
-                status["steps"] = (
-                    f"counter '{sample.name}' every {steps_loop.interval_s:g} s"
-                    if sample.name
-                    else f"unknown: {sample.error}"
-                )
-
-            # First read right after the first stack window has found the loop frame.
-            steps_loop = ProbeLoop(
-                "steps", steps_work, min(cfg.steps_interval_s, 5.0), status, self.stop_event,
-                first_delay_s=cfg.first_stack_window_s + 0.5,
-            )
-            self.loops.append(steps_loop)
+            self._add_steps(steps)
         for name, probe in (
             ("process", process), ("host", host), ("gpu", gpu), ("storage", storage),
             ("stacks", stacks), ("steps", steps),
         ):
             if probe is None:
-                status.setdefault(name, "off")
+                session.probe_status.setdefault(name, ProbeStatus("off"))
+
+    def _add_periodic(self, name: str, sampler: Callable[[], object], interval: float) -> None:
+        session, status = self.session, self.session.probe_status
+        ok = ProbeStatus("ok", f"every {interval:g} s")
+
+        def work() -> None:
+            sample = sampler()
+            session.add(sample)
+            # A probe that answers "not available" (no GPU driver) says why.
+            if getattr(sample, "available", True) is False:
+                reason = getattr(sample, "reason", None) or "unknown reason"
+                status[name] = ProbeStatus("unavailable", reason)
+            else:
+                status[name] = ok
+
+        self.loops.append(PeriodicTask(name, work, interval, status, self.stop_event))
+
+    def _add_stacks(self, stacks: StackSampler) -> None:
+        session, cfg = self.session, self.config
+        ok = ProbeStatus(
+            "ok", f"py-spy {cfg.stack_rate_hz} Hz, {cfg.stack_window_s} s windows (nonblocking)"
+        )
+        windows_done = 0
+
+        def work() -> None:
+            nonlocal windows_done
+            session.add(stacks.run_window(cfg.stack_window(windows_done)))
+            windows_done += 1
+            session.probe_status["stacks"] = ok
+
+        self.loops.append(
+            PeriodicTask("stacks", work, 0.0, session.probe_status, self.stop_event)
+        )
+
+    def _add_steps(self, steps: StepSampler) -> None:
+        session, cfg = self.session, self.config
+        # First read right after the first stack window has found the loop frame.
+        task = PeriodicTask(
+            "steps", lambda: None, min(cfg.steps_interval_s, 5.0), session.probe_status,
+            self.stop_event, first_delay_s=cfg.first_stack_window_s + 0.5,
+        )
+        readings = 0
+
+        def work() -> None:
+            nonlocal readings
+            window = session.stacks.last()
+            sample = steps.sample(
+                window.loop_frame if window else None, window.thread_id if window else None
+            )
+            session.add(sample)
+            readings += sample.value is not None
+            # Read often until a rate is well established, then settle.
+            if readings >= STEPS_WARMUP_READINGS:
+                task.interval_s = cfg.steps_interval_s
+            session.probe_status["steps"] = (
+                ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s")
+                if sample.name
+                else ProbeStatus("partial", sample.error or "no step counter found")
+            )
+
+        task.work = work
+        self.loops.append(task)
 
     def start(self) -> None:
         for loop in self.loops:
-            self.session.probe_status.setdefault(loop.name, "starting")
+            self.session.probe_status.setdefault(loop.name, ProbeStatus("starting"))
             loop.start()
 
     def stop(self, timeout_s: float = 3.0) -> None:
         """Stop all loops; a py-spy window in progress is cut short."""
         self.stop_event.set()
-        stopper = getattr(self._stacks, "stop", None)
-        if stopper is not None:
+        if self._stacks is not None:
             with contextlib.suppress(Exception):
-                stopper()
+                self._stacks.stop()
         deadline = time.monotonic() + timeout_s
         for loop in self.loops:
             loop.thread.join(max(0.0, deadline - time.monotonic()))

@@ -11,7 +11,7 @@ import math
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +24,7 @@ from .samples import (
     StepCounterSample,
     StorageSample,
 )
+from .status import ProbeStatus
 
 T = TypeVar("T")
 
@@ -159,6 +160,11 @@ def sample_time(sample: object) -> float:
     return float(sample.t)  # type: ignore[attr-defined]
 
 
+#: The session's rings by attribute name: the one list that snapshots, replays
+#: and time cursors walk.
+RING_KINDS: tuple[str, ...] = ("processes", "host", "gpu", "stacks", "steps", "storage")
+
+
 class Session:
     """Everything measured about one target, bounded in memory.
 
@@ -176,8 +182,8 @@ class Session:
         self.steps: Ring[StepCounterSample] = Ring(capacity)
         self.storage: Ring[StorageSample] = Ring(capacity)
         self.environment: EnvironmentInfo | None = None
-        #: Free-text status per probe ("sampling at 20 Hz", "unavailable: ...").
-        self.probe_status: dict[str, str] = {}
+        #: What each probe is doing now, and why when it is not sampling.
+        self.probe_status: dict[str, ProbeStatus] = {}
         self.started_at: float | None = None
         #: When the target was first seen gone, and its exit status if known.
         self.target_exited_at: float | None = None
@@ -190,6 +196,15 @@ class Session:
             StepCounterSample: self.steps,
             StorageSample: self.storage,
         }
+
+    def probe_text(self, name: str, default: str) -> str:
+        """A probe's status as a person reads it, or ``default`` before it has one."""
+        status = self.probe_status.get(name)
+        return status.text if status is not None else default
+
+    def rings(self) -> dict[str, Ring[Any]]:
+        """Every ring by its attribute name (``RING_KINDS``), in that order."""
+        return {name: getattr(self, name) for name in RING_KINDS}
 
     def add(self, sample: object) -> None:
         """Store a sample in the ring for its kind."""
@@ -215,12 +230,6 @@ class Session:
         return max(times) if times else None
 
     # ------------------------------------------------------------ windows
-
-    @staticmethod
-    def in_window(items: Iterable[T], now: float, window_s: float) -> list[T]:
-        """Samples whose time lies in ``(now - window_s, now]``."""
-        lo = now - window_s
-        return [s for s in items if lo < sample_time(s) <= now]
 
     def series(
         self,

@@ -197,7 +197,3 @@ class StackProbe:
         self.stop()
         self._tmpdir.cleanup()
 
-    @property
-    def training_thread(self) -> str | None:
-        return self._thread
-

@@ -110,28 +110,46 @@ class StepProbe:
         return StepCounterSample(t, name, value, frame=loop_frame)
 
 
+def counter_increments(
+    samples: Sequence[StepCounterSample],
+) -> list[tuple[StepCounterSample, StepCounterSample, int]]:
+    """Consecutive readings of the newest counter and the steps between each pair.
+
+    The one reading of a loop counter that every rate uses. Only the most recent
+    counter name counts (the loop frame may change between readings). A decrease
+    is a reset (a new epoch for ``i``/``batch_idx``): the steps after it are
+    counted from zero.
+    """
+    named = [s for s in samples if s.value is not None and s.name is not None]
+    if not named:
+        return []
+    name = named[-1].name
+    same = [s for s in named if s.name == name]
+    out = []
+    for prev, cur in itertools.pairwise(same):
+        assert prev.value is not None and cur.value is not None
+        if cur.t <= prev.t:
+            continue
+        delta = cur.value - prev.value
+        out.append((prev, cur, delta if delta >= 0 else cur.value))
+    return out
+
+
+def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]]:
+    """``(t, steps/s)`` between consecutive readings (the rate's history)."""
+    return [(cur.t, n / (cur.t - prev.t)) for prev, cur, n in counter_increments(samples)]
+
+
 def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     """Rate of the counter over the samples; None unless it is clearly counting.
 
-    Uses the most recent counter name only. A decrease is a reset (a new epoch
-    for ``i``/``batch_idx``): the steps after the reset are counted from zero.
-    Needs at least two readings at least 2 s apart with some increase.
+    Needs readings at least 2 s apart with some increase.
     """
-    named = [s for s in samples if s.value is not None and s.name is not None]
-    if len(named) < 2:
+    increments = counter_increments(samples)
+    if not increments:
         return None
-    name = named[-1].name
-    same = [s for s in named if s.name == name]
-    if len(same) < 2:
-        return None
-    span = same[-1].t - same[0].t
-    if span < 2.0:
-        return None
-    increase = 0
-    for prev, cur in itertools.pairwise(same):
-        assert prev.value is not None and cur.value is not None
-        delta = cur.value - prev.value
-        increase += delta if delta >= 0 else cur.value
-    if increase <= 0:
+    span = increments[-1][1].t - increments[0][0].t
+    increase = sum(n for _prev, _cur, n in increments)
+    if span < 2.0 or increase <= 0:
         return None
     return increase / span

@@ -21,7 +21,7 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0) -> subproce
     """Start a demo job and wait until it is training (its first truth record)."""
     log = truth.with_suffix(".log").open("wb")
     job = subprocess.Popen(
-        [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", scenario,
+        [sys.executable, "-m", "aitop.demo.workload", "--scenario", scenario,
          "--truth", str(truth), "--duration", str(duration_s),
          "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}")],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -81,7 +81,7 @@ def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
 def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess, optionally as another user (setpriv)."""
-    command = [sys.executable, "-m", "aitop.tui.cli", *args]
+    command = [sys.executable, "-m", "aitop.tui", *args]
     if user is not None:
         command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
                    *command]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from aitop.knowledge.diagnosis import Diagnoser, Facts, estimate_gain
+from aitop.knowledge.loader import load_knowledge
 from aitop.knowledge.metrics import CATALOGUE
 from aitop.knowledge.rules import (
     GainSpec,
@@ -923,3 +924,59 @@ def test_every_packaged_metric_reference_is_in_the_catalogue() -> None:
         assert rule.condition.names <= CATALOGUE.keys(), rule.id
         assert set(rule.evidence) <= CATALOGUE.keys(), rule.id
         assert rule.file == "rules.yaml" and rule.line > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where", "message"),
+    [
+        ("keep_firng_for", "30s", "keep_firng_for:",
+         "rule 'broken_rule': unknown key 'keep_firng_for' (did you mean 'keep_firing_for'?)"),
+        ("gain", "{method: amdahl, metric: phase_data_wait, removeable: 0.5}", "gain:",
+         "gain: unknown key 'removeable' (did you mean 'removable'?)"),
+        ("source", "{document: diagnose, sektion: x}", "source: {document: diagnose, sektion",
+         "source: unknown key 'sektion' (did you mean 'section'?)"),
+    ],
+)
+def test_unknown_keys_are_rejected_at_their_line(
+    tmp_path: Path, field: str, value: str, where: str, message: str
+) -> None:
+    """A misspelt key is an error, not a silently ignored setting (as in Prometheus)."""
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{field: value})
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError) as info:
+        load_rules([path])
+    assert message in str(info.value)
+    assert info.value.line == _line_of(text, where)
+    assert str(info.value).startswith(f"{path}:{info.value.line}: ")
+
+
+def test_unknown_top_level_and_phase_keys_are_rejected(tmp_path: Path) -> None:
+    path = _write(tmp_path, "rules: []\nstate:\n  - id: x\n")
+    with pytest.raises(KnowledgeError, match=r"unknown key 'state' \(did you mean") as info:
+        load_knowledge([path])
+    assert info.value.line == 2
+    path = _write(tmp_path, "phases:\n  - phase: forward\n    rank: 5\n    signature: []\n")
+    with pytest.raises(KnowledgeError, match="phase: unknown key 'signature'") as info:
+        load_knowledge([path])
+    assert info.value.line == 4
+
+
+def test_a_user_file_is_read_once_for_rules_and_phases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aitop.knowledge.loader as loader
+
+    path = _write(tmp_path, "rules:\n" + _rule("mine") + "phases:\n  - phase: forward\n"
+                  "    rank: 50\n    signatures: [{function: my_forward}]\n")
+    reads: list[Path] = []
+    real = loader.load_yaml_file
+
+    def counting(p: Path) -> object:
+        reads.append(p)
+        return real(p)
+
+    monkeypatch.setattr(loader, "load_yaml_file", counting)
+    knowledge = load_knowledge([path])
+    assert reads == [path]
+    assert "mine" in {r.id for r in knowledge.rules.rules}
+    assert any(r.rank == 50 for r in knowledge.phases.rules)

@@ -149,13 +149,16 @@ def test_latest_time_is_the_newest_of_any_kind() -> None:
 
 
 def test_window_is_open_at_the_start_and_closed_at_the_end() -> None:
-    samples = [_host(T0 + i) for i in range(10)]
-    picked = Session.in_window(samples, now=T0 + 7, window_s=3.0)
+    session = Session(PID)
+    for i in range(10):
+        session.add(_host(T0 + i))
+    ring = session.host
+    picked = ring.window(T0 + 4, T0 + 7)
     assert [s.t - T0 for s in picked] == [5.0, 6.0, 7.0]  # (4, 7]
-    assert Session.in_window(samples, now=T0 + 7.5, window_s=0.5) == []
-    assert Session.in_window(samples, now=T0 - 1, window_s=100.0) == []
-    assert len(Session.in_window(samples, now=T0 + 100, window_s=100.0)) == 9
-    assert len(Session.in_window(samples, now=T0 + 100, window_s=100.5)) == 10
+    assert ring.window(T0 + 7, T0 + 7.5) == []
+    assert ring.window(T0 - 101, T0 - 1) == []
+    assert len(ring.window(T0, T0 + 100)) == 9
+    assert len(ring.window(T0 - 0.5, T0 + 100)) == 10
 
 
 def test_series_skips_unknown_and_nan() -> None:

@@ -7,17 +7,17 @@ import time
 from typing import Any
 
 import pytest
+from aitop.engine.source import ReplaySource
 from aitop.probes.session import Session
 from aitop.tui.app import REFRESH_STEPS, AitopApp
 from aitop.tui.screens.finding import FindingScreen
 from aitop.tui.screens.gpu import GpuScreen
 from aitop.tui.screens.help import HelpScreen
-from aitop.tui.screens.io import IoScreen
+from aitop.tui.screens.io_detail import IoScreen
 from aitop.tui.screens.knowledge import KnowledgeScreen
 from aitop.tui.screens.main import MainScreen
 from aitop.tui.screens.processes import ProcessScreen
 from aitop.tui.screens.stacks import StacksScreen
-from aitop.tui.source import ReplaySource
 from aitop.tui.widgets.advisor_panel import AdvisorPanel
 from aitop.tui.widgets.gpu_panel import GpuPanel
 from aitop.tui.widgets.header import ExitBanner

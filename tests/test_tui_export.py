@@ -9,8 +9,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from aitop.tui.snapshot import SCHEMA, SnapshotError, load_snapshot, write_snapshot
-from aitop.tui.source import ReplaySource
+from aitop.engine.snapshot import SCHEMA, SnapshotError, load_snapshot, write_snapshot
+from aitop.engine.source import ReplaySource
 from fixtures.tui_pilot import make_app, settle, wait_exports, wait_for
 from fixtures.tui_session import NOW, live_source
 
@@ -28,7 +28,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     assert data["schema"] == SCHEMA
     assert data["target_pid"] == 4242
     assert data["environment"]["torch_version"] == "2.4.1+cu124"
-    assert data["probe_status"]["stacks"].startswith("py-spy")
+    assert data["probe_status"]["stacks"] == {"state": "ok", "detail": "py-spy 0.4.0, 100 Hz"}
     replay = load_snapshot(paths[0])
     assert isinstance(replay, ReplaySource) and replay.live is False
     assert sample_counts(replay.session) == sample_counts(source.session)

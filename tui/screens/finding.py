@@ -8,6 +8,7 @@ and what it should buy (the estimated gain and how it was computed).
 
 from __future__ import annotations
 
+from aitop.engine.report_md import gain_text
 from aitop.knowledge.model import Finding
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -18,7 +19,6 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..report_md import gain_text
 from ..widgets import fmt
 from ..widgets.view import View
 from .base import DetailScreen
@@ -126,10 +126,6 @@ class FindingScreen(DetailScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="body"):
             yield Static(id="finding-body")
-
-    def on_mount(self) -> None:
-        self.query_one("#body").focus()
-        super().on_mount()
 
     def update_view(self, view: View) -> None:
         super().update_view(view)

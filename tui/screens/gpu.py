@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aitop.engine.series import gpu_values, latest, reason_durations, upto
+from aitop.knowledge import verdicts
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,8 +14,6 @@ from textual.widgets import Static
 
 from ..widgets import fmt
 from ..widgets.chart import MetricChart
-from ..widgets.judge import mem_status, reasons_status, temp_status, util_status
-from ..widgets.series import gpu_values, latest, reason_durations, upto
 from ..widgets.sortable import Cell, SortableTable, num_cell
 from ..widgets.view import View
 from .base import DetailScreen
@@ -23,14 +23,14 @@ Getter = Callable[[GpuDevice], float | None]
 #: (key, title, getter, how to print a value, how to judge the last value)
 METRICS: list[tuple[str, str, Getter, Callable[[float], str], Callable[[GpuDevice], str]]] = [
     ("util", "Utilisation", lambda d: d.util_percent, lambda v: f"{v:.0f}%",
-     lambda d: util_status(d.util_percent)),
+     lambda d: verdicts.gpu_util(d.util_percent)),
     ("mem", "Memory used", lambda d: d.mem_used_bytes, fmt.human_bytes,
-     lambda d: mem_status(d.mem_used_bytes / d.mem_total_bytes
+     lambda d: verdicts.gpu_memory(d.mem_used_bytes / d.mem_total_bytes
                           if d.mem_used_bytes is not None and d.mem_total_bytes else None)),
     ("memutil", "Memory bandwidth busy", lambda d: d.mem_util_percent, lambda v: f"{v:.0f}%",
      lambda d: "unknown"),
     ("temp", "Temperature", lambda d: d.temperature_c, lambda v: f"{v:.0f}°C",
-     lambda d: temp_status(d.temperature_c, d.temperature_slowdown_c)),
+     lambda d: verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)),
     ("power", "Power", lambda d: d.power_w, lambda v: f"{v:.0f}W", lambda d: "unknown"),
     ("clock", "SM clock", lambda d: d.sm_clock_mhz, lambda v: f"{v:.0f}MHz",
      lambda d: "unknown"),
@@ -108,10 +108,6 @@ class GpuScreen(DetailScreen):
                 procs.add_column(title, key=key, width=width)
             yield procs
 
-    def on_mount(self) -> None:
-        self.query_one("#body").focus()
-        super().on_mount()
-
     def update_view(self, view: View) -> None:
         super().update_view(view)
         samples = upto(view.session.gpu, view.now)
@@ -164,7 +160,7 @@ class GpuScreen(DetailScreen):
         rows = []
         for reason, seconds in durations.items():
             active = reason in d.clock_event_reasons
-            status = reasons_status((reason,))
+            status = verdicts.clock_reasons((reason,))
             rows.append((reason, [
                 Cell(fmt.words(reason), reason, fmt.STATUS_STYLE[status]),
                 num_cell(seconds, fmt.duration(seconds)),

@@ -57,10 +57,6 @@ class HelpScreen(DetailScreen):
         with VerticalScroll(id="body"):
             yield Static(self.render_help(), id="help-body")
 
-    def on_mount(self) -> None:
-        self.query_one("#body").focus()
-        super().on_mount()
-
     def groups(self) -> list[tuple[str, list[Binding]]]:
         """(heading, bindings) in the order a newcomer needs them."""
         app_bindings = as_bindings(list(type(self.app).BINDINGS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aitop.engine.key_metrics import FALLBACK_ROWS, read_key_metric
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -22,7 +23,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..widgets import fmt
-from ..widgets.key_metrics import FALLBACK_ROWS, read_key_metric
 from ..widgets.view import View
 from .base import DetailScreen
 
@@ -118,7 +118,6 @@ class KnowledgeScreen(DetailScreen):
             yield Static(id="knowledge-body")
 
     def on_mount(self) -> None:
-        self.query_one("#body").focus()
         super().on_mount()
         self._load_documents()
 

@@ -23,8 +23,6 @@ from ..widgets.step_panel import StepPanel
 from ..widgets.view import View
 from .base import ViewScreen
 
-DIRECTIONS = ("up", "down", "left", "right")
-
 
 def direction_score(cur: Region, cand: Region, direction: str) -> float | None:
     """How far ``cand`` lies from ``cur`` in ``direction``; ``None`` if not that way."""

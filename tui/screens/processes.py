@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 from typing import ClassVar
 
+from aitop.engine.series import latest
+from aitop.knowledge import verdicts
 from aitop.probes.samples import ProcessTreeSample
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,8 +18,6 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from ..widgets import fmt
-from ..widgets.judge import cpu_status
-from ..widgets.series import latest
 from ..widgets.sortable import Cell, SortableTable, num_cell
 from ..widgets.view import View
 from .base import DetailScreen
@@ -43,7 +43,7 @@ def rows_of(tree: ProcessTreeSample, with_threads: bool) -> list[tuple[str, list
     rows: list[tuple[str, list[Cell]]] = []
     for p in tree.processes:
         busy = (p.cpu_percent or 0) >= 90
-        cpu_style = fmt.STATUS_STYLE[cpu_status(p.cpu_percent)] if busy else ""
+        cpu_style = fmt.STATUS_STYLE[verdicts.process_cpu(p.cpu_percent)] if busy else ""
         rows.append((f"p{p.pid}", [
             Cell("process", "process"),
             num_cell(p.pid, str(p.pid)),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from aitop.engine.series import FrameTotal, hot_frames, latest, recent, upto
+from aitop.knowledge import verdicts
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -18,8 +20,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..widgets import fmt
-from ..widgets.judge import data_wait_status
-from ..widgets.series import FrameTotal, hot_frames, latest, recent, upto
 from ..widgets.step_panel import ordered_phases
 from ..widgets.view import View
 from .base import DetailScreen
@@ -65,10 +65,6 @@ class StacksScreen(DetailScreen):
         with VerticalScroll(id="body"):
             yield Static(id="stacks-body")
 
-    def on_mount(self) -> None:
-        self.query_one("#body").focus()
-        super().on_mount()
-
     def action_toggle_span(self) -> None:
         self.whole_session = not self.whole_session
         view = self.current_view()
@@ -88,7 +84,7 @@ class StacksScreen(DetailScreen):
             span = f"the last {fmt.duration(view.window_s)}"
         good = [w for w in windows if w.error is None]
         if not good:
-            status = view.session.probe_status.get("stacks", "no stack samples yet")
+            status = view.session.probe_text("stacks", "no stack samples yet")
             errors = [w.error for w in windows if w.error]
             why = errors[-1] if errors else status
             return Text(f"No stack samples over {span}: {why}", style="dim")
@@ -122,7 +118,7 @@ class StacksScreen(DetailScreen):
                          style=fmt.PHASE_STYLE.get(phase, "reverse"))
             title.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ", style="bold")
             if phase == "data_wait":
-                status = data_wait_status(frac)
+                status = verdicts.data_wait(frac)
                 title.append(f"{frac * 100:.1f}% {fmt.STATUS_SYMBOL[status]} (target < 5%)",
                              style=fmt.STATUS_STYLE[status])
             else:

@@ -8,14 +8,14 @@ line saying why, and the other panels take the room.
 
 from __future__ import annotations
 
+from aitop.engine.series import gpu_values, latest, recent
+from aitop.knowledge import verdicts
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.widget import Widget
 
 from . import fmt
-from .judge import mem_status, reasons_status, temp_status, util_status
 from .panel import Line, Panel, label, spark_line
-from .series import gpu_values, latest, recent
 from .view import View
 
 #: Sparkline span: enough history for the widest panel.
@@ -48,7 +48,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
 
     util = d.util_percent
     out.append(Line(spark_line(
-        label("util", 9) + value(fmt.pct(util), util_status(util)),
+        label("util", 9) + value(fmt.pct(util), verdicts.gpu_util(util)),
         gpu_values(history, idx, lambda x: x.util_percent), width, lo=0, hi=100,
     ), 0))
 
@@ -58,7 +58,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     mem_text = (f"{fmt.human_bytes(d.mem_used_bytes)}/{total}"
                 f" {fmt.pct(None if frac is None else frac * 100)}")
     out.append(Line(spark_line(
-        label("mem", 9) + value(mem_text, mem_status(frac)),
+        label("mem", 9) + value(mem_text, verdicts.gpu_memory(frac)),
         gpu_values(history, idx, lambda x: x.mem_used_bytes), width, lo=0,
         hi=float(d.mem_total_bytes) if d.mem_total_bytes else None,
     ), 1))
@@ -67,7 +67,8 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     if d.temperature_slowdown_c:
         temp_text += f" /{d.temperature_slowdown_c:.0f}"
     out.append(Line(spark_line(
-        label("temp", 9) + value(temp_text, temp_status(d.temperature_c, d.temperature_slowdown_c)),
+        label("temp", 9)
+        + value(temp_text, verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)),
         gpu_values(history, idx, lambda x: x.temperature_c), width, lo=None,
     ), 3))
 
@@ -96,7 +97,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     throttle = label("throttle", 9)
     if reasons:
         throttle.append(", ".join(fmt.words(r) for r in reasons),
-                        style=fmt.STATUS_STYLE[reasons_status(reasons)])
+                        style=fmt.STATUS_STYLE[verdicts.clock_reasons(reasons)])
     else:
         throttle.append("none", style=fmt.STATUS_STYLE["within"])
     out.append(Line(throttle, 2))
@@ -113,19 +114,19 @@ def compact_line(d: GpuDevice) -> Text:
     if d.lost:
         text.append("lost", style=fmt.STATUS_STYLE["outside"])
         return text
-    status = util_status(d.util_percent)
+    status = verdicts.gpu_util(d.util_percent)
     text.append(f"util {fmt.pct(d.util_percent):>4}", style=fmt.STATUS_STYLE[status])
     frac = (d.mem_used_bytes / d.mem_total_bytes
             if d.mem_used_bytes is not None and d.mem_total_bytes else None)
-    status = mem_status(frac)
+    status = verdicts.gpu_memory(frac)
     text.append(f"  mem {fmt.pct(None if frac is None else frac * 100):>4}",
                 style=fmt.STATUS_STYLE[status])
-    status = temp_status(d.temperature_c, d.temperature_slowdown_c)
+    status = verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)
     text.append(f"  {fmt.num(d.temperature_c, '.0f', '°C')}", style=fmt.STATUS_STYLE[status])
     reasons = tuple(r for r in d.clock_event_reasons if r != "gpu_idle")
     if reasons:
         text.append("  " + ", ".join(fmt.words(r) for r in reasons),
-                    style=fmt.STATUS_STYLE[reasons_status(reasons)])
+                    style=fmt.STATUS_STYLE[verdicts.clock_reasons(reasons)])
     return text
 
 
@@ -174,7 +175,7 @@ class GpuPanel(Panel):
         sample = latest(view.session.gpu, view.now)
         self._compact = None
         if sample is None:
-            status = view.session.probe_status.get("gpu", "waiting for NVML…")
+            status = view.session.probe_text("gpu", "waiting for NVML…")
             return [Line(Text(f"GPU: {status}", style="dim"), 0)]
         if not sample.available:
             text = Text("GPU ", style="bold")

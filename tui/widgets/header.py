@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shlex
 
+from aitop.engine.series import latest
+from aitop.probes.status import ProbeState
 from rich.text import Text
 from textual.widget import Widget
 
 from . import fmt
-from .judge import probe_state
-from .series import latest
 from .view import View
 
 
@@ -97,12 +97,20 @@ class StatusHeader(Widget):
         for i, (name, msg) in enumerate(status.items()):
             if i:
                 text.append(" · ", style="dim")
-            state = probe_state(msg)
+            state = PROBE_VERDICT[msg.state]
             text.append(f"{name} ", style="bold")
             text.append(fmt.STATUS_SYMBOL[state] + " ", style=fmt.STATUS_STYLE[state])
-            text.append(msg, style="dim" if state == "within" else fmt.STATUS_STYLE[state])
+            text.append(msg.text, style="dim" if state == "within" else fmt.STATUS_STYLE[state])
         text.truncate(width, overflow="ellipsis")
         return text
+
+
+#: How a probe's state is drawn: sampling is fine, starting or a value it cannot
+#: read is a warning, failing or unable to run is an alarm.
+PROBE_VERDICT: dict[ProbeState, str] = {
+    "ok": "within", "starting": "near", "partial": "near",
+    "error": "outside", "unavailable": "outside", "off": "unknown",
+}
 
 
 class ExitBanner(Widget):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import statistics
 
+from aitop.engine.series import latest, recent, tree_cpu, values
+from aitop.knowledge import verdicts
 from aitop.probes.samples import ProcessInfo
 from rich.text import Text
 
 from . import fmt
-from .judge import cpu_status, iowait_status, ram_status
 from .panel import Line, Panel, label, spark_line
-from .series import latest, recent, tree_cpu, values
 from .view import View
 
 HISTORY_S = 300.0
@@ -24,8 +24,9 @@ HISTORY_S = 300.0
 def process_line(p: ProcessInfo, name: str) -> Text:
     """``name  cpu  rss  state`` for one process."""
     text = Text(f"{name:<14}")
-    text.append(f"{fmt.pct(p.cpu_percent):>6}", style=fmt.STATUS_STYLE[cpu_status(p.cpu_percent)]
-                if p.cpu_percent is not None and p.cpu_percent >= 90 else "")
+    cpu = verdicts.process_cpu(p.cpu_percent)
+    text.append(f"{fmt.pct(p.cpu_percent):>6}",
+                style=fmt.STATUS_STYLE[cpu] if cpu in ("near", "outside") else "")
     text.append(f" {fmt.human_bytes(p.rss_bytes):>7}")
     text.append(f"  {p.status or '?'}", style="dim")
     return text
@@ -97,7 +98,8 @@ class HostPanel(Panel):
                 summary = Text(f"{len(workers)} workers".ljust(14))
                 if cpus:
                     mean = statistics.fmean(cpus)
-                    summary.append(f"{fmt.pct(mean):>6}", style=fmt.STATUS_STYLE[cpu_status(mean)])
+                    summary.append(f"{fmt.pct(mean):>6}",
+                                   style=fmt.STATUS_STYLE[verdicts.process_cpu(mean)])
                     summary.append(f" {fmt.human_bytes(sum(rss)) if rss else '—':>7}")
                     summary.append(f"  each {min(cpus):.0f}-{max(cpus):.0f}%", style="dim")
                 out.append(Line(summary, 1))
@@ -129,7 +131,7 @@ class HostPanel(Panel):
             out.append(Line(cores_line(host.per_core_percent, width), 5))
         out.append(Line(spark_line(
             label("iowait") + Text(f"{fmt.pct(host.iowait_percent, digits=1):<11}",
-                                   style=fmt.STATUS_STYLE[iowait_status(host.iowait_percent)]),
+                                   style=fmt.STATUS_STYLE[verdicts.iowait(host.iowait_percent)]),
             values(hosts, lambda h: h.iowait_percent), width, lo=0, hi=None,
         ), 3))
         frac = (host.ram_used_bytes / host.ram_total_bytes
@@ -137,7 +139,7 @@ class HostPanel(Panel):
         ram = label("RAM")
         ram.append(f"{fmt.human_bytes(host.ram_used_bytes)}/"
                    f"{fmt.human_bytes(host.ram_total_bytes, precision=0)}",
-                   style=fmt.STATUS_STYLE[ram_status(frac)])
+                   style=fmt.STATUS_STYLE[verdicts.host_ram(frac)])
         if host.swap_used_bytes:
             ram.append(f"  swap {fmt.human_bytes(host.swap_used_bytes)}",
                        style=fmt.STATUS_STYLE["near"])

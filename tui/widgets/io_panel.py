@@ -7,12 +7,12 @@ checkpoint is the classic "long epochs, short steps" symptom.
 
 from __future__ import annotations
 
+from aitop.engine.series import is_checkpoint, latest, recent, tree_io, write_spans
 from aitop.probes.samples import MountInfo, StorageSample
 from rich.text import Text
 
 from . import fmt
 from .panel import Line, Panel, label, spark_line
-from .series import is_checkpoint, latest, recent, tree_io, write_spans
 from .view import View
 
 HISTORY_S = 300.0
@@ -59,7 +59,7 @@ class IoPanel(Panel):
             ), 1))
         sample = latest(view.session.storage, view.now)
         if sample is None:
-            status = view.session.probe_status.get("storage", "waiting…")
+            status = view.session.probe_text("storage", "waiting…")
             out.append(Line(Text(f"storage: {status}", style="dim"), 2))
             return out
         if sample.error:

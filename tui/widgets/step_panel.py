@@ -8,13 +8,14 @@ probe reads, or from the engine's diagnoses when there is no counter.
 
 from __future__ import annotations
 
+from aitop.engine.series import latest, recent
+from aitop.knowledge import verdicts
 from aitop.probes.session import PHASES
+from aitop.probes.steps import step_rates
 from rich.text import Text
 
 from . import fmt
-from .judge import data_wait_status
 from .panel import Line, Panel, label, spark_line
-from .series import latest, recent, step_rates
 from .view import View
 
 HISTORY_S = 300.0
@@ -57,7 +58,7 @@ def phase_legend(fractions: dict[str, float]) -> list[Text]:
         entry.append(f" {letter} ", style=fmt.PHASE_STYLE.get(phase, "reverse"))
         entry.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ")
         if phase == "data_wait":
-            status = data_wait_status(frac)
+            status = verdicts.data_wait(frac)
             entry.append(f"{frac * 100:.0f}% {fmt.STATUS_SYMBOL[status]}",
                          style=fmt.STATUS_STYLE[status])
         else:
@@ -102,7 +103,7 @@ class StepPanel(Panel):
             for i, line in enumerate(wrap_entries(phase_legend(fractions), width)):
                 out.append(Line(line, 1 + 2 * i))
         else:
-            status = view.session.probe_status.get("stacks", "waiting for py-spy…")
+            status = view.session.probe_text("stacks", "waiting for py-spy…")
             out.append(Line(Text(f"phases: no stack samples yet ({status})", style="dim"), 0))
 
         rates = step_rates(recent(view.session.steps, view.now, HISTORY_S))

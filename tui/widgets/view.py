@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
-
-#: Window used for aggregates before the engine has said which one it uses.
-DEFAULT_WINDOW_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class View:
 
     @property
     def window_s(self) -> float:
-        """The aggregation window: the engine's when known, else a default."""
+        """The aggregation window: the diagnosis's, else the evaluator's default."""
         if self.diagnosis is not None and self.diagnosis.window_s > 0:
             return self.diagnosis.window_s
         return DEFAULT_WINDOW_S

@@ -10,7 +10,6 @@ is left out, and the GPU/CPU/I/O probes run without it.
 from __future__ import annotations
 
 import resource
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,10 +20,9 @@ from typing import Any
 from aitop.knowledge.diagnosis import Facts
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
 from aitop.knowledge.facts import load_facts
+from aitop.knowledge.loader import load_knowledge
 from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.phases import load_phase_config
-from aitop.knowledge.rules import load_rules
-from aitop.probes.collector import Collector, CollectorConfig, ProbeLoop
+from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
@@ -32,6 +30,7 @@ from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound
 from aitop.probes.pyspy import PySpyError, find_pyspy, run_dump
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
+from aitop.probes.status import ProbeStatus
 from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
 
@@ -69,7 +68,7 @@ def self_rss_bytes() -> int:
 
 
 class LiveSource:
-    """Probes filling a session, plus a 1 Hz evaluator; the UI's live Source."""
+    """Probes filling a session, plus a 1 Hz evaluator; the UI's live DataSource."""
 
     live = True
 
@@ -93,7 +92,7 @@ class LiveSource:
         def evaluate_now() -> None:
             self.evaluator.evaluate(time.time())
 
-        self._eval_loop = ProbeLoop(
+        self._eval_loop = PeriodicTask(
             "diagnosis",
             evaluate_now,
             evaluate_every_s,
@@ -110,7 +109,7 @@ class LiveSource:
         latest = self.evaluator.latest()
         return latest if latest is not None else self.evaluator.evaluate(now)
 
-    def history(self) -> list[Diagnosis]:
+    def history(self) -> Sequence[Diagnosis]:
         return self.evaluator.history()
 
     def cpu_percent(self) -> float:
@@ -158,8 +157,8 @@ def attach(
     facts: Facts | None = None,
 ) -> LiveSource:
     """Check, build and start everything for one target. Raises AttachError."""
-    ruleset = load_rules(options.rule_files)  # bad rule files fail before attaching
-    phase_config = load_phase_config(options.rule_files)
+    knowledge = load_knowledge(options.rule_files)  # bad rule files fail before attaching
+    ruleset, phase_config = knowledge.rules, knowledge.phases
     try:
         process = ProcessTreeProbe(pid, popen=popen)
     except TargetNotFound as exc:
@@ -181,11 +180,9 @@ def attach(
         )
         steps = StepProbe(pid, phase_config.step_counters, binary=binary)
     gpu_probe = GpuProbe(options.nvml)
-    lock = threading.Lock()
 
     def gpu_sample() -> object:
-        with lock:
-            return gpu_probe.sample(set(process.pids()))
+        return gpu_probe.sample(set(process.pids()))
 
     collector = Collector(
         session,
@@ -199,8 +196,8 @@ def attach(
         config=options.collector,
     )
     if binary is None and warning:
-        session.probe_status["stacks"] = f"unavailable: {warning}"
-        session.probe_status["steps"] = "unavailable: needs stacks"
+        session.probe_status["stacks"] = ProbeStatus("unavailable", warning)
+        session.probe_status["steps"] = ProbeStatus("unavailable", "needs stacks")
     evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
     source = LiveSource(
         session,

@@ -16,8 +16,8 @@ import contextlib
 import os
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from aitop.knowledge.model import Diagnosis
@@ -30,10 +30,12 @@ from aitop.probes.samples import (
     StepCounterSample,
     StorageSample,
 )
-from aitop.probes.session import Session
+from aitop.probes.session import RING_KINDS, Session
+from aitop.probes.status import ProbeStatus
 
 from .report_md import render_report
-from .source import ReplayInfo, ReplaySource, Source
+from .source import DataSource, ReplayInfo, ReplaySource
+from .version import aitop_version
 
 SCHEMA = "aitop.snapshot/1"
 
@@ -65,7 +67,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     capacity: int
     started_at: float | None
     environment: EnvironmentInfo | None
-    probe_status: dict[str, str]
+    #: Typed since the states were typed; plain strings in older files.
+    probe_status: dict[str, ProbeStatus | str]
     target_exited_at: float | None
     target_exit_status: int | None
     samples: Samples
@@ -79,15 +82,7 @@ class _Header(msgspec.Struct):
     aitop_version: str | None = None
 
 
-def aitop_version() -> str | None:
-    """The installed aitop's version, or ``None`` when not installed."""
-    try:
-        return metadata.version("aitop")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def snapshot_of(source: Source, *, written_at: float | None = None) -> Snapshot:
+def snapshot_of(source: DataSource, *, written_at: float | None = None) -> Snapshot:
     """A consistent copy of everything the source holds now."""
     s = source.session
     return Snapshot(
@@ -102,14 +97,7 @@ def snapshot_of(source: Source, *, written_at: float | None = None) -> Snapshot:
         probe_status=dict(s.probe_status),
         target_exited_at=s.target_exited_at,
         target_exit_status=s.target_exit_status,
-        samples=Samples(
-            processes=s.processes.items(),
-            host=s.host.items(),
-            gpu=s.gpu.items(),
-            stacks=s.stacks.items(),
-            steps=s.steps.items(),
-            storage=s.storage.items(),
-        ),
+        samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
         diagnoses=list(source.history()),
     )
 
@@ -163,7 +151,7 @@ def _file_mode(path: Path) -> int:
 
 def write_snapshot(
     path: Path,
-    source: Source,
+    source: DataSource,
     *,
     now: float | None = None,
     diagnosis: Diagnosis | None = None,
@@ -257,17 +245,18 @@ def load_snapshot(path: Path) -> ReplaySource:
 
 def session_from(snap: Snapshot) -> Session:
     """Rebuild a session holding every sample of a snapshot."""
-    s = snap.samples
-    biggest = max(
-        (len(s.processes), len(s.host), len(s.gpu), len(s.stacks), len(s.steps), len(s.storage))
-    )
+    recorded: list[list[Any]] = [getattr(snap.samples, name) for name in RING_KINDS]
+    biggest = max(len(samples) for samples in recorded)
     session = Session(snap.target_pid, capacity=max(snap.capacity, biggest, 1))
-    for ring in (s.processes, s.host, s.gpu, s.stacks, s.steps, s.storage):
-        for sample in ring:
+    for samples in recorded:
+        for sample in samples:
             session.add(sample)
     if snap.environment is not None:
         session.add(snap.environment)
-    session.probe_status = dict(snap.probe_status)
+    session.probe_status = {
+        name: status if isinstance(status, ProbeStatus) else ProbeStatus.parse(status)
+        for name, status in snap.probe_status.items()
+    }
     session.started_at = snap.started_at if snap.started_at is not None else session.started_at
     session.target_exited_at = snap.target_exited_at
     session.target_exit_status = snap.target_exit_status

@@ -11,12 +11,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aitop.knowledge import verdicts
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
+from aitop.probes.steps import step_rates
 
-from . import fmt
-from .judge import data_wait_status, mem_status, temp_status, util_status
-from .series import gpu_values, latest, recent, step_rates
+from . import humanize as fmt
+from .series import gpu_values, latest, recent
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def gpu_utilization(s: Session, d: Diagnosis | None, now: float, w: float) -> Re
         util = statistics.fmean(vals) if vals else None
     if util is None:
         return Reading("no GPU" if _no_gpu(s, now) else "—")
-    return Reading(f"{util:.0f}% mean", util_status(util))
+    return Reading(f"{util:.0f}% mean", verdicts.gpu_util(util))
 
 
 def gpu_memory_usage(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
@@ -67,7 +68,7 @@ def gpu_memory_usage(s: Session, d: Diagnosis | None, now: float, w: float) -> R
             used = max((x.mem_used_bytes or 0) / (x.mem_total_bytes or 1) * 100 for x in devs)
     if used is None:
         return Reading("no GPU" if _no_gpu(s, now) else "—")
-    return Reading(f"{used:.0f}% of capacity", mem_status(used / 100))
+    return Reading(f"{used:.0f}% of capacity", verdicts.gpu_memory(used / 100))
 
 
 def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
@@ -77,7 +78,7 @@ def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> 
         frac = fr.get("data_wait") if fr else None
     if frac is None:
         return Reading("— (no stack samples)")
-    return Reading(f"{frac * 100:.1f}% of step time", data_wait_status(frac))
+    return Reading(f"{frac * 100:.1f}% of step time", verdicts.data_wait(frac))
 
 
 def training_step_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
@@ -109,7 +110,7 @@ def gpu_temperature(s: Session, d: Diagnosis | None, now: float, w: float) -> Re
     hot = max(devs, key=lambda x: x.temperature_c or 0.0)
     limit = f" (slowdown {hot.temperature_slowdown_c:.0f}°C)" if hot.temperature_slowdown_c else ""
     return Reading(f"{hot.temperature_c:.0f}°C{limit}",
-                   temp_status(hot.temperature_c, hot.temperature_slowdown_c))
+                   verdicts.gpu_temperature(hot.temperature_c, hot.temperature_slowdown_c))
 
 
 def interconnect_bandwidth(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:

@@ -20,7 +20,6 @@ from aitop.probes.samples import (
     HotFrame,
     ProcessTreeSample,
     StackWindow,
-    StepCounterSample,
     StorageSample,
 )
 from aitop.probes.session import Ring, sample_time
@@ -124,24 +123,6 @@ def tree_cpu(sample: ProcessTreeSample) -> float | None:
     """CPU % summed over the target tree (100 = one core)."""
     vals = [p.cpu_percent for p in sample.processes if p.cpu_percent is not None]
     return sum(vals) if vals else None
-
-
-def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]]:
-    """``(t, steps/s)`` from consecutive readings of the loop counter.
-
-    A counter that goes backwards (a new epoch's loop variable) starts over
-    rather than producing a negative rate.
-    """
-    out: list[tuple[float, float]] = []
-    prev: StepCounterSample | None = None
-    for s in samples:
-        if s.value is None:
-            continue
-        if (prev is not None and prev.value is not None and s.t > prev.t
-                and s.value >= prev.value and s.name == prev.name):
-            out.append((s.t, (s.value - prev.value) / (s.t - prev.t)))
-        prev = s
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,17 +21,30 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
+from aitop.demo import SCENARIOS
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
-from .demo import SCENARIOS
 from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
 from .report import RunFacts, build_report, render_text
+from .snapshot import SnapshotError, load_snapshot, write_snapshot
+from .source import DataSource
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+NO_UI = "the terminal UI is not installed here: add --headless (or run the `aitop` command)"
+
+
+class UiRunner(Protocol):
+    """Opens the full-screen UI on a source until the user quits; the exit code."""
+
+    def __call__(
+        self, source: DataSource, *, refresh_s: float, export_path: Path | None,
+        export_on_exit: bool,
+    ) -> int: ...
 
 
 class CliError(Exception):
@@ -130,10 +143,6 @@ def start_source(
         raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
 
 
-class _Interrupted(Exception):
-    pass
-
-
 def run_headless(
     source: LiveSource, duration_s: float, as_json: bool, export: Path | None
 ) -> int:
@@ -181,26 +190,24 @@ def run_headless(
     return 0
 
 
-def export_snapshot(source: object, path: Path) -> None:
-    from .snapshot import SnapshotError, write_snapshot
-
+def export_snapshot(source: DataSource, path: Path) -> None:
     try:
-        written = write_snapshot(path, source)  # type: ignore[arg-type]
+        written = write_snapshot(path, source)
     except (OSError, SnapshotError) as exc:
         raise CliError(f"could not write the snapshot to {path}: {exc}") from exc
     print("exported: " + ", ".join(str(p) for p in written), file=sys.stderr)
 
 
-def run_attached(args: argparse.Namespace, pid: int,
+def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
                  popen: subprocess.Popen[bytes] | None = None) -> int:
+    if run_ui is None and not args.headless:
+        raise CliError(NO_UI, EXIT_USAGE)
     options = options_from(args)
     source = start_source(pid, options, popen)
-    if args.headless:
+    if args.headless or run_ui is None:
         return run_headless(source, args.duration, args.json, args.export)
-    from .app import run_app
-
     try:
-        return run_app(
+        return run_ui(
             source,
             refresh_s=args.refresh,
             export_path=args.export,
@@ -210,7 +217,7 @@ def run_attached(args: argparse.Namespace, pid: int,
         source.close()
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     """Start the bundled workload as a child, attach, and stop it afterwards."""
     if importlib.util.find_spec("torch") is None:
         raise CliError("the demo needs PyTorch: pip install 'aitop[demo]' (or torch==2.13.0)")
@@ -219,7 +226,7 @@ def run_demo(args: argparse.Namespace) -> int:
         prefix="aitop-demo-", suffix=".log", delete=False
     )
     ready = Path(log.name).with_suffix(".ready")
-    command = [sys.executable, "-m", "aitop.tui.demo.workload", "--scenario", args.scenario,
+    command = [sys.executable, "-m", "aitop.demo.workload", "--scenario", args.scenario,
                "--ready-file", str(ready)]
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
@@ -235,7 +242,7 @@ def run_demo(args: argparse.Namespace) -> int:
         if child.poll() is not None:
             raise CliError(f"the demo job exited with status {child.returncode}; "
                            f"see {log.name}")
-        return run_attached(args, child.pid, popen=child)
+        return run_attached(args, child.pid, run_ui, popen=child)
     finally:
         if child.poll() is None:
             child.terminate()
@@ -247,9 +254,7 @@ def run_demo(args: argparse.Namespace) -> int:
         ready.unlink(missing_ok=True)
 
 
-def run_replay(args: argparse.Namespace) -> int:
-    from .snapshot import SnapshotError, load_snapshot
-
+def run_replay(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     try:
         source = load_snapshot(args.file)
     except SnapshotError as exc:
@@ -265,9 +270,9 @@ def run_replay(args: argparse.Namespace) -> int:
                               RunFacts(latest - started, None, None), started)
         print(json.dumps(report, indent=2) if args.json else render_text(report))
         return 0
-    from .app import run_app
-
-    return run_app(source)
+    if run_ui is None:
+        raise CliError(NO_UI, EXIT_USAGE)
+    return run_ui(source, refresh_s=1.0, export_path=None, export_on_exit=False)
 
 
 def list_metrics() -> int:
@@ -279,14 +284,17 @@ def list_metrics() -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> int:
+    """The ``aitop`` command. ``run_ui`` opens the terminal UI on a source; the
+    console script passes the Textual one (``aitop.tui.entry``), and without one
+    only the headless commands work, so the engine never imports the UI."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            return run_demo(args)
+            return run_demo(args, run_ui)
         if args.command == "replay":
-            return run_replay(args)
+            return run_replay(args, run_ui)
         if args.command == "metrics":
             return list_metrics()
         if args.pid is None:
@@ -297,13 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"not a PID: {args.pid}", EXIT_USAGE)
         if args.pid == os.getpid():
             raise CliError("aitop cannot attach to itself", EXIT_USAGE)
-        return run_attached(args, args.pid)
+        return run_attached(args, args.pid, run_ui)
     except CliError as exc:
         print(f"aitop: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Small real PyTorch training jobs, each with one well-known bottleneck.
 
-Run as ``python -m aitop.tui.demo.workload --scenario data``. Uses CUDA when it
+Run as ``python -m aitop.demo.workload --scenario data``. Uses CUDA when it
 is present, the CPU otherwise. Every scenario is an ordinary training loop
 written the way people write them; nothing in it talks to aitop. For tests and
 benchmarks it can write its own ground truth (``--truth FILE``): cumulative
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from aitop.tui.demo import SCENARIOS
+from aitop.demo import SCENARIOS
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aitop.engine.series import is_checkpoint, latest, tree_io, upto, write_spans
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -10,7 +11,6 @@ from textual.widgets import Static
 from ..widgets import fmt
 from ..widgets.chart import MetricChart
 from ..widgets.io_panel import dataset_mount
-from ..widgets.series import is_checkpoint, latest, tree_io, upto, write_spans
 from ..widgets.sortable import Cell, SortableTable, num_cell
 from ..widgets.view import View
 from .base import DetailScreen
@@ -50,10 +50,6 @@ class IoScreen(DetailScreen):
                                       ("write", "Write/s", 10)):
                 procs.add_column(title, key=key, width=width)
             yield procs
-
-    def on_mount(self) -> None:
-        self.query_one("#body").focus()
-        super().on_mount()
 
     def update_view(self, view: View) -> None:
         super().update_view(view)

@@ -1,4 +1,4 @@
-"""Where the UI's data comes from: the ``Source`` contract and its replay side.
+"""Where the UI's data comes from: the ``DataSource`` contract and its replay side.
 
 The UI never touches probes or rules directly. It reads ``source.session`` (filled
 continuously by probe threads when live, loaded from a file for a replay) and
@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -18,11 +19,11 @@ from typing import Protocol, runtime_checkable
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session, sample_time
 
-from .widgets.series import typical_interval
+from .series import typical_interval
 
 
 @runtime_checkable
-class Source(Protocol):
+class DataSource(Protocol):
     """What the UI needs from a live attachment or a recording."""
 
     session: Session
@@ -37,8 +38,12 @@ class Source(Protocol):
         """
         ...
 
-    def history(self) -> list[Diagnosis]:
-        """Diagnoses so far (bounded), for export: findings and when they fired."""
+    def history(self) -> Sequence[Diagnosis]:
+        """Diagnoses so far (bounded), for export: findings and when they fired.
+
+        Never waits for an evaluation in progress: the UI calls it on its event
+        loop every frame.
+        """
         ...
 
     def close(self) -> None:
@@ -81,8 +86,8 @@ class ReplaySource:
         i = bisect.bisect_right(self._times, now)
         return self._diagnoses[i - 1] if i else None
 
-    def history(self) -> list[Diagnosis]:
-        return list(self._diagnoses)
+    def history(self) -> Sequence[Diagnosis]:
+        return tuple(self._diagnoses)
 
     def close(self) -> None:
         """Nothing to release: a replay holds only memory."""
@@ -92,14 +97,7 @@ class ReplaySource:
     def sample_times(self) -> list[float]:
         """Every distinct time at which something was recorded, ascending."""
         times: set[float] = set(self._times)
-        for ring in (
-            self.session.processes,
-            self.session.host,
-            self.session.gpu,
-            self.session.stacks,
-            self.session.steps,
-            self.session.storage,
-        ):
+        for ring in self.session.rings().values():
             times.update(sample_time(s) for s in ring.items())
         return sorted(times)
 
@@ -124,7 +122,7 @@ class Evaluation:
     from quitting. The worker waits on this instead and can give up on it.
     """
 
-    source: Source
+    source: DataSource
     now: float
     started: float = field(default_factory=time.monotonic)
     result: Diagnosis | None = None

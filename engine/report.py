@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aitop.knowledge.metrics import STEPS_WINDOW_S
@@ -17,14 +16,9 @@ from aitop.knowledge.model import Diagnosis, Evidence, Finding
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 
+from .version import aitop_version
+
 SCHEMA = "aitop.report/1"
-
-
-def aitop_version() -> str:
-    try:
-        return version("aitop")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -173,7 +167,7 @@ def build_report(
     span = phase_span(session, diagnosis)
     return {
         "schema": SCHEMA,
-        "aitop_version": aitop_version(),
+        "aitop_version": aitop_version() or "unknown",
         "target": {
             "pid": session.target_pid,
             "cmdline": redact_argv(cmdline),
@@ -211,7 +205,11 @@ def build_report(
             k: _num(v) for k, v in sorted((diagnosis.metrics if diagnosis else {}).items())
         },
         "environment": environment_json(session),
-        "probes": dict(session.probe_status),
+        "probes": {name: status.text for name, status in session.probe_status.items()},
+        "probe_states": {
+            name: {"state": status.state, "detail": status.detail}
+            for name, status in session.probe_status.items()
+        },
         "waiting_for": list(diagnosis.waiting_for) if diagnosis else [],
         "aitop": {
             "cpu_percent_of_one_core": _num(run.aitop_cpu_percent, 2),

@@ -1,0 +1,28 @@
+"""The ``aitop`` console script: the engine's command line with this UI plugged in.
+
+The command line itself is the engine's (:mod:`aitop.engine.cli`); it opens the
+terminal UI through the runner passed here. Textual is imported only when the
+UI really opens, so ``--headless`` runs and exports never load it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from aitop.engine import cli
+from aitop.engine.source import DataSource
+
+
+def run_ui(
+    source: DataSource, *, refresh_s: float, export_path: Path | None, export_on_exit: bool
+) -> int:
+    """Run the Textual app on ``source`` until the user quits."""
+    from .app import run_app
+
+    return run_app(source, refresh_s=refresh_s, export_path=export_path,
+                   export_on_exit=export_on_exit)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(argv, run_ui=run_ui)
