@@ -55,15 +55,20 @@ def test_scenario_diagnosis_matches_ground_truth(scenario: str, tmp_path: Path) 
     assert report["schema"] == "aitop.report/1"
     assert report["target"]["pid"] == job.pid
     category = report["bottleneck"]["category"]
-    assert category == EXPECTED[scenario], (
+    t0, t1 = report["phase_span"]
+    expected = truth_between(truth, t0, t1)
+    allowed = {EXPECTED[scenario]}
+    if scenario == "healthy" and expected["data_wait"] >= 0.05:
+        # On a loaded 2-core box the prefetching job itself can wait over the
+        # documents' 5 % target (its own timers say so): naming data loading is right.
+        allowed.add("data_loading")
+    assert category in allowed, (
         f"{scenario}: expected {EXPECTED[scenario]}, got {category}: "
         f"{report['bottleneck']['summary']}; phases {report['phases']}; "
         f"findings {[f['id'] for f in report['findings']]}"
     )
     phases = report["phases"]
     assert phases is not None and abs(sum(phases.values()) - 1.0) < 1e-6
-    t0, t1 = report["phase_span"]
-    expected = truth_between(truth, t0, t1)
     measured_wait, true_wait = phases["data_wait"], expected["data_wait"]
     print(f"{scenario}: data_wait aitop {measured_wait:.3f} truth {true_wait:.3f}; "
           f"checkpoint aitop {phases['checkpoint']:.3f} truth {expected['checkpoint']:.3f}; "
