@@ -10,8 +10,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from aitop.knowledge import verdicts
+from aitop.knowledge.documents import load_documents
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates
@@ -28,7 +30,14 @@ class Reading:
     status: str = "unknown"
 
 
-#: The documents' rows, in their order, for when the knowledge file is unavailable.
+@lru_cache(maxsize=1)
+def key_metric_rows() -> tuple[tuple[str, str, str], ...]:
+    """``(id, metric, target)`` of the documents' key-metrics table, from the knowledge base."""
+    return tuple((m.id, m.metric, m.target) for m in load_documents().metrics)
+
+
+#: The documents' rows, shown by the knowledge screen only while its thread is
+#: still parsing the documents (reports read ``key_metric_rows``).
 FALLBACK_ROWS: tuple[tuple[str, str, str], ...] = (
     ("gpu_utilization", "GPU utilization", "80-95% during training"),
     ("gpu_memory_usage", "GPU memory usage", "70-90% of capacity"),

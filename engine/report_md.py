@@ -16,7 +16,7 @@ from aitop.knowledge.model import Diagnosis, Evidence, Finding
 from aitop.probes.session import PHASES, Session
 
 from . import humanize as fmt
-from .key_metrics import FALLBACK_ROWS, read_key_metric
+from .key_metrics import key_metric_rows, read_key_metric
 from .report import normalised_phases
 from .series import latest, recent, tree_cpu, values
 
@@ -202,7 +202,7 @@ def _metrics(
     session: Session, diagnosis: Diagnosis | None, now: float, window: float
 ) -> list[str]:
     key_rows = []
-    for metric_id, name, target in FALLBACK_ROWS:
+    for metric_id, name, target in key_metric_rows():
         reading = read_key_metric(metric_id, session, diagnosis, now, window)
         status = f"{fmt.STATUS_SYMBOL.get(reading.status, '?')} {reading.status}"
         key_rows.append([name, target, reading.display, status])
