@@ -4,33 +4,104 @@ Conditions are evaluated with ``simpleeval`` (no ``eval``: only literals,
 comparisons, boolean and arithmetic operators, and the few functions listed
 here). Every name is checked against the metric catalogue when the rule file is
 loaded, so a typo fails at load time with file and line, not silently at 3 am.
+
+A condition comes from the user's rule file, so its cost is bounded before it is
+parsed (length), while it is parsed (recursion caught) and after (depth and
+size of the tree); powers are computed in floating point and ``%`` never
+formats text, so no condition can take seconds or gigabytes to evaluate. Text
+templates may not ask for widths or precisions over ``MAX_FORMAT_WIDTH``.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
+import re
 import string
 from collections.abc import Mapping
 from typing import Any
 
-from simpleeval import InvalidExpression, SimpleEval
+from simpleeval import DEFAULT_OPERATORS, InvalidExpression, SimpleEval, safe_power
 
 FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "abs": abs}
 CONSTANTS = frozenset({"True", "False", "None", "true", "false"})
+
+#: Longest condition accepted: the packaged ones are under 200 characters.
+MAX_EXPR_CHARS = 1000
+#: Deepest syntax tree (``a + b + c`` nests one level per term): ours reach 6;
+#: evaluating recurses in Python per level, which ends near 300.
+MAX_EXPR_DEPTH = 32
+#: Most syntax-tree nodes in one condition: ours have at most 43.
+MAX_EXPR_NODES = 400
+#: Widest field and longest precision a text template may ask for.
+MAX_FORMAT_WIDTH = 100
 
 
 class ExpressionError(ValueError):
     """An expression is malformed or names something that does not exist."""
 
 
-def names_in(expr: str) -> set[str]:
-    """The variable names an expression reads (functions and constants excluded)."""
+def _clip(text: str, limit: int = 80) -> str:
+    """The start of ``text`` for an error message (the whole of it may be huge)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tree_shape(tree: ast.AST) -> tuple[int, int]:
+    """Node count and depth of a syntax tree, walked without recursion."""
+    count, deepest = 0, 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        deepest = max(deepest, depth)
+        stack += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+    return count, deepest
+
+
+def parse_bounded(expr: str) -> ast.Expression:
+    """``ast.parse`` of a condition, refused when too long, deep or large to evaluate.
+
+    The length is checked first because the parser itself recurses and
+    allocates per term: 50,000 ``+`` terms raise RecursionError and 100,000
+    ``not`` a MemoryError inside ``ast.parse``.
+    """
+    if len(expr) > MAX_EXPR_CHARS:
+        raise ExpressionError(
+            f"condition is {len(expr):,} characters long, over the limit of {MAX_EXPR_CHARS:,}: "
+            f"'{_clip(expr)}'"
+        )
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"syntax error in '{expr}': {exc.msg}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ExpressionError(f"condition is nested too deeply: '{_clip(expr)}'") from exc
+    count, depth = _tree_shape(tree)
+    if depth > MAX_EXPR_DEPTH:
+        raise ExpressionError(
+            f"condition is nested {depth} levels deep, over the limit of {MAX_EXPR_DEPTH} "
+            f"(split it with and/or): '{_clip(expr)}'"
+        )
+    if count > MAX_EXPR_NODES:
+        raise ExpressionError(
+            f"condition has {count} parts, over the limit of {MAX_EXPR_NODES}: '{_clip(expr)}'"
+        )
+    return tree
+
+
+#: What a condition may not contain: attribute access, indexing, functions
+#: defined inline, comprehensions, and f-strings (their format spec can ask for
+#: a field hundreds of megabytes wide).
+_FORBIDDEN = (
+    ast.Attribute, ast.Subscript, ast.Lambda, ast.comprehension, ast.JoinedStr, ast.FormattedValue,
+)
+
+
+def names_in(expr: str) -> set[str]:
+    """The variable names an expression reads (functions and constants excluded)."""
+    tree = parse_bounded(expr)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Lambda, ast.comprehension)):
+        if isinstance(node, _FORBIDDEN):
             raise ExpressionError(f"only metric names, numbers and operators are allowed: '{expr}'")
     called = {
         node.func.id
@@ -77,6 +148,31 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+class _TextFormatting(InvalidExpression):
+    """``'%0300000000d' % x``: text formatting has no place in a condition."""
+
+
+def _power(a: Any, b: Any) -> Any:
+    """``a ** b`` in floating point: an overflow error, never minutes of big-integer work.
+
+    simpleeval's own guard still allows ``3999999 ** 3999999``, 30 s of CPU.
+    """
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return safe_power(float(a), float(b))
+    return safe_power(a, b)
+
+
+def _modulo(a: Any, b: Any) -> Any:
+    """``a % b`` for numbers only: on text it would format, to any width."""
+    if isinstance(a, (str, bytes)):
+        raise _TextFormatting("text formatting (%) is not allowed in a condition")
+    return operator.mod(a, b)
+
+
+#: simpleeval's operators, with ``**`` and ``%`` bounded as above.
+OPERATORS: dict[type, Any] = {**DEFAULT_OPERATORS, ast.Pow: _power, ast.Mod: _modulo}
+
+
 class Condition:
     """A parsed condition, checked against the known metric names."""
 
@@ -89,7 +185,9 @@ class Condition:
                 f"unknown metric {', '.join(unknown)} in '{self.expr}' "
                 "(run `aitop metrics` for the list)"
             )
-        self._evaluator = SimpleEval(functions=dict(FUNCTIONS), names={})
+        self._evaluator = SimpleEval(
+            operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={}
+        )
         try:
             self._parsed = self._evaluator.parse(self.expr)
         except (SyntaxError, InvalidExpression) as exc:
@@ -141,13 +239,77 @@ class _PlainNamesFormatter(string.Formatter):
 
 _FORMATTER = _PlainNamesFormatter()
 
+#: Python's format-spec mini-language, with width and precision captured.
+_SPEC = re.compile(
+    r"(?P<head>(?:.?[<>=^])?[-+ ]?z?#?0?)(?P<width>\d*)(?P<group>[,_]?)"
+    r"(?:\.(?P<precision>\d*))?(?P<type>[bcdeEfFgGnosxX%]?)",
+    re.DOTALL,
+)
+
+
+def _spec_number(digits: str | None) -> int:
+    """A width or precision from a spec; absurdly long digit strings count as huge."""
+    if not digits:
+        return 0
+    return int(digits) if len(digits) <= 6 else 10**6
+
+
+def check_format_spec(spec: str) -> None:
+    """Refuse a template spec whose width or precision is over MAX_FORMAT_WIDTH.
+
+    ``{phase_samples:>300000000}`` is a valid spec that renders 300 MB on every
+    refresh; a spec that is not valid is left alone (it renders the plain value).
+    """
+    match = _SPEC.fullmatch(spec)
+    if match is None:
+        return
+    for part in ("width", "precision"):
+        number = _spec_number(match[part])
+        if number > MAX_FORMAT_WIDTH:
+            raise ExpressionError(
+                f"format {part} {_clip(match[part], 12)} in '{{…:{_clip(spec, 20)}}}' is over "
+                f"the limit of {MAX_FORMAT_WIDTH}"
+            )
+
+
+def _clamped_spec(spec: str) -> str | None:
+    """``spec`` with width and precision cut to MAX_FORMAT_WIDTH; None when it is not valid."""
+    match = _SPEC.fullmatch(spec)
+    if match is None:
+        return None
+    width = match["width"] and str(min(_spec_number(match["width"]), MAX_FORMAT_WIDTH))
+    precision = "" if match["precision"] is None else (
+        "." + str(min(_spec_number(match["precision"]), MAX_FORMAT_WIDTH))
+    )
+    return f"{match['head']}{width}{match['group']}{precision}{match['type']}"
+
 
 def template_fields(text: str) -> set[str]:
     """Field names used in a ``{name:.0%}`` text template."""
     try:
         return {f for _, f, _, _ in _FORMATTER.parse(text) if f}
     except ValueError as exc:
-        raise ExpressionError(f"bad template '{text}': {exc}") from exc
+        raise ExpressionError(f"bad template '{_clip(text)}': {exc}") from exc
+
+
+def check_template(text: str) -> set[str]:
+    """``template_fields`` of a text, after checking that no field asks to be too wide."""
+    fields = template_fields(text)
+    for _, field, spec, _ in _FORMATTER.parse(text):
+        if field is not None and spec:
+            check_format_spec(spec)
+    return fields
+
+
+def _format(value: float, spec: str) -> str:
+    """One filled field: never wider than MAX_FORMAT_WIDTH, the plain value for a bad spec."""
+    clamped = _clamped_spec(spec)
+    if clamped is None:
+        return str(value)
+    try:
+        return format(value, clamped)
+    except (ValueError, TypeError):
+        return str(value)
 
 
 def render(text: str, values: Mapping[str, float | None]) -> str:
@@ -160,11 +322,5 @@ def render(text: str, values: Mapping[str, float | None]) -> str:
         if not field.isidentifier():
             raise ExpressionError(f"only plain metric names may appear in text: '{field}'")
         value = values.get(field)
-        if value is None:
-            out.append("?")
-            continue
-        try:
-            out.append(format(value, spec or ""))
-        except (ValueError, TypeError):
-            out.append(str(value))
+        out.append("?" if value is None else _format(value, spec or ""))
     return "".join(out)

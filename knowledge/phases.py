@@ -11,7 +11,7 @@ from typing import Any
 from aitop.probes.phases import FrameSignature, PhaseClassifier, PhaseRule, TechniqueRule
 from aitop.probes.session import PHASES
 
-from .yamlio import fail, load_yaml_file, load_yaml_text, only_keys, require
+from .yamlio import fail, load_yaml_file, load_yaml_text, mappings, only_keys, require
 
 PACKAGED = "phases.yaml"
 
@@ -46,19 +46,21 @@ def parse_phase_document(doc: object) -> PhaseConfig:
     if not isinstance(doc, dict):
         raise fail(doc, "expected a mapping with 'phases'")
     rules = []
-    for node in doc.get("phases") or []:
+    for node in mappings(doc, "phases"):
         only_keys(node, ("phase", "rank", "signatures"), "phase")
         phase = require(node, "phase", str)
         if phase not in PHASES or phase == "other":
             raise fail(node, f"unknown phase '{phase}' (one of {', '.join(PHASES[:-1])})")
         rank = require(node, "rank", int)
+        if isinstance(rank, bool):
+            raise fail(node, "'rank' must be int, not bool")
         rules.append(PhaseRule(phase, rank, _signatures(node)))
     techniques = []
-    for node in doc.get("techniques_seen") or []:
+    for node in mappings(doc, "techniques_seen"):
         only_keys(node, ("technique", "signatures"), "technique")
         techniques.append(TechniqueRule(require(node, "technique", str), _signatures(node)))
     counters = doc.get("step_counters") or []
-    if not all(isinstance(c, str) for c in counters):
+    if not isinstance(counters, list) or not all(isinstance(c, str) for c in counters):
         raise fail(doc, "'step_counters' must be a list of names")
     return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
 

@@ -16,10 +16,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .expressions import Condition, ExpressionError, template_fields
+from .expressions import Condition, ExpressionError, check_template
 from .metrics import CATALOGUE
 from .model import CATEGORIES, SEVERITIES
-from .yamlio import KnowledgeError, fail, load_yaml_file, load_yaml_text, only_keys, require
+from .yamlio import (
+    KnowledgeError,
+    fail,
+    kind_of,
+    load_yaml_file,
+    load_yaml_text,
+    mappings,
+    only_keys,
+    require,
+)
 
 PACKAGED = "rules.yaml"
 
@@ -118,7 +127,9 @@ def _condition(node: Any, key: str) -> Condition:
 
 
 def _strings(node: Any, key: str) -> tuple[str, ...]:
-    value = node.get(key) or []
+    value = node.get(key)
+    if value is None or value == "":
+        return ()
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -126,14 +137,43 @@ def _strings(node: Any, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _text(node: Any, key: str, default: str | None = "") -> Any:
+    """An optional text field (empty means ``default``); a list there would crash rendering."""
+    value = node.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise fail(node, f"'{key}' must be text, not {kind_of(value)}")
+    return value
+
+
 def _check_templates(node: Any, *texts: str) -> None:
     for text in texts:
         try:
-            unknown = sorted(f for f in template_fields(text) if f not in CATALOGUE)
+            unknown = sorted(f for f in check_template(text) if f not in CATALOGUE)
         except ExpressionError as exc:
             raise fail(node, str(exc)) from exc
         if unknown:
             raise fail(node, f"unknown metric {', '.join(unknown)} in text '{text}'")
+
+
+def _fraction(value: object) -> float | None:
+    """A number from YAML (not a bool, not text), as a float; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _removable(spec: Any) -> tuple[float, float]:
+    """``removable``: a fraction or ``[low, high]``, each a number in (0, 1]."""
+    value = spec.get("removable", 1.0)
+    pair = value if isinstance(value, list) and len(value) == 2 else [value, value]
+    low, high = _fraction(pair[0]), _fraction(pair[1])
+    if low is None or high is None:
+        raise fail(spec, "'removable' must be a fraction or [low, high]")
+    if not (0 < low <= high <= 1):
+        raise fail(spec, "'removable' must lie in (0, 1] with low <= high")
+    return low, high
 
 
 def _gain(node: Any) -> GainSpec:
@@ -144,34 +184,44 @@ def _gain(node: Any) -> GainSpec:
         raise fail(node, "'gain' must be a mapping with 'method'")
     only_keys(spec, GAIN_KEYS, "gain")
     method = require(spec, "method", str)
+    note = _text(spec, "note")
     if method == "amdahl":
         metric = require(spec, "metric", str)
         if metric not in CATALOGUE:
             raise fail(spec, f"unknown metric {metric} in gain")
-        removable = spec.get("removable", 1.0)
-        if isinstance(removable, (int, float)):
-            low = high = float(removable)
-        elif isinstance(removable, list) and len(removable) == 2:
-            low, high = float(removable[0]), float(removable[1])
-        else:
-            raise fail(spec, "'removable' must be a fraction or [low, high]")
-        if not (0 < low <= high <= 1):
-            raise fail(spec, "'removable' must lie in (0, 1] with low <= high")
-        return GainSpec("amdahl", metric=metric, removable=(low, high), note=spec.get("note", ""))
+        return GainSpec("amdahl", metric=metric, removable=_removable(spec), note=note)
     if method == "parallel":
         metric = require(spec, "metric", str)
         factor = require(spec, "factor", str)
         for name in (metric, factor):
             if name not in CATALOGUE:
                 raise fail(spec, f"unknown metric {name} in gain")
-        return GainSpec("parallel", metric=metric, factor=factor, note=spec.get("note", ""))
+        return GainSpec("parallel", metric=metric, factor=factor, note=note)
     if method == "document":
-        return GainSpec(
-            "document", technique=require(spec, "technique", str), note=spec.get("note", "")
-        )
+        return GainSpec("document", technique=require(spec, "technique", str), note=note)
     if method == "none":
-        return GainSpec("none", note=spec.get("note", ""))
+        return GainSpec("none", note=note)
     raise fail(spec, f"unknown gain method '{method}' (amdahl, parallel, document or none)")
+
+
+def _source(node: Any) -> dict[str, str]:
+    """The rule's ``source``: document, section and quote, each a scalar (kept as text)."""
+    source = node.get("source") or {}
+    if not isinstance(source, dict) or "document" not in source:
+        raise fail(node, "'source' must name the document (and section) the rule comes from")
+    only_keys(source, SOURCE_KEYS, "source")
+    for key, value in source.items():
+        if isinstance(value, (dict, list)):
+            raise fail(source, f"source '{key}' must be text, not {kind_of(value)}")
+    return {k: str(v) for k, v in source.items()}
+
+
+def _flag(node: Any, key: str, default: bool) -> bool:
+    """A true/false field; ``"no"`` in quotes would otherwise count as true."""
+    value = node.get(key, default)
+    if not isinstance(value, bool):
+        raise fail(node, f"'{key}' must be true or false, not {kind_of(value)}")
+    return value
 
 
 #: Every key a rule, its gain and its source may have.
@@ -196,16 +246,14 @@ def parse_rule(node: Any) -> Rule:
     if category not in CATEGORIES:
         raise fail(node, f"unknown category '{category}' (one of {', '.join(CATEGORIES)})")
     title = require(node, "title", str)
-    why = node.get("why", "")
-    _check_templates(node, title, why)
+    why = _text(node, "why")
+    actions = _strings(node, "actions")
+    _check_templates(node, title, why, *actions)
     evidence = _strings(node, "evidence")
     unknown = [m for m in evidence if m not in CATALOGUE]
     if unknown:
         raise fail(node, f"unknown metric {', '.join(unknown)} in evidence")
-    source = node.get("source") or {}
-    if not isinstance(source, dict) or "document" not in source:
-        raise fail(node, "'source' must name the document (and section) the rule comes from")
-    only_keys(source, SOURCE_KEYS, "source")
+    source = _source(node)
     return Rule(
         id=rule_id,
         condition=_condition(node, "expr"),
@@ -215,13 +263,13 @@ def parse_rule(node: Any) -> Rule:
         category=category,
         title=title,
         why=why,
-        actions=_strings(node, "actions"),
+        actions=actions,
         gain=_gain(node),
-        source={k: str(v) for k, v in source.items()},
+        source=source,
         evidence=evidence,
-        snippet=node.get("snippet"),
+        snippet=_text(node, "snippet", None),
         techniques=_strings(node, "techniques"),
-        bottleneck=bool(node.get("bottleneck", True)),
+        bottleneck=_flag(node, "bottleneck", True),
         file=getattr(node, "file", ""),
         line=getattr(node, "line", 0),
     )
@@ -231,22 +279,15 @@ def parse_rules_document(doc: Any) -> RuleSet:
     if not isinstance(doc, dict):
         raise fail(doc, "expected a mapping with 'rules:'")
     only_keys(doc, FILE_KEYS, "rule file")
-    for key in ("rules", "states"):
-        if not isinstance(doc.get(key) or [], list):
-            line = getattr(doc, "lines", {}).get(key, getattr(doc, "line", None))
-            raise KnowledgeError(
-                f"'{key}' must be a list of mappings (each item starts with '- ')",
-                getattr(doc, "file", None),
-                line,
-            )
-    rules = [parse_rule(n) for n in doc.get("rules") or []]
+    rule_nodes, state_nodes = mappings(doc, "rules"), mappings(doc, "states")
+    rules = [parse_rule(n) for n in rule_nodes]
     seen: set[str] = set()
     for rule in rules:
         if rule.id in seen:
             raise KnowledgeError(f"duplicate rule name '{rule.id}'", rule.file, rule.line)
         seen.add(rule.id)
     states = []
-    for n in doc.get("states") or []:
+    for n in state_nodes:
         only_keys(n, STATE_KEYS, "state")
         states.append(StateSpec(require(n, "id", str), _condition(n, "expr"), n.file, n.line))
     return RuleSet(tuple(rules), tuple(states))
@@ -308,6 +349,16 @@ class RuleEngine:
             if st.firing_since is not None:
                 firing.append((rule, st.firing_since))
         return firing
+
+    def pending(self, now: float) -> list[tuple[Rule, float]]:
+        """Rules whose condition holds but whose ``for:`` has not elapsed yet, with
+        how long it has held."""
+        out = []
+        for rule in self.ruleset.rules:
+            st = self.state[rule.id]
+            if st.firing_since is None and st.pending_since is not None:
+                out.append((rule, now - st.pending_since))
+        return out
 
     def waiting(self, metrics: Mapping[str, float | None]) -> list[str]:
         """Rules whose last evaluation was unknown, with the metrics they lack."""
