@@ -7,15 +7,21 @@ and decoded by ``msgspec`` with their real types: a field renamed or retyped
 in the model makes an old file fail loudly with one line, not half-load.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``)
-so an interrupted export never leaves a truncated snapshot behind.
+so an interrupted export never leaves a truncated snapshot behind; an export's
+files are all written to temporaries before any is renamed into place, so a
+failure leaves nothing, or says exactly which files landed. Reads refuse
+anything but a regular file and stop at ``MAX_SNAPSHOT_BYTES``: ``aitop replay
+/dev/zero`` or a FIFO must fail in one line, not eat memory or block forever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,13 @@ from .source import DataSource, ReplayInfo, ReplaySource
 from .version import aitop_version
 
 SCHEMA = "aitop.snapshot/1"
+
+#: The largest file ``load_snapshot`` reads. A real snapshot of a full session
+#: is tens of MiB; the cap keeps a wrong path from reading until memory runs out.
+MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
+
+#: What to do when a path is not a snapshot at all.
+GIVE_A_SNAPSHOT = "give a snapshot .json written by aitop"
 
 
 class SnapshotError(Exception):
@@ -117,6 +130,43 @@ def write_atomic(path: Path, data: bytes) -> None:
 
     Raises ``SnapshotError`` with one line saying why the write failed.
     """
+    write_all([(path, data)])
+
+
+def write_all(files: Sequence[tuple[Path, bytes]]) -> list[Path]:
+    """Write a set of files so that it lands whole, or the error says what landed.
+
+    Every file goes to a temporary beside its target first; only when all are
+    written are they renamed into place, in the order given (put the file whose
+    presence means "complete" last). Returns the paths written, in order.
+    Raises ``SnapshotError`` (one line) naming the file that failed and saying
+    that nothing was written, or, if a rename failed midway, which files were.
+    """
+    staged: list[tuple[Path, str]] = []
+    try:
+        for path, data in files:
+            _refuse_non_regular(path)
+            staged.append((path, _stage(path, data)))
+    except SnapshotError as exc:
+        _discard(tmp for _, tmp in staged)
+        raise SnapshotError(f"{exc}; nothing was written") from exc
+    written: list[Path] = []
+    for i, (path, tmp) in enumerate(staged):
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            _discard(tmp for _, tmp in staged[i:])
+            landed = ", ".join(str(p) for p in written) if written else "nothing"
+            raise SnapshotError(
+                f"cannot write {path}: {_reason(exc)}; written: {landed}; "
+                "fix the path and export again"
+            ) from exc
+        written.append(path)
+    return written
+
+
+def _stage(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new temporary file beside ``path``; returns its name."""
     directory = path.parent if str(path.parent) else Path(".")
     tmp_name: str | None = None
     try:
@@ -127,15 +177,32 @@ def write_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise SnapshotError(f"cannot write {path}: {reason}") from exc
-    finally:
         if tmp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
+            _discard([tmp_name])
+        raise SnapshotError(f"cannot write {path}: {_reason(exc)}") from exc
+    return tmp_name
+
+
+def _refuse_non_regular(path: Path) -> None:
+    """Refuse to replace a directory or a device: ``os.replace`` would, as root."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent (the usual case), or the write itself will say why
+    if not stat.S_ISREG(mode):
+        raise SnapshotError(f"cannot write {path}: it is {_kind(mode)}, not a regular file")
+
+
+def _discard(tmp_names: Iterable[str]) -> None:
+    """Remove temporaries of a failed export; a leftover is harmless, never an error."""
+    for name in tmp_names:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def _file_mode(path: Path) -> int:
@@ -147,6 +214,49 @@ def _file_mode(path: Path) -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def check_export_path(path: Path) -> None:
+    """Fail now, in one line, if an export to ``path`` could not be written.
+
+    Called when aitop starts, so that a typo in ``--export`` is found before a
+    long session, not at its end. Checks that the path names a file (not a
+    directory, not a companion's suffix), that its directory exists, and that a
+    file can really be created there (a probe file, removed at once: permission
+    bits alone say nothing for root or a read-only mount).
+    """
+    path = Path(path)
+    if path.suffix in (".md", ".svg"):
+        raise SnapshotError(
+            f"cannot export to {path}: the report and screenshot are written beside the "
+            f"snapshot as .md and .svg; give a .json name such as {path.with_suffix('.json')}"
+        )
+    for target in (path, *companion_paths(path)):
+        if target.is_dir():
+            raise SnapshotError(
+                f"cannot export to {target}: it is a directory; give a file name such as "
+                f"{target / 'aitop.json'}"
+            )
+        _refuse_non_regular(target)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        what = ("is not a directory; choose another path" if directory.exists()
+                else "does not exist; create it or choose another path")
+        raise SnapshotError(f"cannot export to {path}: {directory} {what}")
+    _probe_writable(path, directory)
+
+
+def _probe_writable(path: Path, directory: Path) -> None:
+    """Create and remove a file in ``directory``: the only test that tells the truth."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=directory)
+    except OSError as exc:
+        raise SnapshotError(
+            f"cannot export to {path}: cannot create a file in {directory} ({_reason(exc)}); "
+            "choose a writable directory"
+        ) from exc
+    os.close(fd)
+    _discard([name])
 
 
 def write_snapshot(
@@ -162,18 +272,23 @@ def write_snapshot(
     ``now`` is the time the report describes (a replay's cursor; default the
     newest sample) and ``diagnosis`` the conclusion it reports (default: the
     last one in the history at or before ``now``; the rules are never re-run
-    just to write a report). Returns the paths written, JSON first. Raises
-    ``SnapshotError`` (one line) when any of them cannot be written; files
-    already written stay, and the session in memory is untouched.
+    just to write a report). Returns the paths written, JSON first. The set
+    lands whole (see ``write_all``): everything is rendered in memory, then
+    staged, then renamed, the JSON last so that a snapshot on disk means its
+    report landed too. Raises ``SnapshotError`` (one line) naming the file that
+    failed and what was written; the session in memory is untouched.
     """
     path = Path(path)
+    if path.suffix in (".md", ".svg"):
+        raise SnapshotError(
+            f"cannot write {path}: the report and screenshot would overwrite it; "
+            f"give a .json name such as {path.with_suffix('.json')}; nothing was written"
+        )
     snapshot = snapshot_of(source)
     report_now = now if now is not None else (source.session.latest_time() or time.time())
     if diagnosis is None:
         diagnosis = _latest_before(snapshot.diagnoses, report_now)
     md_path, svg_path = companion_paths(path)
-    write_atomic(path, encode(snapshot))
-    written = [path]
     report = render_report(
         source.session,
         diagnosis,
@@ -181,12 +296,12 @@ def write_snapshot(
         aitop_version=snapshot.aitop_version,
         snapshot_name=path.name,
     )
-    write_atomic(md_path, report.encode("utf-8"))
-    written.append(md_path)
+    files = [(md_path, report.encode("utf-8"))]
     if screenshot_svg is not None:
-        write_atomic(svg_path, screenshot_svg.encode("utf-8"))
-        written.append(svg_path)
-    return written
+        files.append((svg_path, screenshot_svg.encode("utf-8")))
+    files.append((path, encode(snapshot)))
+    written = write_all(files)
+    return [written[-1], *written[:-1]]
 
 
 def _latest_before(diagnoses: list[Diagnosis], now: float) -> Diagnosis | None:
@@ -200,10 +315,7 @@ def load_snapshot(path: Path) -> ReplaySource:
     Raises ``SnapshotError`` with one line saying what is wrong and what to do.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    data = read_bounded(path)
     try:
         header = msgspec.json.decode(data, type=_Header)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -241,6 +353,72 @@ def load_snapshot(path: Path) -> ReplaySource:
             recorded_live=snap.live,
         ),
     )
+
+
+def read_bounded(path: Path, cap: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``cap`` bytes (``MAX_SNAPSHOT_BYTES``).
+
+    ``stat`` comes first because ``open`` on a FIFO blocks until a writer
+    appears; the open is non-blocking all the same, and ``fstat`` checks the
+    file actually opened, in case the path was swapped in between. At most
+    ``cap + 1`` bytes are read, so a file growing underneath is caught too.
+    """
+    limit = MAX_SNAPSHOT_BYTES if cap is None else cap
+    try:
+        _check_replayable(path, os.stat(path), limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise SnapshotError(f"cannot read {path}: {_reason(exc)}") from exc
+    with os.fdopen(fd, "rb") as f:
+        try:
+            st = os.fstat(fd)
+            _check_replayable(path, st, limit)
+            data = f.read(min(st.st_size, limit) + 1)
+            if st.st_size < len(data) <= limit:  # grew since fstat: read on, to the cap
+                data += f.read(limit + 1 - len(data))
+        except OSError as exc:
+            raise SnapshotError(f"cannot read {path}: {_reason(exc)}") from exc
+    if len(data) > limit:
+        raise SnapshotError(
+            f"cannot replay {path}: it grew past the {_size(limit)} a snapshot may be "
+            f"while being read; {GIVE_A_SNAPSHOT}"
+        )
+    return data
+
+
+def _check_replayable(path: Path, st: os.stat_result, limit: int) -> None:
+    """Refuse, in one line, what cannot be a snapshot: not a regular file, or too big."""
+    if not stat.S_ISREG(st.st_mode):
+        raise SnapshotError(
+            f"cannot replay {path}: not a regular file (it is {_kind(st.st_mode)}); "
+            f"{GIVE_A_SNAPSHOT}"
+        )
+    if st.st_size > limit:
+        raise SnapshotError(
+            f"cannot replay {path}: it is {_size(st.st_size)}, more than the "
+            f"{_size(limit)} a snapshot may be; {GIVE_A_SNAPSHOT}"
+        )
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _size(n: float) -> str:
+    """``512 MiB``, ``2.0 GiB``: binary units, whole numbers shown whole."""
+    value = float(n)
+    unit = "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.0f} {unit}" if value.is_integer() else f"{value:.1f} {unit}"
 
 
 def session_from(snap: Snapshot) -> Session:

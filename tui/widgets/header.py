@@ -66,22 +66,33 @@ class StatusHeader(Widget):
         out = Text()
         started = env.start_time if env is not None and env.start_time else view.session.started_at
         end = view.session.target_exited_at if view.target_exited else view.now
-        if started is not None and end is not None:
+        # An empty recording has no time to be "up" at (its cursor is 0, the epoch).
+        empty_replay = not view.live and view.replay_range is None
+        if started is not None and end is not None and not empty_replay:
             out.append(f"up {fmt.duration(end - started)}  ", style="dim")
-        if view.replay_range is not None:
-            lo, hi = view.replay_range
-            out.append(" REPLAY ", style="bold reverse")
-            out.append(f" {fmt.clock(view.now)} ", style="bold")
-            out.append(f"+{fmt.duration(view.now - lo)}/{fmt.duration(hi - lo)} ", style="dim")
-            out.append("▶ playing" if view.playing else "⏸", style="bold")
+        if not view.live:
+            out.append(self._replay(view))
+        elif view.paused:
+            out.append(" PAUSED ", style="bold reverse")
+            out.append(f" at {fmt.clock(view.now)}", style="bold")
         else:
-            if view.paused:
-                out.append(" PAUSED ", style="bold reverse")
-                out.append(f" at {fmt.clock(view.now)}", style="bold")
-            else:
-                out.append(" LIVE ", style="bold reverse")
-                out.append(f" {fmt.clock(view.now)}")
+            out.append(" LIVE ", style="bold reverse")
+            out.append(f" {fmt.clock(view.now)}")
         out.append(f"  refresh {view.refresh_s:g}s ", style="dim")
+        return out
+
+    @staticmethod
+    def _replay(view: View) -> Text:
+        """The replay cursor; decided by ``view.live``, not by the range, because a
+        recording with no samples has no range and must still not read as LIVE."""
+        out = Text(" REPLAY ", style="bold reverse")
+        if view.replay_range is None:
+            out.append(" empty recording: nothing was sampled ", style="bold")
+            return out
+        lo, hi = view.replay_range
+        out.append(f" {fmt.clock(view.now)} ", style="bold")
+        out.append(f"+{fmt.duration(view.now - lo)}/{fmt.duration(hi - lo)} ", style="dim")
+        out.append("▶ playing" if view.playing else "⏸", style="bold")
         return out
 
     def _probes(self, view: View, width: int) -> Text:
@@ -93,7 +104,8 @@ class StatusHeader(Widget):
                         style=fmt.STATUS_STYLE["near"])
             text.append("  ")
         if not status:
-            text.append("probes: starting…", style="dim")
+            text.append("probes: starting…" if view.live else "probes: none recorded",
+                        style="dim")
         for i, (name, msg) in enumerate(status.items()):
             if i:
                 text.append(" · ", style="dim")
