@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
+import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -206,6 +207,10 @@ def train(
     return step
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", choices=SCENARIOS, default="data")
@@ -217,15 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     checkpoint_dir = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="aitop-demo-ckpt-"))
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # `aitop demo` stops the job with SIGTERM: end like Ctrl-C so the finally
+    # below removes the checkpoints instead of leaving them in /tmp.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     try:
         train(args.scenario, args.duration, args.truth, checkpoint_dir, args.ready_file)
     except KeyboardInterrupt:
         return 130
     finally:
         if args.checkpoint_dir is None:
-            for f in checkpoint_dir.glob("*"):
-                f.unlink()
-            os.rmdir(checkpoint_dir)
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return 0
 
 

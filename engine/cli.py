@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -25,16 +26,19 @@ from typing import Protocol
 
 from aitop.demo import SCENARIOS
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
+from aitop.knowledge.model import Diagnosis
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
 from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
 from .report import RunFacts, build_report, render_text
-from .snapshot import SnapshotError, load_snapshot, write_snapshot
+from .snapshot import SnapshotError, check_export_path, load_snapshot, write_snapshot
 from .source import DataSource
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+#: Signals that stop aitop the way Ctrl-C does (a closed terminal, `kill`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 NO_UI = "the terminal UI is not installed here: add --headless (or run the `aitop` command)"
 
 
@@ -60,8 +64,8 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0: {text!r}")
     return value
 
 
@@ -123,6 +127,11 @@ def options_from(args: argparse.Namespace) -> AttachOptions:
                            EXIT_USAGE)
     if args.export_on_exit and not args.export:
         raise CliError("--export-on-exit needs --export FILE", EXIT_USAGE)
+    if args.export is not None:
+        try:
+            check_export_path(args.export)  # now, not after a long session
+        except SnapshotError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from exc
     base = CollectorConfig.headless() if args.headless else CollectorConfig()
     return AttachOptions(
         rule_files=tuple(args.rules),
@@ -130,6 +139,21 @@ def options_from(args: argparse.Namespace) -> AttachOptions:
         collector=dataclasses.replace(base, stack_rate_hz=max(1, min(args.stack_rate, 200))),
         evaluate_every_s=1.0,
     )
+
+
+def require_terminal() -> None:
+    """The full-screen UI needs a terminal that can address the screen.
+
+    With ``TERM=dumb`` (Emacs shells, some CI logs) or output to a pipe, the
+    escape codes would only garble what is written: say how to get a report.
+    """
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb"):
+        raise CliError(f"TERM={term or '(unset)'} cannot show the full-screen UI: add "
+                       "--headless for a report (or run in a real terminal)", EXIT_USAGE)
+    if not sys.stdout.isatty():
+        raise CliError("output is not a terminal: add --headless for a report "
+                       "(--json for JSON)", EXIT_USAGE)
 
 
 def start_source(
@@ -153,7 +177,7 @@ def run_headless(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     attached_at = source.started_at
     try:
         deadline = time.time() + duration_s
@@ -167,16 +191,15 @@ def run_headless(
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     elapsed = time.time() - attached_at
     cpu = source.cpu_percent()
     source.close()  # py-spy flushes its last, partial window on the way out
-    exited = source.session.target_exited_at
-    if exited is None:
-        source.evaluator.evaluate(time.time())  # one last look, with that window
+    # One last look with that window; once the target has exited, the evaluator
+    # answers with its last verdict made on live samples instead.
+    diagnosis: Diagnosis | None = source.evaluator.evaluate(time.time())
     history = source.history()
-    usable = [d for d in history if exited is None or d.t <= exited + 1.0]
-    diagnosis = usable[-1] if usable else (history[-1] if history else None)
     report = build_report(
         source.session,
         diagnosis,
@@ -202,6 +225,8 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
                  popen: subprocess.Popen[bytes] | None = None) -> int:
     if run_ui is None and not args.headless:
         raise CliError(NO_UI, EXIT_USAGE)
+    if not args.headless:
+        require_terminal()
     options = options_from(args)
     source = start_source(pid, options, popen)
     if args.headless or run_ui is None:
@@ -226,6 +251,7 @@ def run_demo(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         prefix="aitop-demo-", suffix=".log", delete=False
     )
     ready = Path(log.name).with_suffix(".ready")
+    keep_log = False  # kept only when the job failed and the error points at it
     command = [sys.executable, "-m", "aitop.demo.workload", "--scenario", args.scenario,
                "--ready-file", str(ready)]
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -240,18 +266,21 @@ def run_demo(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         while not ready.exists() and child.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         if child.poll() is not None:
+            keep_log = True
             raise CliError(f"the demo job exited with status {child.returncode}; "
                            f"see {log.name}")
         return run_attached(args, child.pid, run_ui, popen=child)
     finally:
         if child.poll() is None:
-            child.terminate()
+            child.terminate()  # the job removes its checkpoints on SIGTERM
             try:
-                child.wait(timeout=5)
+                child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
         log.close()
         ready.unlink(missing_ok=True)
+        if not keep_log:
+            Path(log.name).unlink(missing_ok=True)
 
 
 def run_replay(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
@@ -272,6 +301,7 @@ def run_replay(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         return 0
     if run_ui is None:
         raise CliError(NO_UI, EXIT_USAGE)
+    require_terminal()
     return run_ui(source, refresh_s=1.0, export_path=None, export_on_exit=False)
 
 
@@ -284,12 +314,21 @@ def list_metrics() -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> int:
     """The ``aitop`` command. ``run_ui`` opens the terminal UI on a source; the
     console script passes the Textual one (``aitop.tui.entry``), and without one
     only the headless commands work, so the engine never imports the UI."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM/SIGHUP end aitop like Ctrl-C, so every `finally` runs (children
+    # stopped, temporary files removed) wherever they arrive; the headless run
+    # and the UI install their own handlers that also write the report.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
     try:
         if args.command == "demo":
             return run_demo(args, run_ui)

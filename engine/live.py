@@ -1,10 +1,11 @@
 """Attaching to a live process: build the probes, start collecting, evaluate.
 
 ``attach`` checks everything that can be checked up front (the PID exists,
-py-spy is installed and may attach, the rule files load) and turns each
+the rule files load, py-spy is installed and may attach) and turns each
 expected failure into an :class:`AttachError` whose message is one line that
-says what to do. A target that is not Python is not an error: the stack probe
-is left out, and the GPU/CPU/I/O probes run without it.
+says what to do. Stacks that cannot be had (no py-spy, no ptrace rights, a
+target that is not Python) are not an error: the stack probe is left out, the
+GPU/CPU/I/O probes run without it, and the reason is shown and reported.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from aitop.knowledge.diagnosis import Facts
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
-from aitop.knowledge.facts import load_facts
+from aitop.knowledge.facts import Facts, load_facts
 from aitop.knowledge.loader import load_knowledge
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
@@ -27,12 +27,15 @@ from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound
-from aitop.probes.pyspy import PySpyError, find_pyspy, run_dump
+from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
 from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
+
+#: Dumps tried before attaching (a job between imports can fail one); ~1 s at most.
+PREFLIGHT_TRIES = 3
 
 
 class AttachError(Exception):
@@ -126,26 +129,32 @@ class LiveSource:
 
 
 def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
-    """(py-spy binary, warning). Raises AttachError for what must stop us."""
+    """(py-spy binary or None, why stacks are off or incomplete).
+
+    Only a target that is gone stops us (AttachError). No py-spy, no ptrace
+    rights or a target that is not Python all give the same degraded mode: the
+    GPU, CPU, memory and I/O probes run, stacks and phases are off, and the
+    reason is on screen and in the report.
+    """
     binary = find_pyspy()
     if binary is None:
-        raise AttachError("py-spy is not installed: `pip install py-spy` (aitop needs it)")
+        return None, f"stacks off: {missing_pyspy_reason()}"
     last: PySpyError | None = None
-    for attempt in range(4):
+    for attempt in range(PREFLIGHT_TRIES):
         try:
             run_dump(binary, pid, locals_=False, timeout_s=10.0)
             return binary, None
         except PySpyError as exc:
-            if exc.kind == "not_python":
-                return None, str(exc)
             if exc.kind == "gone":
                 raise AttachError(f"no process with PID {pid} (it exited?)") from exc
-            if exc.kind == "permission":
-                raise AttachError(str(exc)) from exc
+            if exc.kind in ("not_python", "permission", "missing"):
+                return None, f"stacks off: {exc}"
             # A process still starting up (or between imports) can fail one
-            # dump; try again briefly before warning.
+            # dump; try again briefly, then start anyway and let the stack
+            # probe retry with back-off (its status says why).
             last = exc
-            time.sleep(0.5 * (attempt + 1))
+            if attempt + 1 < PREFLIGHT_TRIES:
+                time.sleep(0.5)
     return binary, f"stacks may be incomplete: {last}"
 
 
@@ -196,7 +205,9 @@ def attach(
         config=options.collector,
     )
     if binary is None and warning:
-        session.probe_status["stacks"] = ProbeStatus("unavailable", warning)
+        session.probe_status["stacks"] = ProbeStatus(
+            "unavailable", warning.removeprefix("stacks off: ")
+        )
         session.probe_status["steps"] = ProbeStatus("unavailable", "needs stacks")
     evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
     source = LiveSource(

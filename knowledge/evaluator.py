@@ -17,6 +17,12 @@ from .rules import RuleSet
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
 DEFAULT_WINDOW_S = 20.0
+#: Diagnoses made this close before the target's exit was seen are not kept as
+#: its verdict: the exit is seen up to one process-tree interval (2 s headless)
+#: late, and the workers stop about a second before the main process.
+EXIT_GRACE_S = 3.0
+#: Full diagnoses kept beside the compact history: more than the grace period's.
+RECENT_FULL = 16
 #: Diagnoses kept for export (one a second: two hours).
 HISTORY = 7200
 
@@ -62,19 +68,61 @@ class Evaluator:
         self.diagnoser = Diagnoser(ruleset, facts)
         self._history: deque[Diagnosis] = deque(maxlen=HISTORY)
         self._published = Published()
+        #: The newest diagnoses with every metric (history keeps them compacted),
+        #: so the verdict kept after an exit still has all of its metrics.
+        self._recent_full: deque[Diagnosis] = deque(maxlen=RECENT_FULL)
         #: Serialises evaluations (the rules keep for/keep_firing_for state);
         #: readers never take it.
         self._evaluating = threading.Lock()
 
     def evaluate(self, now: float) -> Diagnosis:
         with self._evaluating:
+            kept = self._last_live_verdict(now)
+            if kept is not None:
+                return kept
             metrics = compute_metrics(self.session, now, self.window_s)
-            diagnosis = self.diagnoser.diagnose(metrics, now)
+            diagnosis = self._explain_missing_stacks(self.diagnoser.diagnose(metrics, now))
             if self._history:
                 self._history[-1] = compact(self._history[-1])
             self._history.append(diagnosis)
+            self._recent_full.append(diagnosis)
             self._published = Published(diagnosis, tuple(self._history))
             return diagnosis
+
+    def _last_live_verdict(self, now: float) -> Diagnosis | None:
+        """Once the target has exited, the last diagnosis made on live samples.
+
+        A job's last seconds are not its training: its DataLoader workers stop
+        first (the window then reads "0 workers"), its stacks go quiet, and a new
+        diagnosis would blame a job that had workers all along. After the exit
+        the verdict stays the one made before ``EXIT_GRACE_S`` ahead of it, and
+        the history drops what came after, so exports carry that verdict.
+        """
+        exited = self.session.target_exited_at
+        if exited is None or now <= exited:
+            return None
+        cutoff = exited - EXIT_GRACE_S
+        while len(self._history) > 1 and self._history[-1].t > cutoff:
+            self._history.pop()
+        if not self._history:
+            return None
+        last = next((d for d in self._recent_full if d.t == self._history[-1].t),
+                    self._history[-1])
+        self._history[-1] = last
+        if self._published.latest is not last:
+            self._published = Published(last, tuple(self._history))
+        return last
+
+    def _explain_missing_stacks(self, diagnosis: Diagnosis) -> Diagnosis:
+        """Without stacks there is nothing to collect: say why instead of "Collecting"."""
+        stacks = self.session.probe_status.get("stacks")
+        if diagnosis.findings or stacks is None or stacks.state != "unavailable":
+            return diagnosis
+        return dataclasses.replace(
+            diagnosis,
+            summary=f"No step phases (stacks off: {stacks.detail}); "
+            "GPU, CPU, memory and I/O are still watched",
+        )
 
     def published(self) -> Published:
         """The latest conclusions, without waiting for an evaluation in progress."""

@@ -24,6 +24,10 @@ from .status import ProbeStatus
 
 #: Step-counter readings taken every 5 s before settling to the configured cadence.
 STEPS_WARMUP_READINGS = 6
+#: A failing task retries after this long at first (even one that runs back to
+#: back when healthy, like py-spy windows), doubling up to ``MAX_RETRY_S``.
+MIN_RETRY_S = 1.0
+MAX_RETRY_S = 30.0
 
 
 class Sampler(Protocol):
@@ -35,6 +39,9 @@ class StackSampler(Protocol):
 
     def stop(self) -> None:
         """Cut a window in progress short."""
+
+    def close(self) -> None:
+        """Stop, and remove the files it keeps."""
 
 
 class StepSampler(Protocol):
@@ -108,10 +115,27 @@ class PeriodicTask:
         self.status = status
         self.stop_event = stop
         self.on_fatal = on_fatal
+        #: Consecutive failures so far (0 once a run succeeds).
+        self.failures = 0
         self.thread = threading.Thread(target=self._run, name=f"aitop-{name}", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
+
+    def delay_after(self, failures: int) -> float:
+        """Seconds to the next run: the cadence, or a doubling back-off after failures.
+
+        The back-off has a floor, so a task that runs back to back when healthy
+        (py-spy windows, interval 0) cannot relaunch a failing program in a loop.
+        """
+        if failures == 0:
+            return self.interval_s
+        base = max(self.interval_s, MIN_RETRY_S)
+        return min(base * 2 ** (failures - 1), max(MAX_RETRY_S, self.interval_s))
+
+    def _failed(self, reason: str, failures: int) -> ProbeStatus:
+        retry = self.delay_after(failures)
+        return ProbeStatus("error", f"{reason} (failed {failures}x; retrying in {retry:g} s)")
 
     def _run(self) -> None:
         next_due = time.monotonic() + self.first_delay_s
@@ -129,13 +153,12 @@ class PeriodicTask:
                         self.on_fatal(exc)
                     return
                 failures += 1
-                self.status[self.name] = ProbeStatus("error", str(exc))
+                self.status[self.name] = self._failed(str(exc), failures)
             except Exception as exc:  # a probe bug must not kill collection
                 failures += 1
-                self.status[self.name] = ProbeStatus("error", f"{type(exc).__name__}: {exc}")
-            # Back off on repeated failures instead of hammering a broken source.
-            delay = self.interval_s * min(2 ** max(failures - 1, 0), 30)
-            next_due = max(next_due + delay, time.monotonic())
+                self.status[self.name] = self._failed(f"{type(exc).__name__}: {exc}", failures)
+            self.failures = failures
+            next_due = max(next_due + self.delay_after(failures), time.monotonic())
             self.stop_event.wait(max(0.0, next_due - time.monotonic()))
 
 
@@ -262,3 +285,6 @@ class Collector:
         deadline = time.monotonic() + timeout_s
         for loop in self.loops:
             loop.thread.join(max(0.0, deadline - time.monotonic()))
+        if self._stacks is not None:
+            with contextlib.suppress(Exception):
+                self._stacks.close()

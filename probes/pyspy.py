@@ -15,11 +15,44 @@ import subprocess
 import sys
 from pathlib import Path
 
-PTRACE_HINT = (
-    "run aitop as root (sudo), or allow ptrace with "
-    "`sudo sysctl kernel.yama.ptrace_scope=0`, or start the container with "
-    "`--cap-add SYS_PTRACE`"
-)
+
+def _in_container(proc_root: Path = Path("/proc")) -> bool:
+    """Whether we run inside a container (Docker/Podman markers or a container cgroup)."""
+    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
+        return True
+    try:
+        cgroup = (proc_root / "1" / "cgroup").read_text()
+    except OSError:
+        return False
+    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "lxc"))
+
+
+def _target_uid(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    try:
+        return (proc_root / str(pid)).stat().st_uid
+    except OSError:
+        return None
+
+
+def ptrace_hint(pid: int) -> str:
+    """What would let us attach, for this machine and this target.
+
+    Across users only root helps (Yama or not); for the same user, Yama's
+    ``ptrace_scope`` is the usual obstacle, and only where Yama exists; inside a
+    container the capability ``SYS_PTRACE`` is needed as well.
+    """
+    hints: list[str] = []
+    uid = _target_uid(pid)
+    if uid is not None and uid != os.geteuid():
+        hints.append(f"the job runs as another user (uid {uid}): run aitop as that user or as root")
+    else:
+        hints.append("run aitop as root (sudo)")
+        yama = Path("/proc/sys/kernel/yama/ptrace_scope")
+        if yama.exists():
+            hints.append("or allow ptrace with `sudo sysctl kernel.yama.ptrace_scope=0`")
+    if _in_container():
+        hints.append("and start the container with `--cap-add SYS_PTRACE`")
+    return ", ".join(hints)
 
 
 class PySpyError(Exception):
@@ -44,14 +77,20 @@ def find_pyspy() -> str | None:
     return shutil.which("py-spy")
 
 
+def missing_pyspy_reason() -> str:
+    """Why no py-spy was found, naming $AITOP_PY_SPY when that is what points nowhere."""
+    chosen = os.environ.get("AITOP_PY_SPY")
+    if chosen is not None:
+        return (f"AITOP_PY_SPY={chosen} is not an executable file: fix or unset AITOP_PY_SPY "
+                "(or `pip install py-spy`)")
+    return "py-spy is not installed: `pip install py-spy` (aitop needs it for stacks)"
+
+
 def require_pyspy() -> str:
     """Like :func:`find_pyspy`, but raise a PySpyError saying how to install it."""
     path = find_pyspy()
     if path is None:
-        raise PySpyError(
-            "py-spy is not installed: `pip install py-spy` (aitop needs it for stacks)",
-            kind="missing",
-        )
+        raise PySpyError(missing_pyspy_reason(), kind="missing")
     return path
 
 
@@ -71,7 +110,7 @@ def classify_failure(pid: int, stderr: str) -> PySpyError:
     text = stderr.lower()
     if "permission denied" in text or "operation not permitted" in text:
         return PySpyError(
-            f"cannot attach to PID {pid}: permission denied; {PTRACE_HINT}",
+            f"cannot attach to PID {pid}: permission denied; {ptrace_hint(pid)}",
             kind="permission",
         )
     if "failed to find python version" in text or "not a python" in text:

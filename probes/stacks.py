@@ -10,6 +10,9 @@ of restarting it every window (~20 ms) is spread over the window. Measured on th
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -111,6 +114,38 @@ def summarize_window(
     )
 
 
+#: py-spy writes each window under a directory named after aitop's own PID, so a
+#: later run can tell an abandoned one (its aitop was SIGKILLed) from a live one.
+WORKDIR_PREFIX = "aitop-stacks-"
+_WORKDIR = re.compile(re.escape(WORKDIR_PREFIX) + r"(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_workdirs(tmp: str | None = None) -> list[Path]:
+    """Remove the stack directories of aitop runs that no longer exist; the removed."""
+    root = Path(tmp or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _WORKDIR.match(entry.name)
+        if match and entry.is_dir() and not _alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 class StackProbe:
     """Samples the target's stacks in back-to-back py-spy windows.
 
@@ -134,7 +169,8 @@ class StackProbe:
         self.rate_hz = rate_hz
         self.window_s = window_s
         self.binary = binary or require_pyspy()
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="aitop-stacks-")
+        remove_stale_workdirs()
+        self._tmpdir = tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         self._thread: str | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._stopped = False
