@@ -11,8 +11,11 @@ import msgspec
 import pytest
 from aitop.engine.snapshot import SCHEMA, SnapshotError, load_snapshot, write_snapshot
 from aitop.engine.source import ReplaySource
+from aitop.tui.app import EXIT_UNSAVED
+from aitop.tui.screens.export_path import ExportPathScreen
 from fixtures.tui_pilot import make_app, settle, wait_exports, wait_for
 from fixtures.tui_session import NOW, live_source
+from textual.widgets import Input
 
 
 def sample_counts(session: object) -> dict[str, int]:
@@ -159,8 +162,11 @@ async def test_failed_export_notifies_in_one_line_and_retry_works(tmp_path: Path
         await wait_for(pilot, lambda: bool(app.export_errors))
         assert "No such file or directory" in app.export_errors[0]
         assert "\n" not in app.export_errors[0]
+        # The failure asks for another path; Escape keeps the session unsaved.
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportPathScreen))
+        await pilot.press("escape")
         notes = [n.message for n in app._notifications]
-        assert any("Export failed" in m and "press s to try again" in m for m in notes)
+        assert any("Not saved" in m and "press s to try again" in m for m in notes)
         assert len(app.source.session.host) == 181  # nothing lost
         target.parent.mkdir()
         await pilot.press("s")
@@ -189,7 +195,25 @@ async def test_failed_export_at_exit_keeps_the_app_open_once(tmp_path: Path) -> 
         assert app.is_running  # the session is still there to save elsewhere
         assert app.export_errors
         await pilot.press("q")  # second time: quit without saving
+    assert app.return_code == EXIT_UNSAVED == 1  # a script must not take it for a saved run
+    assert any("quit without saving" in e for e in app.exit_errors)
+
+
+async def test_a_failed_export_asks_for_another_path_and_saves_there(tmp_path: Path) -> None:
+    app = make_app(export_path=tmp_path / "missing-dir" / "x.json")
+    elsewhere = tmp_path / "elsewhere.json"
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportPathScreen), timeout=5.0)
+        field = app.screen.query_one(Input)
+        field.value = str(elsewhere)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: bool(app.exports), timeout=5.0)
+        assert app.unsaved_failure is None
+        await pilot.press("q")
     assert app.return_code == 0
+    assert elsewhere.exists() and elsewhere.with_suffix(".md").exists()
 
 
 async def test_sigterm_exports_then_exits(tmp_path: Path) -> None:

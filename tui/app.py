@@ -34,10 +34,14 @@ from textual.worker import get_current_worker
 
 from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
+from .screens.export_path import ExportPathScreen
 from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
 from .widgets.panel import Panel
 from .widgets.view import View
+
+#: Exit status when the user quits while the last export failed.
+EXIT_UNSAVED = 1
 
 #: The refresh intervals ``+``/``-`` step through, in seconds.
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -116,7 +120,10 @@ class AitopApp(App[int]):
         export_on_exit: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__()
+        # NO_COLOR (no-color.org): Textual would still draw its theme in grey
+        # shades (a Monochrome filter); with native ANSI colours it strips colour
+        # altogether, and the status symbols carry the meaning alone.
+        super().__init__(ansi_color=True if "NO_COLOR" in os.environ else None)
         self.source = source
         self.refresh_s = float(refresh_s)
         self.export_path = Path(export_path) if export_path is not None else None
@@ -139,6 +146,8 @@ class AitopApp(App[int]):
         self._evaluation_dirty = False
         self._last_error: str | None = None
         self._exit_export_failed = False
+        #: Why the last export failed, until one succeeds (quitting then exits 1).
+        self.unsaved_failure: str | None = None
         self._signals: list[int] = []
         #: Set by run_app: a signalled exit that hangs ends the process anyway.
         self.exit_watchdog = False
@@ -462,13 +471,23 @@ class AitopApp(App[int]):
 
     def _export_done(self, paths: list[Path]) -> None:
         self.exports.append(paths)
+        self.unsaved_failure = None
         extra = ", ".join(p.suffix for p in paths[1:])
         self.notify(f"Saved {paths[0]} (+ {extra})", timeout=6)
 
     def _export_failed(self, reason: str) -> None:
+        """Keep the session and ask for another path (Escape keeps the old one)."""
         self.export_errors.append(reason)
-        self.notify(f"Export failed: {reason}. Nothing is lost; press s to try again.",
-                    severity="error", timeout=10)
+        self.unsaved_failure = reason
+        self.push_screen(ExportPathScreen(reason, self.export_target()), self._export_to)
+
+    def _export_to(self, path: Path | None) -> None:
+        if path is None:
+            self.notify("Not saved. Nothing is lost; press s to try again.",
+                        severity="warning", timeout=8)
+            return
+        self.export_path = path
+        self.action_export()
 
     def export_now(self) -> str | None:
         """Export synchronously (at exit); returns why it failed, or ``None``."""
@@ -487,18 +506,28 @@ class AitopApp(App[int]):
             self.export_errors.append(str(exc))
             return f"{type(exc).__name__}: {exc}"
         self.exports.append(paths)
+        self.unsaved_failure = None
         self.exit_messages.append(f"aitop: saved {paths[0]}")
         return None
 
     def action_quit_app(self) -> None:
-        """Quit; export first when asked to. A failed export keeps the app open once."""
+        """Quit; export first when asked to. A failed export keeps the app open once.
+
+        Quitting while the last export failed (and none succeeded since) exits
+        with status 1 and says so: a script must not take it for a saved run.
+        """
         if self.wants_exit_export() and not self._exit_export_failed:
             error = self.export_now()
             if error is not None:
                 self._exit_export_failed = True
-                self.notify(f"Export at exit failed: {error}. Press q again to quit "
-                            "without saving.", severity="error", timeout=15)
+                self.unsaved_failure = error
+                self.notify(f"Export at exit failed: {error}. Press s to save elsewhere, "
+                            "or q again to quit without saving.", severity="error", timeout=15)
                 return
+        if self.unsaved_failure is not None:
+            self.exit_errors.append(f"aitop: quit without saving: {self.unsaved_failure}")
+            self.exit(EXIT_UNSAVED, return_code=EXIT_UNSAVED)
+            return
         self.exit(0)
 
 
