@@ -211,6 +211,7 @@ def build_report(
             for name, status in session.probe_status.items()
         },
         "waiting_for": list(diagnosis.waiting_for) if diagnosis else [],
+        "pending": list(diagnosis.pending) if diagnosis else [],
         "aitop": {
             "cpu_percent_of_one_core": _num(run.aitop_cpu_percent, 2),
             "rss_mb": _num(run.aitop_rss_bytes / 1e6, 1) if run.aitop_rss_bytes else None,

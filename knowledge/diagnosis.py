@@ -210,8 +210,15 @@ class Diagnoser:
         candidates = [f for f, is_bottleneck in ranked if is_bottleneck]
         top = max(candidates, key=lambda f: _severity_rank(f.severity), default=None)
         has_gpu = metrics.get("has_gpu") == 1.0
+        pending = tuple(
+            f"{render(rule.title, metrics)} (held {held:.0f} s of its {rule.for_s:g} s)"
+            for rule, held in self.engine.pending(now) if rule.bottleneck
+        )
         if top is not None:
             category, summary = top.category, top.title
+        elif pending:
+            category = "none"
+            summary = f"Not yet confirmed: {pending[0]}"
         elif metrics.get("phase_samples"):
             category = "none"
             summary = "No bottleneck: every measured signal is within its target"
@@ -230,6 +237,7 @@ class Diagnoser:
             steps_per_s=metrics.get("steps_per_s"),
             metrics=dict(metrics),
             waiting_for=tuple(self.engine.waiting(metrics)),
+            pending=pending,
         )
 
     def states(self, metrics: Mapping[str, float | None]) -> tuple[StateMatch, ...]:

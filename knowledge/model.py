@@ -100,6 +100,9 @@ class Diagnosis:
     metrics: dict[str, float | None] = field(default_factory=dict)
     #: Rules that could not be evaluated for lack of data, with the missing metric.
     waiting_for: tuple[str, ...] = ()
+    #: Bottleneck rules whose condition holds but whose ``for:`` has not elapsed:
+    #: "title (held 3 s of 5 s)". A verdict in the making, not yet a finding.
+    pending: tuple[str, ...] = ()
 
     @property
     def top(self) -> Finding | None:
