@@ -287,3 +287,71 @@ def test_interrupted_before_for_says_not_yet_confirmed(tmp_path: Path) -> None:
     assert report["bottleneck"]["category"] == "none", report["bottleneck"]
     assert report["bottleneck"]["summary"].startswith("Not yet confirmed:"), report["bottleneck"]
     assert any("waits for data" in p and "held" in p for p in report["pending"]), report["pending"]
+
+
+# --------------------------------------------------------------- full disk, NO_COLOR
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 64 KiB tmpfs: a real full disk (needs root to mount)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tiny tmpfs")
+    mountpoint = tmp_path / "tiny"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mountpoint)],
+                   check=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+def test_a_full_disk_loses_nothing_and_leaves_no_half_export(
+    tiny_disk: Path, tmp_path: Path
+) -> None:
+    from aitop.engine.snapshot import write_snapshot
+    from fixtures.tui_session import replay_source
+
+    recording = tmp_path / "rec.json"
+    write_snapshot(recording, replay_source())  # ~MBs: cannot fit in 64 KiB
+    target = tiny_disk / "copy.json"
+    from aitop.engine.snapshot import SnapshotError, load_snapshot
+
+    with pytest.raises(SnapshotError) as info:
+        write_snapshot(target, load_snapshot(recording))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "No space left on device" in message
+    assert "nothing was written" in message
+    assert list(tiny_disk.iterdir()) == []  # no half-written JSON, .md or temporaries
+    assert load_snapshot(recording).history()  # the session is intact
+
+
+def test_no_color_means_no_colour_in_a_real_terminal(tmp_path: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    from aitop.engine.snapshot import write_snapshot
+    from fixtures.tui_session import replay_source
+
+    recording = tmp_path / "rec.json"
+    write_snapshot(recording, replay_source())
+    session = "aitop-nocolor"
+    command = " ".join([f"cd {Path.cwd()} &&", "NO_COLOR=1", *AITOP, "replay", str(recording)])
+    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
+                    command], check=True)
+    try:
+        deadline = time.monotonic() + 30
+        screen = ""
+        while "REPLAY" not in screen and time.monotonic() < deadline:
+            time.sleep(0.5)
+            screen = subprocess.run(["tmux", "capture-pane", "-e", "-p", "-t", session],
+                                    capture_output=True, text=True).stdout
+        assert "REPLAY" in screen
+        # No foreground or background colour of any kind: only bold, dim, reverse.
+        for code in ("[38;5;", "[48;5;", "[38;2;", "[48;2;", "[31m", "[32m", "[33m"):
+            assert code not in screen, f"colour {code!r} drawn under NO_COLOR"
+        assert "✗" in screen  # the status symbols carry the meaning alone
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
