@@ -33,7 +33,7 @@ from .model import CATEGORIES, Citation
 
 # One error type for every knowledge-base file (rules, phases, documents), so the
 # CLI reports them all the same way: ``file:line: problem``.
-from .yamlio import KnowledgeError, Located, LocatedList, load_yaml_text
+from .yamlio import KnowledgeError, Located, LocatedList, kind_of, load_yaml_text
 
 __all__ = [
     "APPLIES_TO",
@@ -415,12 +415,12 @@ class _Reader:
     # -- structure ---------------------------------------------------------------
     def mapping(self, value: Any, line: int, what: str) -> _Map:
         if not isinstance(value, _Map):
-            self.fail(line, f"{what}: expected a mapping, got {_kind(value)}")
+            self.fail(line, f"{what}: expected a mapping, got {kind_of(value)}")
         return value
 
     def sequence(self, value: Any, line: int, what: str) -> _Seq:
         if not isinstance(value, _Seq):
-            self.fail(line, f"{what}: expected a list, got {_kind(value)}")
+            self.fail(line, f"{what}: expected a list, got {kind_of(value)}")
         return value
 
     def keys(
@@ -487,7 +487,7 @@ class _Reader:
         out: list[str] = []
         for item, line in zip(seq, seq.lines, strict=True):
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                self.fail(line, f"{what}.{key}: expected text items, got {_kind(item)}")
+                self.fail(line, f"{what}.{key}: expected text items, got {kind_of(item)}")
             out.append(str(item))
         return tuple(out)
 
@@ -568,14 +568,6 @@ class _Reader:
         if low is not None and high is not None and low > high:
             self.fail(self.line(m, "low"), f"{what}: low {low:g} > high {high:g}")
         return low, high
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, _Map):
-        return "a mapping"
-    if isinstance(value, _Seq):
-        return "a list"
-    return f"{type(value).__name__} {value!r}"
 
 
 def _document(r: _Reader, m: _Map, what: str) -> Document:

@@ -283,7 +283,7 @@ def test_interrupted_before_for_says_not_yet_confirmed(tmp_path: Path) -> None:
         stop_job(job)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    # The first stack window lands after 3 s; the data-wait rules need 5 s.
+    # The first stack window lands after 3 s; data_wait_dominant needs 3 s more (for: 3s).
     assert report["bottleneck"]["category"] == "none", report["bottleneck"]
     assert report["bottleneck"]["summary"].startswith("Not yet confirmed:"), report["bottleneck"]
     assert any("waits for data" in p and "held" in p for p in report["pending"]), report["pending"]
