@@ -61,7 +61,7 @@ CONFIGS: dict[str, Config] = {
         checkpoint_every=2, threads=0, optimizer="sgd",
     ),
     "healthy": Config(
-        width=1024, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
+        width=2048, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
         checkpoint_every=0, threads=0,
     ),
 }
