@@ -98,6 +98,11 @@ class PhaseClassifier:
         self._frame_cache: dict[Frame, tuple[str, int] | None] = {}
         self._technique_cache: dict[Frame, tuple[str, ...]] = {}
 
+    def rank_of(self, phase: str) -> int:
+        """A phase's rank (``other`` ranks below every phase)."""
+        ranks = [r.rank for r in self.rules if r.phase == phase]
+        return max(ranks) if ranks else -(10**9)
+
     @property
     def phases(self) -> tuple[str, ...]:
         names = [r.phase for r in self.rules]
@@ -117,12 +122,16 @@ class PhaseClassifier:
             self._frame_cache[frame] = best
         return best
 
-    def classify(self, frames: Sequence[Frame]) -> Classification:
-        """Frames are ordered root first, as in py-spy's collapsed output."""
+    def classify(self, frames: Sequence[Frame], exclude: str | None = None) -> Classification:
+        """Frames are ordered root first, as in py-spy's collapsed output.
+
+        ``exclude`` names a phase whose frames are ignored (a frame named like
+        evaluation that turned out to train).
+        """
         best_phase, best_rank, best_index, outermost = OTHER, -(10**9), -1, -1
         for index, frame in enumerate(frames):
             hit = self.frame_phase(frame)
-            if hit is None:
+            if hit is None or hit[0] == exclude:
                 continue
             if outermost < 0:
                 outermost = index
@@ -164,14 +173,44 @@ class RawStack:
     count: int
 
 
-def parse_frame(text: str) -> Frame:
+#: Where installed code lives: everything up to here is dropped from a path.
+_LIBRARY_ROOT = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
+def shorten_path(path: str) -> str:
+    """``/venv/lib/python3.11/site-packages/torch/_tensor.py`` -> ``torch/_tensor.py``.
+
+    aitop asks py-spy for full file names so that it can read the job's own
+    source lines (a ``for`` statement that fetches batches, a ``.item()`` that
+    waits for the GPU), then shortens library and standard-library paths the way
+    py-spy would. The job's own files keep their absolute path: that is how the
+    rest of aitop tells the user's code (``/...``) from libraries (``torch/...``).
+    """
+    return _LIBRARY_ROOT.sub("", path, count=1)
+
+
+def is_user_file(file: str) -> bool:
+    """True for the job's own code (absolute paths after :func:`shorten_path`)."""
+    return file.startswith("/")
+
+
+#: Full paths remembered per shortened name (bounds a long session's memory).
+MAX_PATHS = 4096
+
+
+def parse_frame(text: str, paths: dict[str, str] | None = None) -> Frame:
+    """One ``function (file:line)`` frame; ``paths`` learns short name -> full path."""
     match = _FRAME_RE.match(text)
     if match is None:  # e.g. "<native>" or a frame without a location
         return Frame(text, "", 0)
-    return Frame(match["function"], match["file"], int(match["line"]))
+    full = match["file"]
+    short = shorten_path(full)
+    if paths is not None and short != full and short not in paths and len(paths) < MAX_PATHS:
+        paths[short] = full
+    return Frame(match["function"], short, int(match["line"]))
 
 
-def parse_raw_line(line: str) -> RawStack | None:
+def parse_raw_line(line: str, paths: dict[str, str] | None = None) -> RawStack | None:
     """Parse ``thread (123): MainThread;f (a.py:1);g (b.py:2) 7``; None if malformed."""
     line = line.rstrip("\n")
     stack_text, sep, count_text = line.rpartition(" ")
@@ -188,15 +227,15 @@ def parse_raw_line(line: str) -> RawStack | None:
     # py-spy may add a "process NNN:" root when sampling subprocesses.
     if parts and parts[0].startswith("process "):
         parts = parts[1:]
-    frames = tuple(parse_frame(p) for p in parts if p)
+    frames = tuple(parse_frame(p, paths) for p in parts if p)
     return RawStack(thread_id, thread_name, frames, int(count_text))
 
 
-def parse_raw(text: str) -> list[RawStack]:
+def parse_raw(text: str, paths: dict[str, str] | None = None) -> list[RawStack]:
     stacks = []
     for line in text.splitlines():
         if line.strip():
-            parsed = parse_raw_line(line)
+            parsed = parse_raw_line(line, paths)
             if parsed is not None:
                 stacks.append(parsed)
     return stacks

@@ -138,7 +138,8 @@ def record_args(binary: str, pid: int, *, rate: int, duration: int, output: str)
     ``--idle`` keeps samples of threads that wait (a training thread blocked on
     the DataLoader queue is idle, and that wait is exactly what we measure);
     ``--threads`` prefixes each stack with its thread so we can pick the
-    training thread.
+    training thread; ``--full-filenames`` lets aitop read the job's own source
+    lines (the names are shortened again when parsed).
     """
     return [
         binary,
@@ -148,6 +149,7 @@ def record_args(binary: str, pid: int, *, rate: int, duration: int, output: str)
         "--nonblocking",
         "--idle",
         "--threads",
+        "--full-filenames",
         "--format",
         "raw",
         "--rate",

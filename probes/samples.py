@@ -169,6 +169,23 @@ class HotFrame:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadActivity:
+    """Another thread of the target in the same window: a possible batch producer.
+
+    ``busy_samples`` leave out samples parked in a wait (``Condition.wait``,
+    ``Queue.get``, ``select``...): py-spy records idle threads too, and a thread
+    that only waits is not producing anything.
+    """
+
+    thread_id: str
+    name: str | None
+    samples: int
+    busy_samples: int
+    #: The innermost frame it was busy in most often ("decode (/job/data.py:41)").
+    top_frame: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StackWindow:
     """The training thread's stack samples over one py-spy window, by phase.
 
@@ -189,6 +206,12 @@ class StackWindow:
     #: the parents of phase frames; the step probe reads its integer locals.
     loop_frame: str | None = None
     error: str | None = None
+    #: What the training thread's data waits were spent in: "dataloader",
+    #: "thread queue", "process queue" or "own code" (a generator, a custom
+    #: iterator: the loop's fetch statement with the job's code beneath it).
+    data_source: str | None = None
+    #: The target's other threads, busiest first (at most a few).
+    other_threads: tuple[ThreadActivity, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

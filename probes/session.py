@@ -36,6 +36,7 @@ PHASES: tuple[str, ...] = (
     "forward",
     "backward",
     "optimizer",
+    "eval",
     "checkpoint",
     "sync",
     "other",

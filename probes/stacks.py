@@ -17,102 +17,13 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
-from .phases import OTHER, Frame, PhaseClassifier, RawStack, parse_raw
+from .phases import PhaseClassifier, parse_raw
 from .pyspy import PySpyError, classify_failure, pyspy_env, record_args, require_pyspy
-from .samples import HotFrame, StackWindow
-
-#: How many hot frames per phase a window keeps (bounds memory per sample).
-HOT_FRAMES_PER_PHASE = 8
-
-
-def frame_label(frame: Frame) -> str:
-    return f"{frame.function} ({frame.file})"
-
-
-def pick_training_thread(
-    stacks: Sequence[RawStack], classifier: PhaseClassifier, pid: int, previous: str | None
-) -> str | None:
-    """The thread that spends the most samples in recognised phases.
-
-    Falls back to the previous choice, then the main thread (its OS id is the
-    PID; its name ``MainThread``), so a window spent entirely in ``other`` still
-    reports the right thread.
-    """
-    scores: Counter[str] = Counter()
-    seen: set[str] = set()
-    for stack in stacks:
-        if stack.thread_id is None:
-            continue
-        seen.add(stack.thread_id)
-        if classifier.classify(stack.frames).phase != OTHER:
-            scores[stack.thread_id] += stack.count
-    if scores:
-        best, best_score = scores.most_common(1)[0]
-        if previous is not None and previous in scores and scores[previous] >= 0.8 * best_score:
-            return previous  # sticky: don't hop between threads on noise
-        return best
-    if previous in seen:
-        return previous
-    for stack in stacks:
-        if stack.thread_id == str(pid) or stack.thread_name == "MainThread":
-            return stack.thread_id
-    return None
-
-
-def summarize_window(
-    stacks: Sequence[RawStack],
-    classifier: PhaseClassifier,
-    *,
-    pid: int,
-    t_start: float,
-    t_end: float,
-    previous_thread: str | None = None,
-) -> StackWindow:
-    """Phase counts, hot frames and loop frame of the training thread in one window."""
-    thread = pick_training_thread(stacks, classifier, pid, previous_thread)
-    counts = dict.fromkeys(classifier.phases, 0)
-    hot: Counter[tuple[str, str, str, str]] = Counter()
-    loop_frames: Counter[str] = Counter()
-    techniques: set[str] = set()
-    total = 0
-    thread_name = None
-    for stack in stacks:
-        techniques |= classifier.techniques_in(stack.frames)
-        if stack.thread_id != thread or not stack.frames:
-            continue
-        thread_name = stack.thread_name or thread_name
-        result = classifier.classify(stack.frames)
-        counts[result.phase] = counts.get(result.phase, 0) + stack.count
-        total += stack.count
-        leaf = stack.frames[-1]
-        caller = ""
-        if result.outermost_index >= 1:
-            parent = stack.frames[result.outermost_index - 1]
-            caller = parent.location
-            loop_frames[frame_label(parent)] += stack.count
-        hot[(result.phase, leaf.function, leaf.location, caller)] += stack.count
-    hot_frames: list[HotFrame] = []
-    per_phase: Counter[str] = Counter()
-    for (phase, function, location, caller), n in hot.most_common():
-        if per_phase[phase] < HOT_FRAMES_PER_PHASE:
-            per_phase[phase] += 1
-            hot_frames.append(HotFrame(phase, function, location, n, caller))
-    return StackWindow(
-        t_start=t_start,
-        t_end=t_end,
-        thread_name=thread_name,
-        thread_id=thread,
-        total_samples=total,
-        phase_counts=counts,
-        hot_frames=tuple(hot_frames),
-        techniques_seen=tuple(sorted(techniques)),
-        loop_frame=loop_frames.most_common(1)[0][0] if loop_frames else None,
-    )
-
+from .samples import StackWindow
+from .source_lines import SourceLines
+from .stack_window import summarize_window
 
 #: py-spy writes each window under a directory named after aitop's own PID, so a
 #: later run can tell an abandoned one (its aitop was SIGKILLed) from a live one.
@@ -172,6 +83,8 @@ class StackProbe:
         remove_stale_workdirs()
         self._tmpdir = tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         self._thread: str | None = None
+        self._sources = SourceLines(pid)
+        self._paths: dict[str, str] = {}
         self._proc: subprocess.Popen[str] | None = None
         self._stopped = False
 
@@ -208,15 +121,20 @@ class StackProbe:
         if returncode != 0 and not text:
             raise classify_failure(self.pid, stderr or "")
         window = summarize_window(
-            parse_raw(text),
+            parse_raw(text, self._paths),
             self.classifier,
             pid=self.pid,
             t_start=t_start,
             t_end=t_end,
             previous_thread=self._thread,
+            source=self._source_line,
         )
         self._thread = window.thread_id or self._thread
         return window
+
+    def _source_line(self, file: str, line: int) -> str | None:
+        """A line of the target's source, by the frame's (possibly shortened) file name."""
+        return self._sources.line(self._paths.get(file, file), line)
 
     def stop(self) -> None:
         """End the window in progress early.

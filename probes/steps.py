@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
 from .samples import StepCounterSample
 
@@ -34,7 +35,9 @@ def parse_int_repr(text: object) -> int | None:
 
 
 def _frame_label(frame: dict[str, Any]) -> str:
-    return f"{frame.get('name')} ({frame.get('short_filename') or frame.get('filename')})"
+    """The same label the stack probe gives a frame (``train (/job/train.py)``)."""
+    path = str(frame.get("filename") or frame.get("short_filename") or "")
+    return f"{frame.get('name')} ({shorten_path(path)})"
 
 
 def find_thread(

@@ -58,6 +58,7 @@ PHASE_STYLE: dict[str, str] = {
     "forward": "black on #88c0d0",
     "backward": "black on #81a1c1",
     "optimizer": "black on #b48ead",
+    "eval": "black on #8fbcbb",
     "checkpoint": "black on #ebcb8b",
     "sync": "black on #a3be8c",
     "other": "black on #777777",

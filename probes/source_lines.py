@@ -1,0 +1,95 @@
+"""Reading the job's own source lines, to tell what a line of its loop does.
+
+A stack sample says *where* the training thread is, not what that line does.
+Two questions matter and the line's text answers both, for any loop shape:
+
+* Is the loop frame at the statement that fetches the next batch (``for x, y in
+  batches():`` or ``batch = next(it)``)? Then whatever runs beneath it (a
+  DataLoader, a generator around one, a queue fed by a producer thread) is the
+  loop waiting for data.
+* Is the thread, in the job's own code, at a call that makes the host wait for
+  the GPU (``.item()``, ``.cpu()``, ``.tolist()``, ``torch.cuda.synchronize()``)?
+  Then the time is the device finishing queued work, not Python overhead.
+
+Files are read through ``/proc/PID/root`` so a job in a container is read from
+its own filesystem. Only regular files under a size cap are read, once each,
+and a bounded number are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections import OrderedDict
+
+#: Larger files are not read (a generated module, not a training script).
+MAX_FILE_BYTES = 2_000_000
+#: Files whose lines are kept in memory at once.
+MAX_FILES = 128
+
+_FETCH = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.+:|\bnext\s*\(|\b__next__\s*\(")
+_HOST_SYNC = re.compile(
+    r"\.(?:item|cpu|tolist|numpy)\s*\(\s*\)"
+    r"|\bsynchronize\s*\("
+    r"|\.to\(\s*(?:device\s*=\s*)?['\"]cpu['\"]"
+)
+
+
+def is_fetch_line(text: str) -> bool:
+    """A ``for ... in ...:`` header or an explicit ``next(...)``: the next batch."""
+    return bool(_FETCH.search(text))
+
+
+def is_host_sync_line(text: str) -> bool:
+    """A call that copies a device value to the host or waits for the device."""
+    code = text.split("#", 1)[0]
+    return bool(_HOST_SYNC.search(code))
+
+
+class SourceLines:
+    """Lines of the target's source files, read lazily and cached."""
+
+    def __init__(self, pid: int, proc_root: str = "/proc") -> None:
+        self.root = f"{proc_root}/{pid}/root"
+        self._files: OrderedDict[str, tuple[str, ...] | None] = OrderedDict()
+
+    def line(self, path: str, lineno: int) -> str | None:
+        """Line ``lineno`` (1-based) of an absolute ``path`` in the target, or None."""
+        if not path.startswith("/") or lineno < 1:
+            return None
+        lines = self._lines(path)
+        if lines is None or lineno > len(lines):
+            return None
+        return lines[lineno - 1]
+
+    def _lines(self, path: str) -> tuple[str, ...] | None:
+        if path in self._files:
+            self._files.move_to_end(path)
+            return self._files[path]
+        lines = self._read(self.root + path)
+        self._files[path] = lines
+        if len(self._files) > MAX_FILES:
+            self._files.popitem(last=False)
+        return lines
+
+    @staticmethod
+    def _read(full: str) -> tuple[str, ...] | None:
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            try:  # a symlinked script (common in venvs): follow it, still a regular file
+                fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return tuple(data.decode("utf-8", errors="replace").splitlines())

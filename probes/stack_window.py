@@ -1,0 +1,336 @@
+"""One py-spy window read the way an engineer reads a profile of a training loop.
+
+Frame signatures (``phases.yaml``) say what a library frame *is*; they cannot
+say what the job's own loop is doing. This module adds the reading that works
+for any loop shape, from the stacks alone:
+
+1. **The training thread** is the one that runs forward, backward and the
+   optimizer, not merely any thread in a recognised frame (a prefetch thread
+   living in a DataLoader's ``__next__`` must not win).
+2. **The loop frame** is the innermost frame that every step passes through:
+   the common ancestor of the samples in data, forward, backward and optimizer.
+   For a plain loop that is the function with the ``for``; for the Hugging Face
+   Trainer ``_inner_training_loop``; for Lightning the epoch loop's ``advance``.
+   Its integer locals hold the step counter.
+3. **The fetch statement.** When the loop frame stands at its ``for ... in``
+   header or at a ``next(...)`` call, the loop is waiting for its next batch,
+   whoever produces it: a generator around a DataLoader, a queue filled by a
+   producer thread, a custom iterator. Those samples are data wait.
+4. **Host synchronisation.** A sample whose innermost frame is the job's own
+   code at ``.item()``, ``.cpu()``, ``.tolist()``, ``synchronize()``... is the
+   host waiting for the device: phase ``sync``, not Python overhead.
+5. **Evaluation lines.** A line of the loop frame that leads into forward passes
+   and data fetches but never into backward or the optimizer is an evaluation
+   pass (validation under ``no_grad``), whatever its function is called.
+6. **The producer.** While the training thread waits for data, the job's other
+   threads that are busy (not parked in a wait) are the candidates for who
+   produces its batches; the busiest is reported with its hottest frame.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .phases import OTHER, Frame, PhaseClassifier, RawStack, is_user_file
+from .samples import HotFrame, StackWindow, ThreadActivity
+from .source_lines import is_fetch_line, is_host_sync_line
+
+#: How many hot frames per phase a window keeps (bounds memory per sample).
+HOT_FRAMES_PER_PHASE = 8
+#: Other threads kept per window (the busiest).
+OTHER_THREADS_KEPT = 3
+#: Phases that only the training loop's own step runs.
+COMPUTE_PHASES = frozenset({"forward", "backward", "optimizer"})
+#: Phases whose samples define the training loop frame (evaluation, checkpoint
+#: and sync are called from it but may live elsewhere).
+STEP_PHASES = frozenset({"data_wait", "forward", "backward", "optimizer"})
+#: A frame is the loop frame when it is an ancestor of this share of step samples.
+LOOP_COVERAGE = 0.9
+#: Minimum samples at a loop line before it is read as an evaluation line.
+EVAL_LINE_MIN_SAMPLES = 3
+#: Innermost functions of a thread that is parked, not working.
+IDLE_LEAVES = frozenset({
+    "wait", "get", "select", "poll", "epoll", "accept", "recv", "recv_into", "_recv",
+    "_recv_bytes", "_poll", "sleep", "join", "acquire", "_wait_for_tstate_lock",
+    "wait_for", "read", "readline", "readinto", "_worker", "_handle_workers",
+})
+#: Files whose frames show where a data wait was spent.
+_DATALOADER_FILES = ("torch/utils/data/",)
+_THREAD_QUEUE_FILES = ("queue.py", "threading.py")
+_PROCESS_QUEUE_FILES = ("multiprocessing/",)
+
+#: Reads line ``n`` of a file in the target (see :class:`source_lines.SourceLines`).
+SourceReader = Callable[[str, int], "str | None"]
+
+
+def frame_label(frame: Frame) -> str:
+    return f"{frame.function} ({frame.file})"
+
+
+@dataclass(slots=True)
+class _Sample:
+    """One stack of the training thread, its phase, and how it was decided."""
+
+    stack: RawStack
+    phase: str
+    outermost: int
+    loop_index: int = -1
+
+
+def pick_training_thread(
+    stacks: Sequence[RawStack], classifier: PhaseClassifier, pid: int, previous: str | None
+) -> str | None:
+    """The thread that runs the most forward/backward/optimizer samples.
+
+    Falls back to the thread with the most samples in any recognised phase, then
+    the previous choice, then the main thread, so a window spent entirely in
+    data wait or ``other`` still reports the right thread.
+    """
+    compute: Counter[str] = Counter()
+    any_phase: Counter[str] = Counter()
+    seen: set[str] = set()
+    for stack in stacks:
+        if stack.thread_id is None:
+            continue
+        seen.add(stack.thread_id)
+        phase = classifier.classify(stack.frames).phase
+        if phase != OTHER:
+            any_phase[stack.thread_id] += stack.count
+        if phase in COMPUTE_PHASES:
+            compute[stack.thread_id] += stack.count
+    for scores in (compute, any_phase):
+        if scores:
+            best, best_score = scores.most_common(1)[0]
+            if previous is not None and scores[previous] >= 0.8 * best_score:
+                return previous  # sticky: don't hop between threads on noise
+            return best
+    if previous in seen:
+        return previous
+    for stack in stacks:
+        if stack.thread_id == str(pid) or stack.thread_name == "MainThread":
+            return stack.thread_id
+    return None
+
+
+def find_loop_frame(samples: Sequence[_Sample]) -> str | None:
+    """The innermost frame that (nearly) every step sample passes through."""
+    weight = 0
+    coverage: Counter[str] = Counter()
+    depth_sum: Counter[str] = Counter()
+    parents: Counter[str] = Counter()
+    for s in samples:
+        if s.phase not in STEP_PHASES or s.outermost < 1:
+            continue
+        weight += s.stack.count
+        ancestors: dict[str, int] = {}
+        for index, frame in enumerate(s.stack.frames[: s.outermost]):
+            ancestors[frame_label(frame)] = index
+        for label, index in ancestors.items():
+            coverage[label] += s.stack.count
+            depth_sum[label] += index * s.stack.count
+        parents[frame_label(s.stack.frames[s.outermost - 1])] += s.stack.count
+    if weight == 0:
+        return None
+    common = [label for label, n in coverage.items() if n >= LOOP_COVERAGE * weight]
+    if not common:
+        return parents.most_common(1)[0][0]
+    return max(common, key=lambda label: depth_sum[label] / coverage[label])
+
+
+def _loop_index(frames: Sequence[Frame], loop_frame: str | None) -> int:
+    """Index of the innermost occurrence of the loop frame in a stack, or -1."""
+    if loop_frame is None:
+        return -1
+    for index in range(len(frames) - 1, -1, -1):
+        if frame_label(frames[index]) == loop_frame:
+            return index
+    return -1
+
+
+def _data_source(frames: Sequence[Frame], loop_index: int) -> str:
+    """What a data-wait sample was spent in, from the frames beneath the loop."""
+    below = frames[loop_index + 1 :] if loop_index >= 0 else frames
+    files = [f.file for f in below]
+    if any(part in file for file in files for part in _DATALOADER_FILES):
+        return "dataloader"
+    if any(file.endswith(_PROCESS_QUEUE_FILES) or "multiprocessing/" in file for file in files):
+        return "process queue"
+    if any(file.endswith(name) for file in files for name in _THREAD_QUEUE_FILES):
+        return "thread queue"
+    return "own code"
+
+
+def _training_under_eval_frames(
+    samples: Sequence[_Sample], classifier: PhaseClassifier
+) -> set[str]:
+    """Frames that matched an evaluation signature yet have backward or the optimizer beneath."""
+    training: set[str] = set()
+    for s in samples:
+        if s.phase != "eval":
+            continue
+        frames = s.stack.frames
+        result = classifier.classify(frames)
+        below = frames[result.frame_index + 1 :]
+        if any(
+            (hit := classifier.frame_phase(f)) is not None and hit[0] in ("backward", "optimizer")
+            for f in below
+        ):
+            training.add(frame_label(frames[result.frame_index]))
+    return training
+
+
+def _undo_false_evaluation(samples: list[_Sample], classifier: PhaseClassifier) -> None:
+    """Reclassify samples under an evaluation-named frame that trains."""
+    training = _training_under_eval_frames(samples, classifier)
+    if not training:
+        return
+    for s in samples:
+        if s.phase == "eval" and any(frame_label(f) in training for f in s.stack.frames):
+            result = classifier.classify(s.stack.frames, exclude="eval")
+            s.phase, s.outermost = result.phase, result.outermost_index
+
+
+def _refine(
+    samples: list[_Sample],
+    classifier: PhaseClassifier,
+    loop_frame: str | None,
+    source: SourceReader | None,
+) -> None:
+    """Apply the fetch-statement, host-sync and evaluation-line readings."""
+    data_rank = classifier.rank_of("data_wait")
+    for s in samples:
+        frames = s.stack.frames
+        s.loop_index = _loop_index(frames, loop_frame)
+        if source is None:
+            continue
+        if s.loop_index >= 0 and classifier.rank_of(s.phase) < data_rank:
+            loop = frames[s.loop_index]
+            text = source(loop.file, loop.line)
+            if text is not None and is_fetch_line(text):
+                s.phase = "data_wait"
+                continue
+        if s.phase == OTHER and frames and is_user_file(frames[-1].file):
+            leaf = frames[-1]
+            text = source(leaf.file, leaf.line)
+            if text is not None and is_host_sync_line(text):
+                s.phase = "sync"
+    _mark_evaluation_lines(samples, classifier)
+
+
+def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:
+    """Loop lines that lead into forward and data but never into backward are evaluation."""
+    if "eval" not in classifier.phases:
+        return
+    by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
+    for s in samples:
+        if s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1:
+            by_line[s.stack.frames[s.loop_index].line][s.phase] += s.stack.count
+    eval_lines = {
+        line for line, phases in by_line.items()
+        if phases["forward"] >= EVAL_LINE_MIN_SAMPLES and phases["data_wait"] >= 1
+        and phases["backward"] == 0 and phases["optimizer"] == 0
+    }
+    if not eval_lines:
+        return
+    eval_rank = classifier.rank_of("eval")
+    for s in samples:
+        if (
+            s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1
+            and s.stack.frames[s.loop_index].line in eval_lines
+            and classifier.rank_of(s.phase) < eval_rank
+        ):
+            s.phase = "eval"
+
+
+def _other_threads(stacks: Sequence[RawStack], training: str | None) -> tuple[ThreadActivity, ...]:
+    """The target's other threads with the samples they spent working, busiest first."""
+    samples: Counter[str] = Counter()
+    busy: Counter[str] = Counter()
+    names: dict[str, str | None] = {}
+    leaves: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for stack in stacks:
+        tid = stack.thread_id
+        if tid is None or tid == training or not stack.frames:
+            continue
+        names[tid] = stack.thread_name or names.get(tid)
+        samples[tid] += stack.count
+        leaf = stack.frames[-1]
+        if leaf.short_function in IDLE_LEAVES:
+            continue
+        busy[tid] += stack.count
+        leaves[tid][f"{leaf.function} ({leaf.location})"] += stack.count
+    ranked = sorted(samples, key=lambda tid: (-busy[tid], -samples[tid]))[:OTHER_THREADS_KEPT]
+    return tuple(
+        ThreadActivity(
+            thread_id=tid,
+            name=names.get(tid),
+            samples=samples[tid],
+            busy_samples=busy[tid],
+            top_frame=leaves[tid].most_common(1)[0][0] if leaves[tid] else None,
+        )
+        for tid in ranked
+    )
+
+
+def summarize_window(
+    stacks: Sequence[RawStack],
+    classifier: PhaseClassifier,
+    *,
+    pid: int,
+    t_start: float,
+    t_end: float,
+    previous_thread: str | None = None,
+    source: SourceReader | None = None,
+) -> StackWindow:
+    """Phase counts, hot frames, loop frame and producers of one window."""
+    thread = pick_training_thread(stacks, classifier, pid, previous_thread)
+    techniques: set[str] = set()
+    samples: list[_Sample] = []
+    thread_name = None
+    for stack in stacks:
+        techniques |= classifier.techniques_in(stack.frames)
+        if stack.thread_id != thread or not stack.frames:
+            continue
+        thread_name = stack.thread_name or thread_name
+        result = classifier.classify(stack.frames)
+        samples.append(_Sample(stack, result.phase, result.outermost_index))
+    _undo_false_evaluation(samples, classifier)
+    loop_frame = find_loop_frame(samples)
+    _refine(samples, classifier, loop_frame, source)
+
+    counts = dict.fromkeys(classifier.phases, 0)
+    hot: Counter[tuple[str, str, str, str]] = Counter()
+    sources: Counter[str] = Counter()
+    total = 0
+    for s in samples:
+        counts[s.phase] = counts.get(s.phase, 0) + s.stack.count
+        total += s.stack.count
+        frames = s.stack.frames
+        leaf = frames[-1]
+        caller = frames[s.loop_index].location if s.loop_index >= 0 else ""
+        if not caller and s.outermost >= 1:
+            caller = frames[s.outermost - 1].location
+        hot[(s.phase, leaf.function, leaf.location, caller)] += s.stack.count
+        if s.phase == "data_wait":
+            sources[_data_source(frames, s.loop_index)] += s.stack.count
+    hot_frames: list[HotFrame] = []
+    per_phase: Counter[str] = Counter()
+    for (phase, function, location, caller), n in hot.most_common():
+        if per_phase[phase] < HOT_FRAMES_PER_PHASE:
+            per_phase[phase] += 1
+            hot_frames.append(HotFrame(phase, function, location, n, caller))
+    return StackWindow(
+        t_start=t_start,
+        t_end=t_end,
+        thread_name=thread_name,
+        thread_id=thread,
+        total_samples=total,
+        phase_counts=counts,
+        hot_frames=tuple(hot_frames),
+        techniques_seen=tuple(sorted(techniques)),
+        loop_frame=loop_frame,
+        data_source=sources.most_common(1)[0][0] if sources else None,
+        other_threads=_other_threads(stacks, thread),
+    )

@@ -1,0 +1,218 @@
+"""Reading one py-spy window for any loop shape (probes/stack_window.py).
+
+Stacks here are written in py-spy's raw format with full file names, shaped
+like real ones (the frames of torch 2.x, transformers and Lightning); source
+lines come from a real file this test writes and reads back through
+``/proc/self/root``, the way aitop reads a job's own script.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from aitop.knowledge.phases import load_phase_config
+from aitop.probes.phases import PhaseClassifier, parse_raw, shorten_path
+from aitop.probes.source_lines import SourceLines, is_fetch_line, is_host_sync_line
+from aitop.probes.stack_window import summarize_window
+
+SITE = "/venv/lib/python3.11/site-packages"
+STDLIB = "/usr/lib/python3.11"
+
+TRAIN_PY = """\
+import torch
+def batches(loader):
+    for x, y in loader:
+        yield x.float() / 255, y
+def train(model, loader, opt):
+    for x, y in batches(loader):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print(loss.item())
+        if True:
+            evaluate_model(model, loader)
+"""
+
+
+@pytest.fixture(scope="module")
+def classifier() -> PhaseClassifier:
+    cfg = load_phase_config()
+    return PhaseClassifier(cfg.rules, cfg.techniques)
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN_PY)
+    return path
+
+
+def reader(pid: int = os.getpid()):
+    lines = SourceLines(pid)
+    return lines.line
+
+
+def raw(*lines: tuple[str, str, int]) -> str:
+    """(thread, ';'-joined frames, count) -> py-spy raw text."""
+    return "\n".join(f"thread ({tid}): {name};{frames} {n}" for tid, name, n, frames in
+                     [(t.split(":")[0], t.split(":")[1], n, f) for t, f, n in lines])
+
+
+def fwd(script: Path, line: int) -> str:
+    return (f"train ({script}:{line});Module._call_impl ({SITE}/torch/nn/modules/module.py:1789);"
+            f"Linear.forward ({SITE}/torch/nn/modules/linear.py:134)")
+
+
+def bwd(script: Path) -> str:
+    return (f"train ({script}:8);Tensor.backward ({SITE}/torch/_tensor.py:623);"
+            f"_engine_run_backward ({SITE}/torch/autograd/graph.py:979)")
+
+
+def opt(script: Path) -> str:
+    return f"train ({script}:9);SGD.step ({SITE}/torch/optim/sgd.py:120)"
+
+
+def test_paths_are_shortened_like_py_spy_but_user_code_stays_absolute() -> None:
+    assert shorten_path(f"{SITE}/torch/_tensor.py") == "torch/_tensor.py"
+    assert shorten_path(f"{STDLIB}/queue.py") == "queue.py"
+    assert shorten_path("/home/me/proj/train.py") == "/home/me/proj/train.py"
+
+
+def test_line_kinds() -> None:
+    assert is_fetch_line("    for x, y in batches(loader):")
+    assert is_fetch_line("        batch = next(it)")
+    assert not is_fetch_line("        loss = model(x)")
+    assert is_host_sync_line("        print(loss.item())")
+    assert is_host_sync_line("    torch.cuda.synchronize()")
+    assert is_host_sync_line("    preds = out.argmax(1).cpu()")
+    assert not is_host_sync_line("    x = x.to(device)  # .item() later")
+
+
+def test_generator_wrapped_loader_is_data_wait_and_producer_work_counts(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    # The generator does its own work (leaf in the job's code, no DataLoader
+    # frame): the loop frame stands at its `for` header, so it is data wait.
+    text = raw(
+        ("1:MainThread", f"<module> ({script}:1);" + fwd(script, 7), 30),
+        ("1:MainThread", f"<module> ({script}:1);" + bwd(script), 30),
+        ("1:MainThread", f"<module> ({script}:1);" + opt(script), 10),
+        ("1:MainThread", f"<module> ({script}:1);train ({script}:6);batches ({script}:4)", 30),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1,
+                         source=reader())
+    assert w.loop_frame == f"train ({script})"
+    assert w.phase_counts["data_wait"] == 30
+    assert w.phase_counts["other"] == 0
+    assert w.data_source == "own code"
+
+
+def test_producer_thread_and_queue(classifier: PhaseClassifier, script: Path) -> None:
+    get = (f"train ({script}:6);batches ({script}:3);Queue.get ({STDLIB}/queue.py:171);"
+           f"Condition.wait ({STDLIB}/threading.py:327)")
+    producer = (f"Thread._bootstrap ({STDLIB}/threading.py:1002);Thread.run "
+                f"({STDLIB}/threading.py:982);produce ({script}:3)")
+    text = raw(
+        ("1:MainThread", get, 80),
+        ("1:MainThread", fwd(script, 7), 10),
+        ("1:MainThread", bwd(script), 10),
+        ("2:producer", producer, 95),
+        ("2:producer", f"Thread.run ({STDLIB}/threading.py:982);Queue.put "
+                       f"({STDLIB}/queue.py:140);Condition.wait ({STDLIB}/threading.py:327)", 5),
+        ("3:logger", f"Thread.run ({STDLIB}/threading.py:982);Event.wait "
+                     f"({STDLIB}/threading.py:629)", 100),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.thread_id == "1", "the thread running forward/backward is the training thread"
+    assert w.phase_counts["data_wait"] == 80
+    assert w.data_source == "thread queue"
+    busiest = w.other_threads[0]
+    assert (busiest.name, busiest.busy_samples) == ("producer", 95)
+    assert busiest.top_frame is not None and busiest.top_frame.startswith("produce (")
+    logger = next(t for t in w.other_threads if t.name == "logger")
+    assert logger.busy_samples == 0, "a thread parked in Event.wait is not working"
+
+
+def test_prefetch_thread_in_dataloader_frames_does_not_become_the_training_thread(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    dl = f"{SITE}/torch/utils/data/dataloader.py"
+    prefetch = (f"Thread.run ({STDLIB}/threading.py:982);fill ({script}:3);"
+                f"_MultiProcessingDataLoaderIter.__next__ ({dl}:733)")
+    text = raw(
+        ("2:prefetch", prefetch, 100),
+        ("1:MainThread", fwd(script, 7), 40),
+        ("1:MainThread", bwd(script), 40),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.thread_id == "1"
+
+
+def test_host_sync_line_is_sync_not_python_overhead(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    text = raw(
+        ("1:MainThread", fwd(script, 7), 20),
+        ("1:MainThread", bwd(script), 20),
+        ("1:MainThread", f"train ({script}:10)", 50),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.phase_counts["sync"] == 50
+    assert w.phase_counts["other"] == 0
+    # Without the source the same samples stay "other": the reading is the line's.
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.phase_counts["other"] == 50
+
+
+def test_evaluation_by_name_and_by_shape(classifier: PhaseClassifier, script: Path) -> None:
+    dl = f"{SITE}/torch/utils/data/dataloader.py"
+    ev = f"train ({script}:12);evaluate_model ({script}:20)"
+    text = raw(
+        ("1:MainThread", fwd(script, 7), 20),
+        ("1:MainThread", bwd(script), 20),
+        ("1:MainThread", f"{ev};Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)", 40),
+        ("1:MainThread", f"{ev};_SingleProcessDataLoaderIter._next_data ({dl}:789)", 10),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    # "evaluate_model" matches by name; the same shape under an unremarkable name
+    # ("score") is read from the loop line: forward and data, never backward.
+    assert w.phase_counts["eval"] == 50
+    renamed = text.replace("evaluate_model", "score")
+    w = summarize_window(parse_raw(renamed), classifier, pid=1, t_start=0, t_end=1,
+                         source=reader())
+    assert w.phase_counts["eval"] == 50
+    assert w.phase_counts["forward"] == 20
+
+
+def test_a_training_function_named_like_evaluation_still_trains(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    outer = f"train_and_evaluate ({script}:30)"
+    text = raw(
+        ("1:MainThread", f"{outer};" + fwd(script, 7), 30),
+        ("1:MainThread", f"{outer};" + bwd(script), 30),
+        ("1:MainThread", f"{outer};" + opt(script), 10),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.phase_counts["eval"] == 0
+    assert w.phase_counts["backward"] == 30
+
+
+def test_hf_trainer_loop_frame_is_the_inner_training_loop(classifier: PhaseClassifier) -> None:
+    tr = f"{SITE}/transformers/trainer.py"
+    root = f"main (/job/run.py:50);Trainer.train ({tr}:2245);Trainer._inner_training_loop ({tr}:2560)"
+    text = raw(
+        ("1:MainThread", f"{root};Trainer.training_step ({tr}:3740);Trainer.compute_loss "
+                         f"({tr}:3800);Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)", 40),
+        ("1:MainThread", f"{root};Trainer.training_step ({tr}:3760);Accelerator.backward "
+                         f"({SITE}/accelerate/accelerator.py:2400)", 40),
+        ("1:MainThread", f"{root};Trainer.get_batch_samples ({tr}:5100);DataLoaderShard.__iter__ "
+                         f"({SITE}/accelerate/data_loader.py:560)", 20),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.loop_frame == "Trainer._inner_training_loop (transformers/trainer.py)"
+    assert w.phase_counts["data_wait"] == 20
+    assert "hf_trainer" in w.techniques_seen
