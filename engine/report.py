@@ -15,6 +15,7 @@ from aitop.knowledge.metrics import STEPS_WINDOW_S
 from aitop.knowledge.model import Diagnosis, Evidence, Finding
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
+from aitop.probes.steps import counter_increments
 
 from .version import aitop_version
 
@@ -150,6 +151,15 @@ def steps_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | N
     return [round(readings[0].t, 3), round(readings[-1].t, 3)]
 
 
+def step_windows(session: Session) -> list[list[float]]:
+    """``[start, end, steps]`` between consecutive loop-counter readings of the run:
+    the per-window rates that give ``aitop diff`` its confidence interval."""
+    return [
+        [round(prev.t, 3), round(cur.t, 3), float(n)]
+        for prev, cur, n in counter_increments(session.steps.items())
+    ]
+
+
 def build_report(
     session: Session,
     diagnosis: Diagnosis | None,
@@ -186,6 +196,7 @@ def build_report(
         "phase_span": span,
         "steps_per_s": _num(diagnosis.steps_per_s, 3) if diagnosis else None,
         "steps_span": steps_span(session, diagnosis),
+        "step_windows": step_windows(session),
         "bottleneck": {
             "category": diagnosis.category if diagnosis else "none",
             "summary": diagnosis.summary if diagnosis else "no diagnosis was made",
