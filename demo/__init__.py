@@ -1,4 +1,18 @@
 """Bundled demo training jobs (they import torch; aitop itself never does)."""
 
 #: The demo scenarios, each with one well-known bottleneck (see workload.py).
-SCENARIOS: tuple[str, ...] = ("data", "compute", "checkpoint", "healthy")
+#: The first four are the original set; ``*_fixed`` are mechanical fixes.
+SCENARIOS: tuple[str, ...] = (
+    "data", "compute", "checkpoint", "healthy",
+    "cpu_saturated", "storage", "producer", "validation", "generator",
+    "data_fixed", "checkpoint_fixed", "compute_fixed",
+)
+
+#: Each scenario whose fix is mechanical -> the scenario with that fix applied
+#: (demo/config.py says which one setting it changes), so a benchmark can
+#: compare a predicted speed-up with a measured one.
+FIXED_VARIANTS: dict[str, str] = {
+    "data": "data_fixed",
+    "checkpoint": "checkpoint_fixed",
+    "compute": "compute_fixed",
+}

@@ -5,86 +5,119 @@ is present, the CPU otherwise. Every scenario is an ordinary training loop
 written the way people write them; nothing in it talks to aitop. For tests and
 benchmarks it can write its own ground truth (``--truth FILE``): cumulative
 seconds spent in each phase, measured with timers around the DataLoader,
-forward, backward, optimizer and checkpoint code, one JSON line every 0.5 s.
+forward, backward, optimizer, checkpoint and evaluation code, one JSON line
+every 0.5 s. The shape of each job is in ``config.py``.
 
 Scenarios:
-  data        the Dataset decodes slowly and one worker cannot keep up
-  compute     data is ready in memory; the model's arithmetic dominates,
-              on a CPU squeezed onto one core (torch.set_num_threads(1))
-  checkpoint  the full model and optimizer state is saved every few steps
-  healthy     a prefetching DataLoader keeps up with a compute-bound model
+  data           the Dataset decodes slowly and one worker cannot keep up
+  compute        data is ready in memory; the model's arithmetic dominates,
+                 on a CPU squeezed onto one core (torch.set_num_threads(1))
+  checkpoint     the full model and optimizer state is saved every few steps
+  healthy        a prefetching DataLoader keeps up with a compute-bound model
+  cpu_saturated  one CPU-bound decoding worker per usable core, and the main
+                 process trains with torch's default threads: every core is
+                 busy, so more workers cannot help
+  storage        each sample is many small random O_DIRECT reads of a file on
+                 a real disk (past the page cache); the loop waits on the device
+  producer       no DataLoader: a producer thread builds batches into a
+                 queue.Queue and the loop blocks in q.get()
+  validation     every few steps a long evaluate() pass (model.eval(), no_grad)
+  generator      a generator wraps the DataLoader and the loop keeps no step
+                 counter (for x, y in batches(loader))
+  data_fixed, checkpoint_fixed, compute_fixed
+                 the mechanical fix of data (2 workers), checkpoint (4x less
+                 often) and compute (threads = usable cores)
+
+Measured on the 2-core, GPU-less development VM (truth file, steps/s over 20 s):
+  MEASUREMENTS
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import json
+import queue
+import random
 import shutil
 import signal
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from aitop.demo import SCENARIOS
+from aitop.demo.config import CONFIGS, Config, with_overrides
+from aitop.demo.diskdata import DirectReader, real_disk_scratch, write_sample_file
+from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-
-@dataclass(frozen=True)
-class Config:
-    """Per-scenario shape of the job."""
-
-    width: int
-    depth: int
-    batch_size: int
-    num_workers: int
-    decode_ms: float  # CPU time per sample spent in __getitem__
-    checkpoint_every: int  # steps; 0 = never
-    threads: int  # torch intra-op threads (0 = leave torch's default)
-    optimizer: str = "adamw"  # or "sgd" (momentum: one state tensor per parameter)
+Sample = tuple[torch.Tensor, torch.Tensor]
+STORAGE_FILE_BYTES = 256 << 20  # big enough that random reads do not share blocks
 
 
-CONFIGS: dict[str, Config] = {
-    "data": Config(
-        width=256, depth=3, batch_size=32, num_workers=1, decode_ms=2.0,
-        checkpoint_every=0, threads=1,
-    ),
-    "compute": Config(
-        width=1024, depth=6, batch_size=128, num_workers=0, decode_ms=0.0,
-        checkpoint_every=0, threads=1,
-    ),
-    "checkpoint": Config(
-        width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,
-        checkpoint_every=2, threads=0, optimizer="sgd",
-    ),
-    "healthy": Config(
-        width=2048, depth=4, batch_size=128, num_workers=1, decode_ms=0.02,
-        checkpoint_every=0, threads=0,
-    ),
-}
+class SlowDecodeDataset(Dataset[Sample]):
+    """A dataset whose samples cost time to produce, like JPEG decoding does.
 
+    ``clock=time.thread_time`` makes the cost CPU time actually spent (the
+    decoder needs the CPU); the default wall clock only makes it take so long.
+    """
 
-class SlowDecodeDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """A dataset whose samples cost CPU time to produce, like JPEG decoding does."""
-
-    def __init__(self, size: int, features: int, decode_ms: float) -> None:
+    def __init__(self, size: int, features: int, decode_ms: float,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.size = size
         self.features = features
         self.decode_s = decode_ms / 1000.0
+        self.clock = clock
 
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        deadline = time.perf_counter() + self.decode_s
+    def __getitem__(self, index: int) -> Sample:
+        deadline = self.clock() + self.decode_s
         acc = 0
-        while time.perf_counter() < deadline:  # busy work, as a decoder would do
-            acc += 1
+        while self.clock() < deadline:  # busy work, as a decoder would do
+            for _ in range(100):  # reading the CPU clock is a system call: not too often
+                acc += 1
         generator = torch.Generator().manual_seed(index)
         x = torch.randn(self.features, generator=generator)
+        return x, torch.tensor(index % 10)
+
+
+class SlowDecodeImages(SlowDecodeDataset):
+    """The same, with 8-bit pixels, as an image decoder hands them over."""
+
+    def __getitem__(self, index: int) -> Sample:
+        x, y = super().__getitem__(index)
+        return (x.sigmoid() * 255).to(torch.uint8), y
+
+
+class DiskBlockDataset(Dataset[Sample]):
+    """Samples stored as scattered 4 KiB records in one big file on disk.
+
+    Little CPU per sample: the time goes to ``blocks`` reads from the device.
+    """
+
+    def __init__(self, reader: DirectReader, file_blocks: int, blocks: int,
+                 features: int) -> None:
+        self.reader = reader
+        self.file_blocks = file_blocks
+        self.blocks = blocks
+        self.features = features
+
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> Sample:
+        where = random.Random(index)
+        records = [self.reader.read_block(where.randrange(self.file_blocks))
+                   for _ in range(self.blocks)]
+        raw = bytearray(b"".join(record[:4] for record in records)[: self.features])
+        raw.extend(bytes(self.features - len(raw)))
+        x = torch.frombuffer(raw, dtype=torch.uint8).float() / 255
         return x, torch.tensor(index % 10)
 
 
@@ -96,17 +129,27 @@ def make_model(width: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def make_loader(cfg: Config) -> DataLoader:
+def make_dataset(cfg: Config, data_dir: Path | None) -> Dataset:
+    """Where the scenario's samples come from: disk, a slow decoder, or memory."""
+    if cfg.storage_blocks > 0:
+        assert data_dir is not None, "the storage scenario needs a data directory"
+        path = data_dir / "samples.bin"
+        blocks = write_sample_file(path, STORAGE_FILE_BYTES)
+        return DiskBlockDataset(DirectReader(path), blocks, cfg.storage_blocks, 64)
     if cfg.decode_ms > 0:
-        dataset: Dataset = SlowDecodeDataset(1_000_000, 64, cfg.decode_ms)
-    else:
-        n = cfg.batch_size * 64
-        dataset = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
+        clock = time.thread_time if cfg.decode_clock == "cpu" else time.perf_counter
+        kind = SlowDecodeImages if cfg.loop == "generator" else SlowDecodeDataset
+        return kind(1_000_000, 64, cfg.decode_ms, clock)
+    n = cfg.batch_size * 64
+    return TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
+
+
+def make_loader(cfg: Config, data_dir: Path | None = None) -> DataLoader:
     kwargs: dict = {}
     if cfg.num_workers > 0:
         kwargs = {"persistent_workers": True, "prefetch_factor": 4}
     return DataLoader(
-        dataset,
+        make_dataset(cfg, data_dir),
         batch_size=cfg.batch_size,
         shuffle=True,
         num_workers=cfg.num_workers,
@@ -115,56 +158,77 @@ def make_loader(cfg: Config) -> DataLoader:
     )
 
 
-class Truth:
-    """Cumulative phase timers, appended as JSON lines for tests to read."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.totals = dict.fromkeys(
-            ("data_wait", "forward", "backward", "optimizer", "checkpoint"), 0.0
-        )
-        self.steps = 0
-        self.started = time.time()
-        self._last_write = 0.0
-
-    def add(self, phase: str, seconds: float) -> None:
-        self.totals[phase] += seconds
-
-    def maybe_write(self, force: bool = False) -> None:
-        now = time.time()
-        if self.path is None or (not force and now - self._last_write < 0.5):
-            return
-        self._last_write = now
-        record = {"t": now, "steps": self.steps, "elapsed": now - self.started, **self.totals}
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
+def make_val_loader(cfg: Config) -> DataLoader:
+    """A held-out set in memory, as many batches as one evaluation pass covers."""
+    n = cfg.batch_size * cfg.eval_batches
+    return DataLoader(TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,))),
+                      batch_size=cfg.batch_size)
 
 
-def train(
-    scenario: str,
-    duration_s: float,
-    truth_path: Path | None,
-    checkpoint_dir: Path,
-    ready_file: Path | None = None,
-) -> int:
-    cfg = CONFIGS[scenario]
+@dataclasses.dataclass
+class Setup:
+    """What every loop needs before its first step."""
+
+    cfg: Config
+    model: nn.Module
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    sync: Callable[[], None]
+
+    def parts(self) -> tuple[Config, nn.Module, nn.Module, torch.optim.Optimizer,
+                             torch.device, Callable[[], None]]:
+        """The fields as a tuple, unpacked into a loop's locals (not copied)."""
+        return (self.cfg, self.model, self.criterion, self.optimizer, self.device,
+                self.sync)
+
+
+def set_up(cfg: Config) -> Setup:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda" and scenario in ("compute", "healthy"):
+    if device.type == "cuda" and cfg.gpu_scale:
         # A GPU finishes the CPU-sized model in microseconds and would sit idle
         # between kernel launches; scale the arithmetic up so it is busy.
         cfg = dataclasses.replace(cfg, width=cfg.width * 4, batch_size=cfg.batch_size * 16)
     model = make_model(cfg.width, cfg.depth).to(device)
-    criterion = nn.CrossEntropyLoss()
     optimizer: torch.optim.Optimizer
     if cfg.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loader = make_loader(cfg)
-    truth = Truth(truth_path)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return Setup(cfg, model, nn.CrossEntropyLoss(), optimizer, device, sync)
+
+
+def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device) -> float:
+    """Accuracy on the held-out set: forward passes only, no gradients."""
+    model.eval()
+    correct = 0
+    total = 0
+    with torch.no_grad():
+        for x, y in val_loader:
+            x, y = x.to(device), y.to(device)
+            correct += int((model(x).argmax(dim=1) == y).sum())
+            total += len(y)
+    model.train()
+    return correct / max(total, 1)
+
+
+def train(
+    cfg: Config,
+    duration_s: float,
+    truth_path: Path | None,
+    checkpoint_dir: Path,
+    ready_file: Path | None = None,
+    data_dir: Path | None = None,
+) -> int:
+    """The usual loop: DataLoader, forward, backward, step; checkpoints and evals."""
+    job = set_up(cfg)
+    cfg, model, criterion, optimizer, device, sync = job.parts()
+    loader = make_loader(cfg, data_dir)
+    val_loader = make_val_loader(cfg) if cfg.eval_every else None
+    truth = Truth(truth_path)
     deadline = time.time() + duration_s
     step = 0
     epoch = 0
@@ -198,6 +262,10 @@ def train(
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
                 torch.save(state, checkpoint_dir / "last.pt")
                 truth.add("checkpoint", time.perf_counter() - t4)
+            if val_loader is not None and step % cfg.eval_every == 0:
+                t5 = time.perf_counter()
+                evaluate(model, val_loader, device)
+                truth.add("eval", time.perf_counter() - t5)
             truth.steps = step
             truth.maybe_write()
             if step == 2 and ready_file is not None:
@@ -207,11 +275,132 @@ def train(
     return step
 
 
+def produce_batches(dataset: Dataset, batch_size: int,
+                    out: queue.Queue[Sample], stop: threading.Event) -> None:
+    """The producer thread: decode samples, stack them, hand batches over."""
+    while not stop.is_set():
+        samples = [dataset[random.randrange(1_000_000)] for _ in range(batch_size)]
+        batch = torch.stack([x for x, _ in samples]), torch.stack([y for _, y in samples])
+        while not stop.is_set():
+            try:
+                out.put(batch, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+
+
+def train_from_queue(
+    cfg: Config, duration_s: float, truth_path: Path | None, ready_file: Path | None = None,
+) -> int:
+    """A loop fed by a hand-written producer thread through a bounded queue."""
+    job = set_up(cfg)
+    cfg, model, criterion, optimizer, device, sync = job.parts()
+    batches: queue.Queue[Sample] = queue.Queue(maxsize=4)
+    stop = threading.Event()
+    producer = threading.Thread(
+        target=produce_batches, name="batch-producer", daemon=True,
+        args=(make_dataset(cfg, None), cfg.batch_size, batches, stop),
+    )
+    producer.start()
+    truth = Truth(truth_path)
+    deadline = time.time() + duration_s
+    step = 0
+    try:
+        while time.time() < deadline:
+            t0 = time.perf_counter()
+            x, y = batches.get()
+            x, y = x.to(device), y.to(device)
+            t1 = time.perf_counter()
+            loss = criterion(model(x), y)
+            sync()
+            t2 = time.perf_counter()
+            loss.backward()
+            sync()
+            t3 = time.perf_counter()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            sync()
+            t4 = time.perf_counter()
+            for phase, seconds in (("data_wait", t1 - t0), ("forward", t2 - t1),
+                                   ("backward", t3 - t2), ("optimizer", t4 - t3)):
+                truth.add(phase, seconds)
+            step += 1
+            truth.steps = step
+            truth.maybe_write()
+            if step == 2 and ready_file is not None:
+                ready_file.touch()
+    finally:
+        stop.set()
+    truth.maybe_write(force=True)
+    return step
+
+
+def batches(loader: DataLoader) -> Iterator[Sample]:
+    """Normalised batches, epoch after epoch: the loader behind a generator."""
+    while True:
+        for x, y in loader:
+            yield x.float() / 255, y
+
+
+def train_streaming(
+    cfg: Config, duration_s: float, truth_path: Path | None, ready_file: Path | None = None,
+) -> int:
+    """A loop over a generator that keeps no step counter of its own.
+
+    The time between the end of one iteration and the start of the next is the
+    ``for`` statement's ``next()`` on the generator: that is the data wait.
+    """
+    job = set_up(cfg)
+    cfg, model, criterion, optimizer, device, sync = job.parts()
+    truth = Truth(truth_path)
+    deadline = time.time() + duration_s
+    waiting_since = time.perf_counter()
+    for x, y in batches(make_loader(cfg)):
+        t1 = time.perf_counter()
+        loss = criterion(model(x.to(device)), y.to(device))
+        sync()
+        t2 = time.perf_counter()
+        loss.backward()
+        sync()
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+        t4 = time.perf_counter()
+        for phase, seconds in (("data_wait", t1 - waiting_since), ("forward", t2 - t1),
+                               ("backward", t3 - t2), ("optimizer", t4 - t3)):
+            truth.add(phase, seconds)
+        truth.steps += 1
+        truth.maybe_write()
+        if ready_file is not None and not ready_file.exists() and truth.steps >= 2:
+            ready_file.touch()
+        if time.time() >= deadline:
+            break
+        waiting_since = time.perf_counter()
+    truth.maybe_write(force=True)
+    return truth.steps
+
+
+def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir: Path,
+        ready_file: Path | None = None) -> int:
+    """Train with the scenario's loop; storage data lives (and dies) beside the checkpoints."""
+    if cfg.loop == "producer":
+        return train_from_queue(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "generator":
+        return train_streaming(cfg, duration_s, truth_path, ready_file)
+    scratch: contextlib.AbstractContextManager[Path | None] = (
+        real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
+        else contextlib.nullcontext()
+    )
+    with scratch as data_dir:
+        return train(cfg, duration_s, truth_path, checkpoint_dir, ready_file, data_dir)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", choices=SCENARIOS, default="data")
     parser.add_argument("--duration", type=float, default=3600.0, help="seconds to train")
@@ -219,15 +408,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", type=Path, help="where checkpoints go")
     parser.add_argument("--ready-file", type=Path,
                         help="touch this file once training is under way")
-    args = parser.parse_args(argv)
+    parser.add_argument("--num-workers", type=int, metavar="N",
+                        help="override the scenario's DataLoader workers")
+    parser.add_argument("--checkpoint-every", type=int, metavar="N",
+                        help="override the scenario's steps between checkpoints (0 = never)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="override the scenario's torch threads (0 = torch's default)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = with_overrides(CONFIGS[args.scenario], num_workers=args.num_workers,
+                             checkpoint_every=args.checkpoint_every, threads=args.threads)
+    except ValueError as exc:
+        raise SystemExit(f"aitop.demo.workload: {exc}") from None
     checkpoint_dir = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="aitop-demo-ckpt-"))
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     # `aitop demo` stops the job with SIGTERM: end like Ctrl-C so the finally
-    # below removes the checkpoints instead of leaving them in /tmp.
+    # below removes the checkpoints (and the storage data) instead of leaving
+    # them in /tmp.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     try:
-        train(args.scenario, args.duration, args.truth, checkpoint_dir, args.ready_file)
+        run(cfg, args.duration, args.truth, checkpoint_dir, args.ready_file)
     except KeyboardInterrupt:
         return 130
     finally:

@@ -1,7 +1,8 @@
 """Starting the bundled training jobs for tests, and reading their ground truth.
 
-The jobs time their own DataLoader, forward, backward, optimizer and checkpoint
-code (``--truth FILE``: cumulative seconds per phase, a JSON line every 0.5 s),
+The jobs time their own DataLoader, forward, backward, optimizer, checkpoint and
+evaluation code (``--truth FILE``: cumulative seconds per phase, a JSON line
+every 0.5 s),
 so a test can compare aitop's estimate with what the job itself measured over
 exactly the span of aitop's stack samples.
 """
@@ -12,18 +13,24 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint")
+#: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
+PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 
 
-def start_job(scenario: str, truth: Path, duration_s: float = 180.0) -> subprocess.Popen[bytes]:
-    """Start a demo job and wait until it is training (its first truth record)."""
+def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
+              extra_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start a demo job and wait until it is training (its first truth record).
+
+    ``extra_args`` go to the workload's command line, e.g. ``("--num-workers", "2")``.
+    """
     log = truth.with_suffix(".log").open("wb")
     job = subprocess.Popen(
         [sys.executable, "-m", "aitop.demo.workload", "--scenario", scenario,
          "--truth", str(truth), "--duration", str(duration_s),
-         "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}")],
+         "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     deadline = time.time() + 60
@@ -73,7 +80,8 @@ def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
     a, b = _at(records, t0), _at(records, t1)
     elapsed = b["elapsed"] - a["elapsed"]
     assert elapsed > 1.0, f"ground truth covers only {elapsed:.2f} s"
-    out = {p: (b[p] - a[p]) / elapsed for p in PHASES}
+    # .get: a phase a job's records lack (an older job) took no time.
+    out = {p: (b.get(p, 0.0) - a.get(p, 0.0)) / elapsed for p in PHASES}
     out["steps_per_s"] = (b["steps"] - a["steps"]) / elapsed
     return out
 

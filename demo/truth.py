@@ -1,0 +1,38 @@
+"""The demo jobs' ground truth: cumulative seconds per phase, as JSON lines.
+
+Torch-free, so that it can be read (and its phase names imported) anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+#: Phases the jobs time. ``eval`` is the time inside ``evaluate()`` (0.0 when a
+#: job never evaluates); steps count training steps only.
+PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
+
+
+class Truth:
+    """Cumulative phase timers, appended as JSON lines for tests to read."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.steps = 0
+        self.started = time.time()
+        self._last_write = 0.0
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.totals[phase] += seconds
+
+    def maybe_write(self, force: bool = False) -> None:
+        """Append a record, at most every 0.5 s unless forced."""
+        now = time.time()
+        if self.path is None or (not force and now - self._last_write < 0.5):
+            return
+        self._last_write = now
+        record = {"t": now, "steps": self.steps, "elapsed": now - self.started, **self.totals}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
