@@ -13,10 +13,13 @@ from aitop.probes.session import PHASES
 
 from .expressions import render
 from .facts import Facts
+from .gains import estimate_gain
 from .metrics import CATALOGUE
-from .model import SEVERITIES, Citation, Diagnosis, Evidence, Finding, Gain, StateMatch
-from .rules import GainSpec, Rule, RuleEngine, RuleSet
+from .model import COLLECTING, SEVERITIES, Citation, Diagnosis, Evidence, Finding, StateMatch
+from .rules import FRAMEWORKS, Rule, RuleEngine, RuleSet
 from .targets import Target, judge, target_for
+
+__all__ = ["Diagnoser", "Facts", "build_finding", "estimate_gain", "rank"]
 
 
 def display(metric: str, value: float | None) -> str:
@@ -57,61 +60,6 @@ def evidence_for(
     return tuple(out)
 
 
-def estimate_gain(
-    spec: GainSpec, metrics: Mapping[str, float | None], facts: Facts
-) -> Gain:
-    """Amdahl bounds from the measured phases, or the documents' figure."""
-    if spec.method == "amdahl" and spec.metric:
-        p = metrics.get(spec.metric)
-        if p is None:
-            return Gain(None, method="amdahl", explanation=f"{spec.metric} is not known yet")
-        p = min(max(p, 0.0), 0.99)
-        lo_r, hi_r = spec.removable
-        low, high = 1 / (1 - p * lo_r), 1 / (1 - p * hi_r)
-        removed = "removing it" if hi_r == 1.0 else f"removing {lo_r:.0%}-{hi_r:.0%} of it"
-        return Gain(
-            speedup=high,
-            low=low,
-            high=high,
-            method="amdahl",
-            explanation=(
-                f"{spec.metric.removeprefix('phase_').replace('_', ' ')} is {p:.0%} of the step: "
-                f"{removed} bounds the speed-up at {high:.1f}x (Amdahl: 1 / (1 - {p:.2f}"
-                f"{'' if hi_r == 1.0 else f' x {hi_r:.2f}'}))"
-            ),
-        )
-    if spec.method == "parallel" and spec.metric:
-        p = metrics.get(spec.metric)
-        factor = metrics.get(spec.factor or "")
-        if p is None or factor is None:
-            return Gain(None, method="amdahl", explanation="compute share or CPU headroom unknown")
-        bound = 1 / ((1 - p) + p / factor)
-        return Gain(
-            speedup=bound,
-            low=1.0,
-            high=bound,
-            method="amdahl",
-            explanation=(
-                f"compute is {p:.0%} of the step; run {factor:.1f}x wider it bounds the "
-                f"speed-up at {bound:.1f}x (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}))"
-            ),
-        )
-    if spec.method == "document" and spec.technique:
-        claim = facts.techniques.get(spec.technique)
-        if claim is None or claim.speedup_low is None:
-            text = claim.text if claim else f"technique '{spec.technique}'"
-            return Gain(None, method="document", explanation=text)
-        mid = (claim.speedup_low + (claim.speedup_high or claim.speedup_low)) / 2
-        return Gain(
-            speedup=mid,
-            low=claim.speedup_low,
-            high=claim.speedup_high,
-            method="document",
-            explanation=f"the documents' figure for {claim.name}: {claim.text}",
-        )
-    return Gain(None, method="none", explanation=spec.note or "not a speed gain")
-
-
 def phases_of(metrics: Mapping[str, float | None]) -> dict[str, float] | None:
     """The step's phase shares (exactly the session's ``PHASES``), or ``None``."""
     shares = {p: metrics.get(f"phase_{p}") for p in PHASES}
@@ -134,17 +82,53 @@ def rule_quote(rule: Rule, facts: Facts) -> str:
     return chosen[0].source.quote if chosen else ""
 
 
+def framework_of(metrics: Mapping[str, float | None]) -> str | None:
+    """The training framework that drives the loop, as seen in its frames."""
+    for name in FRAMEWORKS:
+        if metrics.get(f"uses_{name}") == 1.0:
+            return name
+    return None
+
+
+def applicable_actions(
+    rule: Rule, metrics: Mapping[str, float | None], framework: str | None
+) -> tuple[str, ...]:
+    """The rule's actions for this job: in its framework's words, those whose condition holds."""
+    if framework is not None and framework in rule.actions_for:
+        return rule.actions_for[framework]
+    out = []
+    for index, text in enumerate(rule.actions):
+        when = rule.actions_when[index] if index < len(rule.actions_when) else None
+        if when is not None:
+            try:
+                if not when.evaluate(metrics):
+                    continue
+            except ValueError:
+                continue  # unknown: leave the conditional action out rather than guess
+        out.append(text)
+    return tuple(out)
+
+
 def build_finding(
-    rule: Rule, fired_at: float, metrics: Mapping[str, float | None], facts: Facts
+    rule: Rule,
+    fired_at: float,
+    metrics: Mapping[str, float | None],
+    facts: Facts,
+    words: Mapping[str, str] | None = None,
+    explains: tuple[str, ...] = (),
 ) -> Finding:
+    framework = framework_of(metrics)
+    snippet = rule.snippet_for.get(framework, rule.snippet) if framework else rule.snippet
     return Finding(
         id=rule.id,
-        title=render(rule.title, metrics),
+        title=render(rule.title, metrics, words),
         severity=rule.severity,
         category=rule.category,
-        why=render(rule.why, metrics),
+        why=render(rule.why, metrics, words),
         evidence=evidence_for(metrics, rule.evidence, facts.targets),
-        actions=tuple(render(a, metrics) for a in rule.actions),
+        actions=tuple(
+            render(a, metrics, words) for a in applicable_actions(rule, metrics, framework)
+        ),
         gain=estimate_gain(rule.gain, metrics, facts),
         source=Citation(
             document=facts.documents.get(rule.source.get("document", ""), rule.source["document"]),
@@ -153,26 +137,79 @@ def build_finding(
         ),
         expr=rule.condition.expr,
         fired_at=fired_at,
-        snippet=rule.snippet,
+        snippet=snippet,
         techniques=rule.techniques,
+        explains=explains,
     )
 
 
 def finding_text(f: Finding) -> tuple[object, ...]:
     """Everything a person reads of a finding (values as displayed, not raw)."""
     return (
-        f.title, f.why, f.actions, f.fired_at, f.gain.explanation,
+        f.title, f.why, f.actions, f.fired_at, f.gain.explanation, f.explains,
         None if f.gain.speedup is None else round(f.gain.speedup, 2),
         tuple((e.display, e.status) for e in f.evidence),
     )
 
 
+#: How much a gain's kind counts when ranking: a prediction for this machine
+#: above an Amdahl ceiling above the documents' general figure.
+_GAIN_KIND_ORDER = {"predicted": 3, "amdahl": 2, "document": 1}
+
+
 def rank(findings: Sequence[tuple[Finding, bool]]) -> list[tuple[Finding, bool]]:
-    """By estimated speed-up (unknown counts as none), then severity."""
+    """Culprits that name the bottleneck first (by severity), then the rest.
+
+    Within each group, measured estimates (predictions, then ceilings) outrank
+    the documents' general figures, then the larger gain; unknown counts as none.
+    """
     return sorted(
         findings,
-        key=lambda fb: (-(fb[0].gain.speedup or 1.0), -_severity_rank(fb[0].severity)),
+        key=lambda fb: (
+            not fb[1],
+            -_severity_rank(fb[0].severity) if fb[1] else 0,
+            -_GAIN_KIND_ORDER.get(fb[0].gain.method, 0),
+            -(fb[0].gain.speedup or 1.0),
+            -_severity_rank(fb[0].severity),
+        ),
     )
+
+
+def hardware_use(metrics: Mapping[str, float | None]) -> tuple[bool | None, str]:
+    """Whether the computing hardware is well used, said apart from the bottleneck.
+
+    The documents: above 85 % GPU utilisation "the GPU is already well-utilized;
+    further gains come from memory, storage, distribution". Without a GPU the
+    same question is asked of the CPU cores the job may use.
+    """
+    if metrics.get("has_gpu") == 1.0:
+        util = metrics.get("gpu_util_mean")
+        if util is None:
+            return None, ""
+        if util >= 85:
+            return True, (f"GPU well used ({util:.0f}% busy): further gains come from "
+                          "doing the arithmetic more efficiently, memory, storage, distribution")
+        return False, f"GPU underused ({util:.0f}% busy; target above 85%)"
+    cores = metrics.get("cpu_count")
+    used = metrics.get("proc_cpu_mean")
+    if cores is None or used is None or not cores:
+        return None, ""
+    busy = used / 100.0
+    if busy >= 0.85 * cores:
+        return True, f"CPU cores well used ({busy:.1f} of {cores:.0f} busy with this job)"
+    return False, f"CPU cores underused ({busy:.1f} of {cores:.0f} busy with this job)"
+
+
+#: Priority-framework rows that come last unless memory is the bottleneck.
+VRAM_STATES = frozenset({"running_out_of_vram"})
+#: Rows about GPU utilisation (not shown without a GPU).
+GPU_STATES = frozenset({"gpu_util_below_70", "gpu_util_70_85", "gpu_util_above_85"})
+#: The row each bottleneck category belongs to, shown first.
+CATEGORY_STATE = {
+    "data_loading": "high_data_loading_latency",
+    "io": "high_data_loading_latency",
+    "memory": "running_out_of_vram",
+}
 
 
 class Diagnoser:
@@ -197,52 +234,84 @@ class Diagnoser:
         self._previous[finding.id] = finding
         return finding
 
-    def diagnose(self, metrics: Mapping[str, float | None], now: float) -> Diagnosis:
+    def diagnose(
+        self,
+        metrics: Mapping[str, float | None],
+        now: float,
+        words: Mapping[str, str] | None = None,
+    ) -> Diagnosis:
         firing = self.engine.step(metrics, now)
+        by_id = {rule.id: rule for rule, _ in firing}
+        # A symptom that a firing culprit explains is not listed as a rival: the
+        # culprit leads and carries it ("data wait 62 %") as its evidence.
+        explained = {name for rule, _ in firing for name in rule.explains if name in by_id}
         built = [
-            (self._reuse(build_finding(rule, fired_at, metrics, self.facts)), rule.bottleneck)
+            (
+                self._reuse(build_finding(
+                    rule, fired_at, metrics, self.facts, words,
+                    tuple(render(by_id[n].title, metrics, words)
+                          for n in rule.explains if n in by_id),
+                )),
+                rule.bottleneck,
+            )
             for rule, fired_at in firing
+            if rule.id not in explained
         ]
         ranked = rank(built)
         findings = tuple(f for f, _ in ranked)
-        # The bottleneck: the most severe finding that can name one; ties go to
-        # the larger estimated gain (the ranking order).
-        candidates = [f for f, is_bottleneck in ranked if is_bottleneck]
-        top = max(candidates, key=lambda f: _severity_rank(f.severity), default=None)
+        # The bottleneck: the first culprit in ranking order (most severe, then
+        # the best-founded and largest gain).
+        top = next((f for f, is_bottleneck in ranked if is_bottleneck), None)
         has_gpu = metrics.get("has_gpu") == 1.0
         pending = tuple(
-            f"{render(rule.title, metrics)} (held {held:.0f} s of its {rule.for_s:g} s)"
+            f"{render(rule.title, metrics, words)} (held {held:.0f} s of its {rule.for_s:g} s)"
             for rule, held in self.engine.pending(now) if rule.bottleneck
         )
         if top is not None:
             category, summary = top.category, top.title
         elif pending:
-            category = "none"
+            category = COLLECTING
             summary = f"Not yet confirmed: {pending[0]}"
         elif metrics.get("phase_samples"):
             category = "none"
             summary = "No bottleneck: every measured signal is within its target"
         else:
-            category = "none"
+            category = COLLECTING
             summary = "Collecting: no stack samples yet"
+        well_used, hardware = hardware_use(metrics)
         return Diagnosis(
             t=now,
             window_s=float(metrics.get("window_s") or 0.0),
             category=category,
             summary=summary,
             compute_device="gpu" if has_gpu else "cpu",
-            states=self.states(metrics),
+            states=self.states(metrics, category),
             findings=findings,
             phases=phases_of(metrics),
             steps_per_s=metrics.get("steps_per_s"),
             metrics=dict(metrics),
             waiting_for=tuple(self.engine.waiting(metrics)),
             pending=pending,
+            hardware_well_used=well_used,
+            hardware=hardware,
         )
 
-    def states(self, metrics: Mapping[str, float | None]) -> tuple[StateMatch, ...]:
+    def states(
+        self, metrics: Mapping[str, float | None], category: str | None = None
+    ) -> tuple[StateMatch, ...]:
+        """Rows of the priority framework that match, the bottleneck's own row first.
+
+        The row follows the bottleneck, not the other way round: a data-starved
+        job whose allocator fills the GPU's memory is in "high data loading
+        latency" first; "running out of VRAM" leads only when memory is the
+        bottleneck (NVML counts the allocator's cache as used). GPU-utilisation
+        rows are not shown for a job without a GPU (the compute share is no
+        stand-in for them).
+        """
         out = []
         for spec in self.ruleset.states:
+            if spec.id in GPU_STATES and metrics.get("has_gpu") != 1.0:
+                continue
             try:
                 matched = spec.condition.evaluate(metrics)
             except ValueError:
@@ -260,4 +329,12 @@ class Diagnoser:
                     ),
                 )
             )
+        first = CATEGORY_STATE.get(category or "")
+
+        def order(state: StateMatch) -> int:
+            if state.id == first:
+                return 0
+            return 2 if state.id in VRAM_STATES else 1
+
+        out.sort(key=order)  # stable: rows of equal order keep the file's order
         return tuple(out)

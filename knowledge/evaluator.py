@@ -11,8 +11,8 @@ from aitop.probes.session import Session
 
 from .diagnosis import Diagnoser
 from .facts import Facts
-from .metrics import SCALARS, SERIES, compute_metrics
-from .model import Diagnosis
+from .metrics import SCALARS, SERIES, compute_metrics, compute_words
+from .model import COLLECTING, UNKNOWN, Diagnosis
 from .rules import RuleSet
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
@@ -81,7 +81,10 @@ class Evaluator:
             if kept is not None:
                 return kept
             metrics = compute_metrics(self.session, now, self.window_s)
-            diagnosis = self._explain_missing_stacks(self.diagnoser.diagnose(metrics, now))
+            words = compute_words(self.session, now, self.window_s)
+            diagnosis = self._explain_missing_stacks(
+                self.diagnoser.diagnose(metrics, now, words)
+            )
             if self._history:
                 self._history[-1] = compact(self._history[-1])
             self._history.append(diagnosis)
@@ -120,6 +123,7 @@ class Evaluator:
             return diagnosis
         return dataclasses.replace(
             diagnosis,
+            category=UNKNOWN if diagnosis.category == COLLECTING else diagnosis.category,
             summary=f"No step phases (stacks off: {stacks.detail}); "
             "GPU, CPU, memory and I/O are still watched",
         )

@@ -284,6 +284,10 @@ def _clamped_spec(spec: str) -> str | None:
     return f"{match['head']}{width}{match['group']}{precision}{match['type']}"
 
 
+#: A name filled into a text is cut here (a frame from the job's code could be long).
+MAX_WORD_CHARS = 120
+
+
 def template_fields(text: str) -> set[str]:
     """Field names used in a ``{name:.0%}`` text template."""
     try:
@@ -312,8 +316,14 @@ def _format(value: float, spec: str) -> str:
         return str(value)
 
 
-def render(text: str, values: Mapping[str, float | None]) -> str:
-    """Fill a ``{name:.0%}`` template with metric values; unknown ones print as '?'."""
+def render(
+    text: str, values: Mapping[str, float | None], words: Mapping[str, str] | None = None
+) -> str:
+    """Fill a ``{name:.0%}`` template with metric values; unknown ones print as '?'.
+
+    ``words`` are the few facts that are names, not numbers (the producer
+    thread, its hottest frame): ``{producer}`` prints as the name itself.
+    """
     out: list[str] = []
     for literal, field, spec, _conversion in _FORMATTER.parse(text):
         out.append(literal)
@@ -321,6 +331,9 @@ def render(text: str, values: Mapping[str, float | None]) -> str:
             continue
         if not field.isidentifier():
             raise ExpressionError(f"only plain metric names may appear in text: '{field}'")
+        if words is not None and field in words:
+            out.append(words[field][:MAX_WORD_CHARS])
+            continue
         value = values.get(field)
         out.append("?" if value is None else _format(value, spec or ""))
     return "".join(out)

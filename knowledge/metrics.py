@@ -14,9 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aitop.probes.samples import GpuDevice, GpuSample, HostSample, ProcessTreeSample, StorageSample
+from aitop.probes.samples import (
+    GpuDevice,
+    GpuSample,
+    HostSample,
+    ProcessTreeSample,
+    StackWindow,
+    StorageSample,
+    ThreadActivity,
+)
 from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
+
+from .capacity import suggested_workers
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
 #: not look like a 10 % stall just because it fell inside a 20 s window.
@@ -193,6 +203,11 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
     *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),
     ("phase_compute", "fraction", "forward + backward + optimizer"),
+    ("phase_device", "fraction",
+     "forward + backward + optimizer, plus host-device sync when there is a GPU (the sync "
+     "is the GPU finishing queued work): the time the accelerator's work sets the pace"),
+    ("phase_eval_long", "fraction",
+     "share of time in evaluation passes over the last 5 minutes (validation runs in bursts)"),
     ("phase_checkpoint_long", "fraction",
      "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
@@ -205,6 +220,23 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "CPUs the target may use / busy threads of the main process: how much wider CPU "
      "compute could go"),
     ("num_workers", "", "DataLoader worker processes"),
+    ("free_cores", "cores",
+     "CPU cores the job could still use: allowed cores minus the tree's CPU, and no more "
+     "than the machine has idle"),
+    ("suggested_workers", "",
+     "DataLoader workers that would use the free cores (now + free cores / cores per worker)"),
+    ("data_from_queue", "0/1",
+     "1 when the training thread's data waits are spent on a queue or pipe another thread "
+     "or process fills (a hand-written prefetcher)"),
+    ("data_in_own_code", "0/1",
+     "1 when the data waits run the job's own code beneath the loop's fetch statement "
+     "(a generator or iterator producing batches in the training thread)"),
+    ("producer_busy", "fraction",
+     "share of samples the busiest other thread of the target spent working, not waiting"),
+    ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
+    ("uses_lightning", "0/1", "1 when PyTorch Lightning's frames drive the loop"),
+    ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
+    ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
     ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
     ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
@@ -217,6 +249,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("target_alive", "0/1", "1 while the target process runs"),
     ("window_s", "s", "length of the evaluation window"),
 )
+
+
+#: Names (not numbers) a rule's text may use: filled by :func:`compute_words`.
+WORDS: frozenset[str] = frozenset({"producer", "producer_frame", "data_source"})
 
 
 def catalogue() -> dict[str, MetricSpec]:
@@ -268,7 +304,95 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     _process_metrics(metrics, session, now, window_s)
     _storage_metrics(metrics, session, now, window_s)
     _technique_metrics(metrics, session, now, window_s)
+    _loading_metrics(metrics, session, now, window_s)
     return metrics
+
+
+def _latest_stacks(session: Session, now: float, window_s: float) -> list[StackWindow]:
+    return [w for w in session.stacks.window(now - window_s, now) if w.error is None]
+
+
+def _producer(windows: list[StackWindow]) -> ThreadActivity | None:
+    """The busiest other thread over the windows (by working samples)."""
+    best: dict[str, tuple[int, int, ThreadActivity]] = {}
+    for w in windows:
+        for t in w.other_threads:
+            busy, total, _ = best.get(t.thread_id, (0, 0, t))
+            best[t.thread_id] = (busy + t.busy_samples, total + t.samples, t)
+    if not best:
+        return None
+    tid = max(best, key=lambda k: best[k][0])
+    busy, total, last = best[tid]
+    return ThreadActivity(tid, last.name, total, busy, last.top_frame)
+
+
+def _loading_metrics(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> None:
+    """Who produces the batches, and the cores left for producing more."""
+    windows = _latest_stacks(session, now, window_s)
+    sources: dict[str, int] = {}
+    for w in windows:
+        if w.data_source is not None:
+            wait = w.phase_counts.get("data_wait", 0)
+            sources[w.data_source] = sources.get(w.data_source, 0) + wait
+    main_source = max(sources, key=lambda k: sources[k]) if sources else None
+    metrics["data_from_queue"] = (
+        None if not windows else float(main_source in ("thread queue", "process queue"))
+    )
+    metrics["data_in_own_code"] = None if not windows else float(main_source == "own code")
+    producer = _producer(windows)
+    metrics["producer_busy"] = (
+        producer.busy_samples / producer.samples if producer and producer.samples else None
+    )
+    metrics["producer_cpu"] = _thread_cpu(session, producer, now, window_s)
+    metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
+    metrics["suggested_workers"] = suggested_workers(metrics)
+
+
+def _thread_cpu(
+    session: Session, producer: ThreadActivity | None, now: float, window_s: float
+) -> float | None:
+    if producer is None or not producer.thread_id.isdigit():
+        return None
+    tid = int(producer.thread_id)
+    values = [
+        t.cpu_percent
+        for tree in session.processes.window(now - window_s, now)
+        if tree.main is not None
+        for t in tree.main.threads
+        if t.tid == tid and t.cpu_percent is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def _free_cores(
+    metrics: dict[str, float | None], session: Session, now: float, window_s: float
+) -> float | None:
+    """Cores the job could still use: its allowance minus its use, capped by the idle machine."""
+    allowed = metrics.get("cpu_count")
+    used = metrics.get("proc_cpu_mean")
+    host = metrics.get("host_cpu_mean")
+    hosts = session.host.window(now - window_s, now)
+    if allowed is None or used is None or host is None or not hosts:
+        return None
+    machine_idle = hosts[-1].cpu_count * (1.0 - host / 100.0)
+    return max(0.0, min(allowed - used / 100.0, machine_idle))
+
+
+def compute_words(session: Session, now: float, window_s: float) -> dict[str, str]:
+    """The names a rule's text may use (see ``WORDS``), where known."""
+    windows = _latest_stacks(session, now, window_s)
+    words: dict[str, str] = {}
+    producer = _producer(windows)
+    if producer is not None:
+        words["producer"] = f"thread '{producer.name or producer.thread_id}'"
+        if producer.top_frame:
+            words["producer_frame"] = producer.top_frame
+    sources = [w.data_source for w in windows if w.data_source]
+    if sources:
+        words["data_source"] = max(set(sources), key=sources.count)
+    return words
 
 
 def _gpu_metrics(
@@ -312,9 +436,15 @@ def _phase_metrics(
     metrics["phase_compute"] = (
         fractions["forward"] + fractions["backward"] + fractions["optimizer"] if fractions else None
     )
+    compute = metrics["phase_compute"]
+    metrics["phase_device"] = (
+        None if fractions is None or compute is None
+        else compute + (fractions["sync"] if has_gpu else 0.0)
+    )
     metrics["phase_samples"] = float(total)
     long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
     metrics["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
+    metrics["phase_eval_long"] = long_fractions["eval"] if long_fractions else None
     if has_gpu:
         metrics["accel_util"] = metrics["gpu_util_mean"]
     else:
@@ -380,3 +510,6 @@ def _technique_metrics(
     metrics["uses_compile"] = _flag("torch_compile" in seen) if known else None
     metrics["uses_amp"] = _flag("mixed_precision" in seen) if known else None
     metrics["uses_grad_checkpointing"] = _flag("gradient_checkpointing" in seen) if known else None
+    metrics["uses_lightning"] = _flag("lightning" in seen) if known else None
+    metrics["uses_hf_trainer"] = _flag("hf_trainer" in seen) if known else None
+    metrics["uses_accelerate"] = _flag("accelerate" in seen) if known else None

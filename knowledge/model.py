@@ -10,8 +10,16 @@ from dataclasses import dataclass, field
 
 #: The bottleneck categories, after the documents' bottleneck-location table
 #: (data loading, GPU computation, GPU memory, system RAM/CPU) plus the checklist's
-#: I/O symptom, and ``none`` when nothing limits the job.
-CATEGORIES: tuple[str, ...] = ("data_loading", "compute", "memory", "io", "host", "none")
+#: I/O symptom, host-device synchronisation, evaluation passes, and ``none`` when
+#: nothing limits the job.
+CATEGORIES: tuple[str, ...] = (
+    "data_loading", "compute", "memory", "io", "host", "sync", "evaluation", "none",
+)
+#: What a diagnosis says before it can judge (no stack samples yet, or a verdict
+#: still held for its ``for:``): not a verdict.
+COLLECTING = "collecting"
+#: What it says when it cannot judge at all (no stacks: py-spy missing or denied).
+UNKNOWN = "unknown"
 
 SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
@@ -47,10 +55,13 @@ class Gain:
     speedup: float | None
     low: float | None = None
     high: float | None = None
-    #: ``amdahl`` (from the measured phase breakdown) or ``document`` (the figure
-    #: the source documents claim), or ``none``.
+    #: ``predicted`` (a range for this action on this machine, from the phases
+    #: and the resources it needs), ``amdahl`` (a ceiling: removing the phase
+    #: entirely), ``document`` (the figure the source documents claim), ``none``.
     method: str = "none"
     explanation: str = ""
+    #: The Amdahl ceiling beside a prediction (removing the phase entirely).
+    ceiling: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,8 @@ class Finding:
     fired_at: float
     snippet: str | None = None
     techniques: tuple[str, ...] = ()
+    #: Symptoms this culprit explains (their titles), folded into it.
+    explains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,11 @@ class Diagnosis:
     #: Bottleneck rules whose condition holds but whose ``for:`` has not elapsed:
     #: "title (held 3 s of 5 s)". A verdict in the making, not yet a finding.
     pending: tuple[str, ...] = ()
+    #: Whether the hardware that computes (GPU, else CPU cores) is well used,
+    #: said apart from the bottleneck: a saturated GPU is ``compute`` *and* well
+    #: used. ``None`` while it cannot be judged.
+    hardware_well_used: bool | None = None
+    hardware: str = ""
 
     @property
     def top(self) -> Finding | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .expressions import Condition, ExpressionError, check_template
-from .metrics import CATALOGUE
+from .metrics import CATALOGUE, WORDS
 from .model import CATEGORIES, SEVERITIES
 from .yamlio import (
     KnowledgeError,
@@ -56,6 +56,8 @@ class GainSpec:
     ``amdahl``: removing a fraction ``removable`` (low..high) of the time in
     ``metric`` (a phase fraction) bounds the speed-up at 1 / (1 - p * removable).
     ``parallel``: Amdahl with the phase ``metric`` run ``factor`` times wider.
+    ``workers``: more DataLoader workers, limited by the free cores (gains.py).
+    ``fewer``: the phase ``metric`` run ``times`` times less often.
     ``document``: the documents' figure for ``technique`` (resolved against the
     knowledge base's technique effects). ``none``: the benefit is not speed.
     """
@@ -66,6 +68,8 @@ class GainSpec:
     technique: str | None = None
     #: For ``parallel``: the metric saying how many times wider the phase could run.
     factor: str | None = None
+    #: For ``fewer``: how many times less often the action runs the phase.
+    times: float = 1.0
     note: str = ""
 
 
@@ -99,6 +103,13 @@ class Rule:
     bottleneck: bool = True
     file: str = ""
     line: int = 0
+    #: Rules whose finding this one explains (a symptom it is the culprit of).
+    explains: tuple[str, ...] = ()
+    #: One entry per action: the condition under which it applies, or None.
+    actions_when: tuple[Condition | None, ...] = ()
+    #: Actions and snippets in a framework's own words ("hf_trainer", "lightning").
+    actions_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    snippet_for: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +137,48 @@ def _condition(node: Any, key: str) -> Condition:
         raise fail(node, str(exc)) from exc
 
 
+def _actions(value: Any, node: Any) -> tuple[tuple[str, ...], tuple[Condition | None, ...]]:
+    """Actions: text, or ``{text: ..., when: condition}`` for one that applies only then."""
+    if value is None or value == "":
+        return (), ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise fail(node, "'actions' must be a list")
+    texts: list[str] = []
+    whens: list[Condition | None] = []
+    for item in value:
+        if isinstance(item, str):
+            texts.append(item)
+            whens.append(None)
+            continue
+        if not isinstance(item, dict):
+            raise fail(node, "each action must be text or {text, when}")
+        only_keys(item, ("text", "when"), "action")
+        texts.append(require(item, "text", str))
+        whens.append(_condition(item, "when"))
+    return tuple(texts), tuple(whens)
+
+
+def _snippet_text(value: Any, node: Any) -> str:
+    if not isinstance(value, str):
+        raise fail(node, f"a snippet must be text, not {kind_of(value)}")
+    return value
+
+
+def _by_framework(node: Any, key: str, parse: Any) -> dict[str, Any]:
+    value = node.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(node, f"'{key}' must map a framework ({', '.join(FRAMEWORKS)}) to text")
+    unknown = [k for k in value if k not in FRAMEWORKS]
+    if unknown:
+        raise fail(value, f"unknown framework '{unknown[0]}' in '{key}' "
+                          f"(one of {', '.join(FRAMEWORKS)})")
+    return {k: parse(v, value) for k, v in value.items()}
+
+
 def _strings(node: Any, key: str) -> tuple[str, ...]:
     value = node.get(key)
     if value is None or value == "":
@@ -150,7 +203,9 @@ def _text(node: Any, key: str, default: str | None = "") -> Any:
 def _check_templates(node: Any, *texts: str) -> None:
     for text in texts:
         try:
-            unknown = sorted(f for f in check_template(text) if f not in CATALOGUE)
+            unknown = sorted(
+                f for f in check_template(text) if f not in CATALOGUE and f not in WORDS
+            )
         except ExpressionError as exc:
             raise fail(node, str(exc)) from exc
         if unknown:
@@ -197,11 +252,25 @@ def _gain(node: Any) -> GainSpec:
             if name not in CATALOGUE:
                 raise fail(spec, f"unknown metric {name} in gain")
         return GainSpec("parallel", metric=metric, factor=factor, note=note)
+    if method == "workers":
+        metric = spec.get("metric", "phase_data_wait")
+        if metric not in CATALOGUE:
+            raise fail(spec, f"unknown metric {metric} in gain")
+        return GainSpec("workers", metric=metric, note=note)
+    if method == "fewer":
+        metric = require(spec, "metric", str)
+        if metric not in CATALOGUE:
+            raise fail(spec, f"unknown metric {metric} in gain")
+        times = _fraction(spec.get("times"))
+        if times is None or times <= 1:
+            raise fail(spec, "'times' must be a number above 1")
+        return GainSpec("fewer", metric=metric, times=times, note=note)
     if method == "document":
         return GainSpec("document", technique=require(spec, "technique", str), note=note)
     if method == "none":
         return GainSpec("none", note=note)
-    raise fail(spec, f"unknown gain method '{method}' (amdahl, parallel, document or none)")
+    raise fail(spec, f"unknown gain method '{method}' "
+                     "(amdahl, parallel, workers, fewer, document or none)")
 
 
 def _source(node: Any) -> dict[str, str]:
@@ -228,8 +297,11 @@ def _flag(node: Any, key: str, default: bool) -> bool:
 RULE_KEYS = (
     "name", "expr", "for", "keep_firing_for", "severity", "category", "title", "why",
     "actions", "evidence", "snippet", "techniques", "gain", "source", "bottleneck",
+    "explains", "actions_for", "snippet_for",
 )
-GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "note")
+GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "note")
+#: Frameworks whose own words a rule may use for its actions.
+FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr")
 #: A user's --rules file may also carry phase signatures (``phases.py``).
@@ -247,8 +319,12 @@ def parse_rule(node: Any) -> Rule:
         raise fail(node, f"unknown category '{category}' (one of {', '.join(CATEGORIES)})")
     title = require(node, "title", str)
     why = _text(node, "why")
-    actions = _strings(node, "actions")
+    actions, actions_when = _actions(node.get("actions"), node)
     _check_templates(node, title, why, *actions)
+    actions_for = _by_framework(node, "actions_for", lambda v, n: _actions(v, n)[0])
+    snippet_for = _by_framework(node, "snippet_for", _snippet_text)
+    for texts in actions_for.values():
+        _check_templates(node, *texts)
     evidence = _strings(node, "evidence")
     unknown = [m for m in evidence if m not in CATALOGUE]
     if unknown:
@@ -272,6 +348,10 @@ def parse_rule(node: Any) -> Rule:
         bottleneck=_flag(node, "bottleneck", True),
         file=getattr(node, "file", ""),
         line=getattr(node, "line", 0),
+        explains=_strings(node, "explains"),
+        actions_when=actions_when,
+        actions_for=actions_for,
+        snippet_for=snippet_for,
     )
 
 
@@ -307,6 +387,12 @@ def rules_from(user_docs: Sequence[tuple[str, Any]]) -> RuleSet:
         rules.update({r.id: r for r in extra.rules})
         states.update({s.id: s for s in extra.states})
         files.append(path)
+    for rule in rules.values():
+        unknown = [name for name in rule.explains if name not in rules]
+        if unknown:
+            raise KnowledgeError(
+                f"rule '{rule.id}' explains unknown rule '{unknown[0]}'", rule.file, rule.line
+            )
     return RuleSet(tuple(rules.values()), tuple(states.values()), tuple(files))
 
 

@@ -35,6 +35,7 @@ from aitop.probes.samples import (
     StackWindow,
     StepCounterSample,
     StorageSample,
+    ThreadActivity,
     ThreadInfo,
 )
 from aitop.probes.session import PHASES, Session
@@ -111,6 +112,10 @@ class Job:
     #: One stack window every this many seconds (a window spans that long).
     stack_period_s: int = 1
     techniques: tuple[str, ...] = ("torch_compile",)
+    #: What the training thread's data waits were spent in (StackWindow.data_source).
+    data_source: str | None = "dataloader"
+    #: Share of samples the busiest other thread spends working (None: no other thread).
+    producer_busy: float | None = None
     # ------------------------------------------------------- process tree
     workers: int = 4
     #: CPU of the busiest worker (% of a core); worker k runs ``5 * k`` lower.
@@ -251,6 +256,14 @@ def stack_window(job: Job, i: int) -> StackWindow:
         phase_counts=_phase_counts(job),
         techniques_seen=job.techniques,
         loop_frame="train (train.py)",
+        data_source=job.data_source,
+        other_threads=() if job.producer_busy is None else (
+            ThreadActivity(
+                thread_id=str(PID + 1), name="producer", samples=job.samples_per_window,
+                busy_samples=round(job.producer_busy * job.samples_per_window),
+                top_frame="produce (/job/train.py:12)",
+            ),
+        ),
     )
 
 

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from aitop.knowledge.phases import load_phase_config
 from aitop.probes.phases import PhaseClassifier, parse_raw, shorten_path
 from aitop.probes.source_lines import SourceLines, is_fetch_line, is_host_sync_line
@@ -203,10 +202,12 @@ def test_a_training_function_named_like_evaluation_still_trains(
 
 def test_hf_trainer_loop_frame_is_the_inner_training_loop(classifier: PhaseClassifier) -> None:
     tr = f"{SITE}/transformers/trainer.py"
-    root = f"main (/job/run.py:50);Trainer.train ({tr}:2245);Trainer._inner_training_loop ({tr}:2560)"
+    root = (f"main (/job/run.py:50);Trainer.train ({tr}:2245);"
+            f"Trainer._inner_training_loop ({tr}:2560)")
     text = raw(
         ("1:MainThread", f"{root};Trainer.training_step ({tr}:3740);Trainer.compute_loss "
-                         f"({tr}:3800);Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)", 40),
+                         f"({tr}:3800);Module._call_impl "
+                         f"({SITE}/torch/nn/modules/module.py:1789)", 40),
         ("1:MainThread", f"{root};Trainer.training_step ({tr}:3760);Accelerator.backward "
                          f"({SITE}/accelerate/accelerator.py:2400)", 40),
         ("1:MainThread", f"{root};Trainer.get_batch_samples ({tr}:5100);DataLoaderShard.__iter__ "

@@ -1,0 +1,55 @@
+"""How much more batch production the job's free CPU could buy.
+
+Kept apart from gains.py so the metric catalogue can offer the suggested worker
+count to rules' texts ("raise num_workers to {suggested_workers:.0f}") and the
+gain estimate can use the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+Metrics = Mapping[str, "float | None"]
+
+
+def suggested_workers(metrics: Metrics) -> float | None:
+    """Workers to run so that the free cores are used: N + free cores / (cores per worker)."""
+    n = metrics.get("num_workers")
+    free = metrics.get("free_cores")
+    if n is None or free is None:
+        return None
+    if n <= 0:
+        p = metrics.get("phase_data_wait") or 0.0
+        return float(max(1, math.floor(free + p)))
+    per_worker = (metrics.get("workers_cpu_mean") or 0.0) / 100.0 / n
+    extra = math.floor(free / per_worker) if per_worker > 0.05 else 1
+    return float(n + max(1, extra))
+
+
+def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:
+    """How many times more batches per second the loading side could produce."""
+    n = metrics.get("num_workers")
+    free = metrics.get("free_cores")
+    if n is None or free is None:
+        return None
+    if n <= 0:
+        raw = metrics.get("phase_data_wait")
+        p = None if raw is None else min(max(raw, 0.0), 0.99)
+        if p is None or p <= 0:
+            return None
+        # Loading moves off the training thread: it gets the free cores plus the
+        # share of the training thread's core that loading used to take.
+        cores = free + p
+        return (cores / p, f"loading moves to workers on {free:.1f} free core(s) "
+                f"plus the {p:.0%} of the training thread it took now")
+    workers_cores = (metrics.get("workers_cpu_mean") or 0.0) / 100.0
+    target = suggested_workers(metrics) or n
+    if workers_cores <= 0.05:
+        return None
+    by_cores = (workers_cores + free) / workers_cores
+    by_count = target / n
+    factor = min(by_cores, by_count)
+    return (factor, f"the {n:.0f} worker(s) use {workers_cores:.1f} core(s); {free:.1f} "
+            f"more are free, so {target:.0f} workers can produce at most "
+            f"{factor:.2f}x the batches")

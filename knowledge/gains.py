@@ -1,0 +1,156 @@
+"""What applying a finding's first action would buy *on this machine*.
+
+Three kinds of figure, never mixed up (``Gain.method``):
+
+* ``predicted``: a range for the step-rate speed-up of the first action, from
+  the measured phases *and the resources that action needs*: more DataLoader
+  workers cannot use cores that are busy, halving validation removes half of
+  its share, a wider CPU computation scales with the cores it gets. These are
+  the figures the fixed demo variants check (benchmarks/predictions.py).
+* ``amdahl``: a ceiling, 1 / (1 - p), what removing the phase entirely would
+  give. Shown as "at most", never as a promise.
+* ``document``: the figure the source documents claim for a technique.
+
+Where no honest figure exists the gain says so (``speedup`` is ``None``).
+
+Symbols below: p the phase's share of wall time, w the CPU the workers use now
+(in cores), F the cores still free for the job, N the workers now, M the
+workers suggested.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from .capacity import loading_capacity_factor
+from .facts import Facts
+from .model import Gain
+from .rules import GainSpec
+
+Metrics = Mapping[str, "float | None"]
+
+#: Scaling efficiency of extra loading capacity that lands on shared cores: the
+#: new workers and the training thread contend for caches and memory
+#: bandwidth; measured on the fixed demo variants (docs/benchmarks.md).
+LOW_EFFICIENCY = 0.7
+
+
+def _phase(metrics: Metrics, name: str | None) -> float | None:
+    p = metrics.get(name or "")
+    return None if p is None else min(max(p, 0.0), 0.99)
+
+
+def _ceiling(p: float) -> float:
+    return 1.0 / (1.0 - p)
+
+
+def _range(ceiling: float, factor: float) -> tuple[float, float]:
+    """A speed-up range for loading capacity x``factor`` under an Amdahl ceiling."""
+    high = min(ceiling, factor)
+    low = min(ceiling, 1.0 + (factor - 1.0) * LOW_EFFICIENCY)
+    return low, max(low, high)
+
+
+def _predicted(low: float, high: float, ceiling: float | None, text: str) -> Gain:
+    mid = math.sqrt(low * high)
+    return Gain(speedup=mid, low=low, high=high, method="predicted", explanation=text,
+                ceiling=ceiling)
+
+
+def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
+    p = _phase(metrics, spec.metric or "phase_data_wait")
+    capacity = loading_capacity_factor(metrics)
+    if p is None or capacity is None:
+        return Gain(None, method="predicted",
+                    explanation="no prediction yet: workers' CPU or free cores unknown")
+    ceiling = _ceiling(p)
+    factor, why = capacity
+    if factor <= 1.0 + 1e-6:
+        return Gain(1.0, 1.0, 1.0, method="predicted", ceiling=ceiling,
+                    explanation=f"{why}: no core is free, so more workers add nothing")
+    low, high = _range(ceiling, factor)
+    return _predicted(low, high, ceiling, (
+        f"data wait is {p:.0%} of the time (ceiling {ceiling:.1f}x if it vanished); {why}: "
+        f"predicted {low:.2f}-{high:.2f}x"))
+
+
+def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
+    """Doing a phase ``times`` times less often (checkpoints, validation)."""
+    p = _phase(metrics, spec.metric)
+    if p is None or spec.times <= 1:
+        return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
+    name = (spec.metric or "").removeprefix("phase_").removesuffix("_long").replace("_", " ")
+    high = 1.0 / ((1.0 - p) + p / spec.times)
+    # Each pass may grow a little when done less often (more to write or check).
+    low = 1.0 / ((1.0 - p) + 1.2 * p / spec.times)
+    return _predicted(low, high, _ceiling(p), (
+        f"{name} takes {p:.0%} of the time; doing it {spec.times:g}x less often leaves "
+        f"{p / spec.times:.0%}: predicted {low:.2f}-{high:.2f}x "
+        f"(1 / ((1 - {p:.2f}) + {p:.2f} / {spec.times:g}))"))
+
+
+def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
+    p = _phase(metrics, spec.metric)
+    factor = metrics.get(spec.factor or "")
+    if p is None or factor is None:
+        return Gain(None, method="predicted", explanation="compute share or CPU headroom unknown")
+    threads = metrics.get("main_busy_threads_mean")
+    free = metrics.get("free_cores")
+    if threads and free is not None:
+        # Wider only onto cores that are free now (workers and neighbours keep theirs).
+        factor = min(factor, (max(threads, 1.0) + free) / max(threads, 1.0))
+    if factor <= 1.0 + 1e-6:
+        return Gain(1.0, 1.0, 1.0, method="predicted",
+                    explanation="no idle core to widen the computation onto")
+    high = 1.0 / ((1.0 - p) + p / factor)
+    eff = 1.0 + (factor - 1.0) * LOW_EFFICIENCY
+    low = 1.0 / ((1.0 - p) + p / eff)
+    return _predicted(low, high, _ceiling(p), (
+        f"compute is {p:.0%} of the step; run {factor:.1f}x wider it speeds up "
+        f"{low:.2f}-{high:.2f}x (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}), "
+        f"the low end at {LOW_EFFICIENCY:.0%} scaling efficiency)"))
+
+
+def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
+    p = _phase(metrics, spec.metric)
+    if p is None:
+        return Gain(None, method="amdahl", explanation=f"{spec.metric} is not known yet")
+    lo_r, hi_r = spec.removable
+    low, high = 1 / (1 - p * lo_r), 1 / (1 - p * hi_r)
+    removed = "removing it" if hi_r == 1.0 else f"removing {lo_r:.0%}-{hi_r:.0%} of it"
+    name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
+    return Gain(
+        speedup=high, low=low, high=high, method="amdahl", ceiling=high,
+        explanation=(
+            f"{name} is {p:.0%} of the step: {removed} bounds the speed-up at {high:.1f}x "
+            f"(Amdahl: 1 / (1 - {p:.2f}{'' if hi_r == 1.0 else f' x {hi_r:.2f}'})); "
+            "a ceiling, not a prediction"),
+    )
+
+
+def _document(spec: GainSpec, facts: Facts) -> Gain:
+    claim = facts.techniques.get(spec.technique or "")
+    if claim is None or claim.speedup_low is None:
+        text = claim.text if claim else f"technique '{spec.technique}'"
+        return Gain(None, method="document", explanation=text)
+    mid = (claim.speedup_low + (claim.speedup_high or claim.speedup_low)) / 2
+    return Gain(
+        speedup=mid, low=claim.speedup_low, high=claim.speedup_high, method="document",
+        explanation=f"the documents' figure for {claim.name}: {claim.text}",
+    )
+
+
+def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
+    """The gain of a finding's first action, by its rule's method."""
+    if spec.method == "workers":
+        return _workers(spec, metrics)
+    if spec.method == "fewer" and spec.metric:
+        return _fewer(spec, metrics)
+    if spec.method == "parallel" and spec.metric:
+        return _parallel(spec, metrics)
+    if spec.method == "amdahl" and spec.metric:
+        return _amdahl(spec, metrics)
+    if spec.method == "document" and spec.technique:
+        return _document(spec, facts)
+    return Gain(None, method="none", explanation=spec.note or "no honest estimate")
