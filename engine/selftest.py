@@ -161,6 +161,9 @@ class Selftest:
     verbose: bool = False
     #: The NVML module for aitop's probe and GPM (``None``: the real ``pynvml``).
     nvml: ModuleType | None = None
+    mode: str = "cpu"
+    no_gpu_reason: str | None = None
+    started_at: float = field(default_factory=time.time)
 
     @property
     def raw(self) -> Path:
@@ -185,21 +188,26 @@ class Selftest:
                                      detail=f"{type(exc).__name__}: {exc} (see raw/errors.txt)"))
         finally:
             self.timings[name] = time.time() - started
+            # Reports after every stage: a run cut short (a timeout, device time
+            # running out) still leaves what it established.
+            write_reports(self.result(), self.out_dir)
 
     # ------------------------------------------------------------------ run
 
     def run(self) -> SelftestResult:
-        started = time.time()
+        self.started_at = time.time()
         self.machine = machine_facts()
         probe = GpuProbe(self.nvml)
         try:
             sample = probe.sample(set())
         finally:
             probe.close()
-        mode = "gpu" if sample.available and sample.devices else "cpu"
-        reason = None if mode == "gpu" else (sample.reason or "no GPU visible to NVML")
+        if sample.available and sample.devices:
+            self.mode = "gpu"
+        else:
+            self.no_gpu_reason = sample.reason or "no GPU visible to NVML"
         try:
-            if mode == "gpu":
+            if self.mode == "gpu":
                 self.verbose = True
                 self.machine.update(gpu_facts(sample))
                 self.gpu_path()
@@ -208,10 +216,15 @@ class Selftest:
         finally:
             for child in self.children:
                 stop(child)
+        return self.result()
+
+    def result(self) -> SelftestResult:
+        """What the run has established so far."""
         return SelftestResult(
-            mode=mode, quick=self.plan.quick, started_at=started,
-            duration_s=time.time() - started, machine=self.machine, checks=self.checks,
-            no_gpu_reason=reason, timings=self.timings,
+            mode=self.mode, quick=self.plan.quick, started_at=self.started_at,
+            duration_s=time.time() - self.started_at, machine=self.machine,
+            checks=list(self.checks), no_gpu_reason=self.no_gpu_reason,
+            timings=dict(self.timings),
             job_titles={name: spec.title for name, spec in SPECS.items()},
         )
 
