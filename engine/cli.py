@@ -32,6 +32,7 @@ from aitop.probes.collector import CollectorConfig
 
 from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
 from .report import RunFacts, build_report, render_text
+from .selftest import add_selftest_parser, run_selftest
 from .snapshot import SnapshotError, check_export_path, load_snapshot, write_snapshot
 from .source import DataSource
 
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true", help="with --headless: as JSON")
 
     sub.add_parser("metrics", help="list the metric names rules may use")
+    add_selftest_parser(sub)
     return parser
 
 
@@ -336,6 +338,8 @@ def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> i
             return run_replay(args, run_ui)
         if args.command == "metrics":
             return list_metrics()
+        if args.command == "selftest":
+            return run_selftest(args)
         if args.pid is None:
             parser.print_usage(sys.stderr)
             raise CliError("give --pid PID of a training process, or try `aitop demo`",
