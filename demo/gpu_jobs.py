@@ -137,7 +137,8 @@ class Job:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]]
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    #: A loss *module*, as people write it: its frames read as forward.
+    criterion: torch.nn.Module
     #: Whether next_batch waits on a DataLoader (its time is data_wait, else other).
     uses_loader: bool = False
     #: Call loss.item() every step (the host waits for the GPU there).
@@ -146,9 +147,32 @@ class Job:
     after_warmup: Callable[[], None] | None = None
 
 
+class PhaseClock:
+    """Host seconds of each phase: a lap ends a phase, a skip leaves time uncounted.
+
+    Recording an event is a stream operation that can block like a kernel
+    launch; it happens in this file's frames, which aitop reads as ``other``,
+    so its time is skipped rather than added to the phase around it.
+    """
+
+    def __init__(self, truth: Truth) -> None:
+        self.truth = truth
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if phase is not None:
+            self.truth.add(f"host_{phase}", now - self.last)
+        self.last = now
+
+    def skip(self) -> None:
+        self.last = time.perf_counter()
+
+
 def train(job: Job, truth: Truth, deadline: float, info: dict[str, Any]) -> int:
     """The training loop every job shares: timed phases, CUDA events, a step counter."""
     timer = DeviceTimer(truth)
+    clock = PhaseClock(truth)
     running_loss = 0.0
     step = 0
     while time.time() < deadline:
@@ -156,29 +180,27 @@ def train(job: Job, truth: Truth, deadline: float, info: dict[str, Any]) -> int:
             if job.after_warmup is not None:
                 job.after_warmup()
             truth.begin(info)
-        t0 = time.perf_counter()
+        clock.skip()
         x, y = job.next_batch()
-        t1 = time.perf_counter()
+        clock.lap("data_wait" if job.uses_loader else None)
         events = timer.mark()
-        loss = job.loss(job.model(x), y)
+        clock.skip()
+        loss = job.criterion(job.model(x), y)
+        clock.lap("forward")
         timer.mark(events)
-        t2 = time.perf_counter()
+        clock.skip()
         loss.backward()
+        clock.lap("backward")
         timer.mark(events)
-        t3 = time.perf_counter()
+        clock.skip()
         job.optimizer.step()
         job.optimizer.zero_grad(set_to_none=True)
+        clock.lap("optimizer")
         timer.mark(events)
-        t4 = time.perf_counter()
+        clock.skip()
         if job.item_every_step:
             running_loss += loss.item()  # waits for this step's kernels
-        t5 = time.perf_counter()
-        if job.uses_loader:
-            truth.add("host_data_wait", t1 - t0)
-        truth.add("host_forward", t2 - t1)
-        truth.add("host_backward", t3 - t2)
-        truth.add("host_optimizer", t4 - t3)
-        truth.add("host_sync", t5 - t4)
+            clock.lap("sync")
         timer.finish(events)
         step += 1
         truth.steps = max(0, step - WARMUP_STEPS)
@@ -210,11 +232,9 @@ def matmul_job(item_every_step: bool = False) -> Job:
         x = next(batches)
         return x, x
 
-    def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return (out.float() - target.float()).square().mean()
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
-    return Job(model, optimizer, next_batch, loss, item_every_step=item_every_step)
+    return Job(model, optimizer, next_batch, torch.nn.MSELoss(),
+               item_every_step=item_every_step)
 
 
 class SlowDecodeDataset:
@@ -259,7 +279,7 @@ def data_job() -> Job:
         return x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return Job(model, optimizer, next_batch, torch.nn.functional.cross_entropy, uses_loader=True)
+    return Job(model, optimizer, next_batch, torch.nn.CrossEntropyLoss(), uses_loader=True)
 
 
 def memory_job() -> Job:
@@ -284,7 +304,7 @@ def memory_job() -> Job:
                 size = int(size * 0.97)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return Job(model, optimizer, lambda: (x, y), torch.nn.functional.cross_entropy,
+    return Job(model, optimizer, lambda: (x, y), torch.nn.CrossEntropyLoss(),
                after_warmup=fill)
 
 
