@@ -26,12 +26,13 @@ from typing import Protocol
 
 from aitop.demo import SCENARIOS
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.model import SEVERITIES, Diagnosis
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
 from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
 from .report import RunFacts, build_report, render_text
+from .runs import Run
 from .selftest import add_selftest_parser, run_selftest
 from .snapshot import SnapshotError, check_export_path, load_snapshot, write_snapshot
 from .source import DataSource
@@ -48,7 +49,7 @@ class UiRunner(Protocol):
 
     def __call__(
         self, source: DataSource, *, refresh_s: float, export_path: Path | None,
-        export_on_exit: bool,
+        export_on_exit: bool, baseline: Run | None = None,
     ) -> int: ...
 
 
@@ -77,7 +78,7 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=positive_float, default=20.0,
                         help="seconds to sample in --headless mode (default 20)")
     parser.add_argument("--json", action="store_true",
-                        help="print the headless report as JSON (schema aitop.report/1)")
+                        help="print the headless report as JSON (schema aitop.report/2)")
     parser.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
                         help="extra rule/phase YAML file (repeatable)")
     parser.add_argument("--export", type=Path, metavar="FILE",
@@ -90,6 +91,14 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"evaluation window in seconds (default {DEFAULT_WINDOW_S:g})")
     parser.add_argument("--stack-rate", type=int, default=CollectorConfig.stack_rate_hz,
                         help="py-spy samples per second (default %(default)s)")
+    parser.add_argument("--serve", metavar="[ADDR:]PORT",
+                        help="no UI: serve Prometheus metrics here until the job ends "
+                        "(loopback unless ADDR is given)")
+    parser.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
+                        help="with --headless: exit 3 when a finding this severe or worse "
+                        f"fires ({', '.join(SEVERITIES)})")
+    parser.add_argument("--baseline", type=Path, metavar="FILE",
+                        help="compare this run with an earlier one (snapshot or --json report)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true", help="with --headless: as JSON")
 
     sub.add_parser("metrics", help="list the metric names rules may use")
+    from . import diff, prom_rules  # they build on this module's CliError
+
+    prom_rules.add_parser(sub)
+    diff.add_parser(sub)
     add_selftest_parser(sub)
     return parser
 
@@ -170,7 +183,8 @@ def start_source(
 
 
 def run_headless(
-    source: LiveSource, duration_s: float, as_json: bool, export: Path | None
+    source: LiveSource, duration_s: float, as_json: bool, export: Path | None,
+    fail_on: str | None = None, baseline: Run | None = None,
 ) -> int:
     """Sample for ``duration_s`` (or until the target exits), then report."""
     interrupted = False
@@ -212,7 +226,11 @@ def run_headless(
     print(json.dumps(report, indent=2) if as_json else render_text(report))
     if export is not None:
         export_snapshot(source, export)
-    return 0
+    from . import diff, gates
+
+    if baseline is not None:
+        print(diff.baseline_report(baseline, report), file=sys.stderr)
+    return gates.findings_gate(report, fail_on) if fail_on else 0
 
 
 def export_snapshot(source: DataSource, path: Path) -> None:
@@ -225,20 +243,29 @@ def export_snapshot(source: DataSource, path: Path) -> None:
 
 def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
                  popen: subprocess.Popen[bytes] | None = None) -> int:
+    if args.serve is not None:
+        from .serve import run_serve
+
+        return run_serve(args, pid, popen)
     if run_ui is None and not args.headless:
         raise CliError(NO_UI, EXIT_USAGE)
     if not args.headless:
         require_terminal()
+    from .diff import baseline_of
+
+    baseline = baseline_of(args.baseline)
     options = options_from(args)
     source = start_source(pid, options, popen)
     if args.headless or run_ui is None:
-        return run_headless(source, args.duration, args.json, args.export)
+        return run_headless(source, args.duration, args.json, args.export, args.fail_on,
+                            baseline)
     try:
         return run_ui(
             source,
             refresh_s=args.refresh,
             export_path=args.export,
             export_on_exit=args.export_on_exit,
+            baseline=baseline,
         )
     finally:
         source.close()
@@ -338,6 +365,14 @@ def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> i
             return run_replay(args, run_ui)
         if args.command == "metrics":
             return list_metrics()
+        if args.command == "rules":
+            from .prom_rules import run_rules
+
+            return run_rules(args)
+        if args.command == "diff":
+            from .diff import run_diff
+
+            return run_diff(args)
         if args.command == "selftest":
             return run_selftest(args)
         if args.pid is None:

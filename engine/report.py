@@ -1,7 +1,15 @@
 """The headless report: a stable, versioned JSON document and its text rendering.
 
-``aitop.report/1`` is a public interface (scripts and CI parse it). Fields are
+``aitop.report/2`` is a public interface (scripts and CI parse it). Fields are
 only ever added; a change of meaning bumps the schema version.
+
+/2 (from /1): ``bottleneck.category`` names what limits the job whenever it can
+be judged: a saturated accelerator is ``compute`` (with
+``bottleneck.hardware_well_used`` saying the hardware is well used), and
+``collecting`` / ``unknown`` (with ``bottleneck.judged: false``) replace the
+``none`` that used to mean "cannot judge yet"; ``none`` now only means "judged,
+nothing limits". ``phases`` gains ``eval``; gains may be ``predicted`` ranges
+with their Amdahl ``gain_ceiling`` beside them.
 """
 
 from __future__ import annotations
@@ -12,14 +20,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from aitop.knowledge.metrics import STEPS_WINDOW_S
-from aitop.knowledge.model import Diagnosis, Evidence, Finding
+from aitop.knowledge.model import COLLECTING, UNKNOWN, Diagnosis, Evidence, Finding
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 from aitop.probes.steps import counter_increments
 
 from .version import aitop_version
 
-SCHEMA = "aitop.report/1"
+SCHEMA = "aitop.report/2"
+#: Categories that are not a verdict: the diagnosis could not judge (yet).
+NOT_JUDGED = (COLLECTING, UNKNOWN)
+#: Raw counter readings kept in a report (the newest), behind ``steps_per_s``.
+STEP_READINGS_KEPT = 30
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,9 @@ def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
         "est_speedup": _num(f.gain.speedup, 3),
         "est_speedup_range": [_num(f.gain.low, 3), _num(f.gain.high, 3)],
         "gain_method": f.gain.method,
+        "gain_ceiling": _num(f.gain.ceiling, 3),
         "gain_explanation": f.gain.explanation,
+        "explains": list(f.explains),
         "source": f"{f.source.document}, \u00a7 {f.source.section}"
         if f.source.section
         else f.source.document,
@@ -151,6 +165,26 @@ def steps_span(session: Session, diagnosis: Diagnosis | None) -> list[float] | N
     return [round(readings[0].t, 3), round(readings[-1].t, 3)]
 
 
+def steps_source(session: Session, diagnosis: Diagnosis | None) -> dict[str, Any] | None:
+    """Where steps/s comes from (the counter's name and frame) and its raw readings."""
+    if diagnosis is None:
+        return None
+    lookback = max(diagnosis.window_s, STEPS_WINDOW_S)
+    readings = session.steps.window(diagnosis.t - lookback, diagnosis.t)
+    named = [s for s in readings if s.value is not None]
+    last = named[-1] if named else (readings[-1] if readings else None)
+    if last is None:
+        return None
+    return {
+        "counter": last.name,
+        "frame": last.frame,
+        "error": None if named else last.error,
+        "readings": [
+            [round(s.t, 3), s.name, s.value] for s in named[-STEP_READINGS_KEPT:]
+        ],
+    }
+
+
 def step_windows(session: Session) -> list[list[float]]:
     """``[start, end, steps]`` between consecutive loop-counter readings of the run:
     the per-window rates that give ``aitop diff`` its confidence interval."""
@@ -171,7 +205,10 @@ def build_report(
     env = session.environment
     cmdline = list(env.cmdline) if env else (list(tree.main.cmdline) if tree and tree.main else [])
     top = diagnosis.top if diagnosis else None
-    named = top is not None and diagnosis is not None and diagnosis.category != "none"
+    named = (
+        top is not None and diagnosis is not None
+        and diagnosis.category not in ("none", *NOT_JUDGED)
+    )
     bottleneck_evidence = evidence_json(top.evidence) if named and top else {}
     current_state = diagnosis.states[0] if diagnosis and diagnosis.states else None
     span = phase_span(session, diagnosis)
@@ -196,11 +233,16 @@ def build_report(
         "phase_span": span,
         "steps_per_s": _num(diagnosis.steps_per_s, 3) if diagnosis else None,
         "steps_span": steps_span(session, diagnosis),
+        "steps_source": steps_source(session, diagnosis),
         "step_windows": step_windows(session),
         "bottleneck": {
-            "category": diagnosis.category if diagnosis else "none",
+            "category": diagnosis.category if diagnosis else COLLECTING,
+            "judged": diagnosis is not None and diagnosis.category not in NOT_JUDGED,
             "summary": diagnosis.summary if diagnosis else "no diagnosis was made",
+            "lead_finding": top.id if named and top else None,
             "evidence": bottleneck_evidence,
+            "hardware_well_used": diagnosis.hardware_well_used if diagnosis else None,
+            "hardware": diagnosis.hardware if diagnosis else "",
         },
         "state": current_state.name if current_state else None,
         "state_priorities": list(current_state.priorities) if current_state else [],
@@ -254,6 +296,8 @@ def render_text(report: dict[str, Any]) -> str:
     b = report["bottleneck"]
     lines.append("")
     lines.append(f"Bottleneck: {b['category'].upper().replace('_', ' ')} - {b['summary']}")
+    if b.get("hardware"):
+        lines.append(f"Hardware: {b['hardware']}")
     if report["state"]:
         prio = "  ".join(f"{i}. {p}" for i, p in enumerate(report["state_priorities"], 1))
         lines.append(f"State: {report['state']} -> {prio}")

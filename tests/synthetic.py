@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aitop.knowledge.diagnosis import Diagnoser, Facts
-from aitop.knowledge.metrics import compute_metrics
+from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Diagnosis
 from aitop.knowledge.rules import RuleEngine, RuleSet
 from aitop.probes.samples import (
@@ -338,7 +338,7 @@ def evaluate(
     """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
     metrics = compute_metrics(session, now, window_s)
     if isinstance(evaluator, Diagnoser):
-        diagnosis = evaluator.diagnose(metrics, now)
+        diagnosis = evaluator.diagnose(metrics, now, compute_words(session, now, window_s))
         return Tick(now, metrics, {f.id: f.fired_at for f in diagnosis.findings}, diagnosis)
     fired = evaluator.step(metrics, now)
     return Tick(now, metrics, {r.id: at for r, at in fired})

@@ -111,4 +111,4 @@ def test_headless_export_run_loads_no_ui(tmp_path: Path) -> None:
     result = run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert "LOADED=\n" in result.stderr, result.stderr
-    assert '"schema": "aitop.report/1"' in result.stdout
+    assert '"schema": "aitop.report/2"' in result.stdout

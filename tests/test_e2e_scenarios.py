@@ -52,7 +52,7 @@ def test_scenario_diagnosis_matches_ground_truth(scenario: str, tmp_path: Path) 
         report = headless_report(job.pid)
     finally:
         stop_job(job)
-    assert report["schema"] == "aitop.report/1"
+    assert report["schema"] == "aitop.report/2"
     assert report["target"]["pid"] == job.pid
     category = report["bottleneck"]["category"]
     t0, t1 = report["phase_span"]

@@ -342,7 +342,8 @@ RULE_CASES: dict[str, Cases] = {
         misses=(
             k(host_cpu=96.0, worker_cpu=50.0, phases=mix(data_wait=0.10)),
             k(host_cpu=100.0, worker_cpu=50.0, phases=mix(data_wait=0.099)),
-            k(host_cpu=100.0, worker_cpu=49.9, phases=mix(data_wait=0.5)),
+            k(host_cpu=100.0, worker_cpu=95.0, phases=mix(data_wait=0.5, other=0.0),
+              data_source="process queue"),
             k(host_cpu=100.0, workers=0, data_source="thread queue", phases=mix(data_wait=0.5)),
         ),
     ),

@@ -1,0 +1,142 @@
+"""The checklist's chain: symptom -> culprit -> action, with predictions for this machine.
+
+Synthetic sessions of real sample dataclasses (tests/synthetic.py) through the
+real ``compute_metrics`` and ``Diagnoser``: which finding leads, in whose words,
+and what its first action is predicted to buy given the cores that are free.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aitop.knowledge.capacity import loading_capacity_factor, suggested_workers
+from aitop.knowledge.diagnosis import Facts, estimate_gain
+from aitop.knowledge.rules import GainSpec, load_rules
+from synthetic import diagnose_job, mix
+
+RULESET = load_rules()
+#: 16 cores at 40 % busy, main process 100 %, four workers 95/90/85/80 %:
+#: allowed 16 - 4.5 = 11.5, idle 16 x 0.6 = 9.6 -> 9.6 free cores.
+DATA_BOUND = dict(gpu_util=30.0, workers=4, worker_cpu=95.0, phases=mix(data_wait=0.5))
+
+
+def test_cpu_bound_workers_with_free_cores_lead_with_more_workers() -> None:
+    d = diagnose_job(RULESET, **DATA_BOUND)
+    assert d.top is not None and d.top.id == "workers_cpu_bound"
+    assert d.top.actions[0].startswith("Raise num_workers from 4 to ")
+    assert d.metrics["free_cores"] == pytest.approx(9.6)
+    # 3.5 cores of workers (0.875 each): 9.6 free cores fit 10 more -> 14 workers.
+    assert d.metrics["suggested_workers"] == 14
+    gain = d.top.gain
+    assert gain.method == "predicted"
+    # Capacity x min((3.5 + 9.6) / 3.5, 14 / 4) = 3.5, capped by the ceiling 2.0.
+    assert gain.high == pytest.approx(2.0)
+    assert gain.ceiling == pytest.approx(2.0)
+
+
+def test_saturated_cores_say_more_workers_cannot_help() -> None:
+    d = diagnose_job(RULESET, **{**DATA_BOUND, "host_cpu": 99.0})
+    assert d.top is not None and d.top.id == "host_cpu_saturated"
+    assert d.category == "data_loading"
+    assert all("Raise num_workers" not in a for a in d.top.actions)
+    assert d.top.actions[-1].startswith("Do not raise num_workers")
+    ids = [f.id for f in d.findings]
+    assert "workers_cpu_bound" not in ids and "data_wait_dominant" not in ids
+
+
+def test_storage_leads_when_workers_wait_on_reads() -> None:
+    d = diagnose_job(RULESET, gpu_util=30.0, workers=4, worker_cpu=20.0, iowait=25.0,
+                     disk_busy=90.0, phases=mix(data_wait=0.5))
+    assert d.top is not None and d.top.category == "io"
+    assert d.top.id in ("storage_bound_reads", "disk_saturated_reads")
+    assert "NVMe" in d.top.actions[0]
+    assert any("more DataLoader workers" in a for a in d.top.actions[1:])
+    assert "data_wait_dominant" not in [f.id for f in d.findings]
+
+
+def test_producer_thread_is_named_with_its_hottest_frame() -> None:
+    d = diagnose_job(RULESET, workers=0, data_source="thread queue", producer_busy=0.97,
+                     busy_threads=2, main_cpu=120.0, phases=mix(data_wait=0.9), gpu=False)
+    assert d.top is not None and d.top.id == "producer_bound"
+    assert "thread 'producer'" in d.top.title
+    assert "produce (/job/train.py:12)" in d.top.why
+    assert "97%" in d.top.why
+    assert "python_overhead" not in [f.id for f in d.findings]
+
+
+def test_loading_in_the_training_thread_suggests_workers_on_free_cores() -> None:
+    d = diagnose_job(RULESET, workers=0, data_source="own code", gpu=False, cpu_count=2,
+                     busy_threads=1, main_cpu=100.0, host_cpu=50.0, phases=mix(data_wait=0.6))
+    assert d.top is not None and d.top.id == "loading_in_training_process"
+    assert d.top.actions[0].startswith("Load in 1 worker process(es)")
+    assert "own code" in d.top.why
+    # 1 free core plus the 60 % of the training thread that loading took: the
+    # loaders get 1.6 / 0.6 = 2.7x the capacity; the ceiling 1 / 0.4 = 2.5 binds.
+    assert d.top.gain.method == "predicted"
+    assert d.top.gain.high == pytest.approx(2.5)
+
+
+def test_framework_words_for_hf_trainer_and_lightning() -> None:
+    hf = diagnose_job(RULESET, **DATA_BOUND, techniques=("hf_trainer",))
+    assert hf.top is not None
+    assert hf.top.actions[0].startswith("Raise TrainingArguments(dataloader_num_workers=14)")
+    assert all("DataLoader(" not in a for a in hf.top.actions)
+    pl = diagnose_job(RULESET, **DATA_BOUND, techniques=("lightning",))
+    assert pl.top is not None and "LightningDataModule" in pl.top.actions[0]
+
+
+def test_amp_advice_only_for_jobs_without_amp() -> None:
+    without = diagnose_job(RULESET, gpu_util=97.0, techniques=())
+    assert without.top is not None and without.top.id == "gpu_compute_bound"
+    assert without.top.actions[0].startswith("Enable automatic mixed precision")
+    assert without.hardware_well_used is True
+    with_amp = diagnose_job(RULESET, gpu_util=97.0, techniques=("mixed_precision",))
+    assert with_amp.top is not None and with_amp.top.id == "gpu_compute_bound_amp"
+    assert all("mixed precision" not in a.lower() for a in with_amp.top.actions)
+    assert with_amp.top.gain.speedup is None
+
+
+def test_a_saturated_cpu_job_is_compute_not_no_bottleneck() -> None:
+    d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=190.0,
+                     host_cpu=99.0, workers=0, phases=mix(data_wait=0.02, other=0.1))
+    assert d.category == "compute"
+    assert d.top is not None and d.top.id == "cpu_compute_bound"
+    assert d.hardware_well_used is True
+    assert "well used" in d.hardware
+
+
+def test_host_sync_on_a_busy_gpu_is_device_time_on_an_idle_one_a_culprit() -> None:
+    busy = diagnose_job(RULESET, gpu_util=96.0, phases=mix(sync=0.4, other=0.05))
+    assert busy.category == "compute"
+    idle = diagnose_job(RULESET, gpu_util=40.0, phases=mix(sync=0.4, other=0.05))
+    assert idle.category == "sync"
+    assert idle.top is not None and ".item()" in idle.top.title
+
+
+def test_evaluation_share_is_its_own_finding() -> None:
+    d = diagnose_job(RULESET, gpu=False, workers=2, phases=mix(eval=0.6))
+    assert d.top is not None and d.top.id == "evaluation_dominates"
+    assert d.category == "evaluation"
+    assert d.top.actions[0] == "Validate half as often"
+    # Half as often leaves 30 % of the time: 1 / (0.4 + 0.3) = 1.43.
+    assert d.top.gain.high == pytest.approx(1 / 0.7)
+
+
+def test_worker_suggestions_follow_the_free_cores() -> None:
+    base = {"num_workers": 2.0, "workers_cpu_mean": 180.0, "phase_data_wait": 0.6}
+    assert suggested_workers({**base, "free_cores": 0.2}) == 3.0  # at least one more
+    assert suggested_workers({**base, "free_cores": 2.7}) == 5.0  # 2.7 / 0.9 -> 3 more
+    factor, _why = loading_capacity_factor({**base, "free_cores": 0.9}) or (0.0, "")
+    assert factor == pytest.approx((1.8 + 0.9) / 1.8)
+    gain = estimate_gain(GainSpec("workers"), {**base, "free_cores": 0.0}, Facts())
+    assert gain.speedup == 1.0 and "no core is free" in gain.explanation
+
+
+def test_predicted_ranges_stay_within_one_and_a_half() -> None:
+    """The width the issue allows between a prediction's ends (×1.5 at most)."""
+    for free in (0.3, 0.9, 2.0, 8.0):
+        for p in (0.2, 0.5, 0.9):
+            metrics = {"num_workers": 1.0, "workers_cpu_mean": 95.0, "free_cores": free,
+                       "phase_data_wait": p}
+            gain = estimate_gain(GainSpec("workers"), metrics, Facts())
+            assert gain.low is not None and gain.high is not None
+            assert gain.high / gain.low <= 1.5, (free, p, gain)

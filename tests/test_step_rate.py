@@ -1,0 +1,64 @@
+"""Steps/s from counters: the loop's own, or the DataLoader workers' batch index.
+
+Dumps here are shaped like ``py-spy dump --locals --json`` output of torch 2.x
+(a worker's ``_worker_loop`` frame); rates are computed from real
+StepCounterSample readings as the probe stores them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aitop.probes.samples import StepCounterSample
+from aitop.probes.steps import WORKER_COUNTER, read_counter, read_worker_index, steps_per_second
+
+
+def worker_dump(idx: int | None) -> list[dict[str, object]]:
+    local = [{"name": "idx", "repr": str(idx)}] if idx is not None else []
+    return [{
+        "os_thread_id": 77, "thread_name": "MainThread",
+        "frames": [
+            {"name": "fetch", "filename": "/venv/lib/python3.11/site-packages/torch/utils/data/"
+             "_utils/fetch.py", "locals": [{"name": "possibly_batched_index", "repr": "[1, 2]"}]},
+            {"name": "_worker_loop", "filename": "/venv/lib/python3.11/site-packages/torch/utils/"
+             "data/_utils/worker.py", "locals": [*local, {"name": "watchdog", "repr": "<obj>"}]},
+        ],
+    }]
+
+
+def test_worker_batch_index_is_read_while_the_worker_fetches() -> None:
+    assert read_worker_index(worker_dump(1234)) == 1234
+    # torch deletes idx after sending the batch: a parked worker has none.
+    assert read_worker_index(worker_dump(None)) is None
+
+
+def test_loop_counter_matches_the_frame_label_with_full_paths() -> None:
+    dump = [{"os_thread_id": 5, "thread_name": "MainThread", "frames": [
+        {"name": "train", "filename": "/job/train.py", "locals": [
+            {"name": "epoch", "repr": "3"}, {"name": "step", "repr": "41"}]},
+    ]}]
+    found = read_counter(dump, loop_frame="train (/job/train.py)", thread_id="5",
+                         counter_names=("global_step", "step"))
+    assert found == ("step", 41)
+
+
+def readings(values: list[int], name: str = "step") -> list[StepCounterSample]:
+    return [StepCounterSample(100.0 + 5 * i, name, v) for i, v in enumerate(values)]
+
+
+def test_rate_over_readings_and_epoch_resets() -> None:
+    assert steps_per_second(readings([0, 50, 100, 150])) == pytest.approx(10.0)
+    # The worker index restarts with each epoch's iterator: counted from zero.
+    assert steps_per_second(readings([400, 450, 20, 70], WORKER_COUNTER)) == pytest.approx(
+        (50 + 20 + 50) / 15
+    )
+
+
+def test_one_wild_reading_does_not_multiply_the_rate() -> None:
+    # A counter that jumped once (a misread frame) would have made 3-15x the truth.
+    wild = readings([0, 50, 100, 900, 950, 1000])
+    assert steps_per_second(wild) == pytest.approx(10.0)
+
+
+def test_too_short_or_flat_is_unknown() -> None:
+    assert steps_per_second(readings([0, 10])[:1]) is None
+    assert steps_per_second(readings([5, 5, 5])) is None
