@@ -405,6 +405,7 @@ class Selftest:
         probe = GpuProbe(self.nvml)
         rx: list[float | None] = []
         tx: list[float | None] = []
+        unsupported: tuple[str, ...] = ()
         dmon: tuple[float | None, float | None] = (None, None)
         smi = SmiRun.find()
         try:
@@ -415,7 +416,7 @@ class Selftest:
                 time.sleep(0.5)
                 device = job_device(probe.sample({job.pid}), job.pid)
                 if device is not None:
-                    index = device.index
+                    index, unsupported = device.index, device.unsupported
                     rx.append(device.pcie_rx_bps)
                     tx.append(device.pcie_tx_bps)
             last = time.time()
@@ -426,7 +427,8 @@ class Selftest:
         finally:
             probe.close()
             stop(job.popen)
-        self.checks += judge_pcie(rx, tx, truth_between(records, first, last), dmon)
+        self.checks += judge_pcie(rx, tx, truth_between(records, first, last), dmon,
+                                  unsupported)
 
     def nvml_checks(self, pid: int | None) -> GpuDevice | None:
         """aitop's probe around one nvidia-smi run; the device the job uses."""

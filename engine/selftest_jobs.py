@@ -329,6 +329,7 @@ def judge_pcie(
     tx_bps: Sequence[float | None],
     truth: TruthWindow | None,
     dmon_mb_s: tuple[float | None, float | None] = (None, None),
+    unsupported: Sequence[str] = (),
 ) -> list[Check]:
     """aitop's PCIe rates while the job copies host→GPU at a rate it counts itself.
 
@@ -345,10 +346,14 @@ def judge_pcie(
         return [Check("pcie.rx", group, "PCIe RX (host→GPU) vs bytes the job copied", SKIP,
                       detail="the pcie job's truth does not cover the sampled span")]
     payload = truth.h2d_bytes_per_s / 1e6
-    if not rx:
+    if not rx and "pcie_rx_bps" in unsupported:
+        checks.append(Check("pcie.rx", group, "PCIe RX (host→GPU, MB/s) vs bytes copied", SKIP,
+                            expected=round(payload, 1),
+                            detail="the driver does not give PCIe counters on this GPU"))
+    elif not rx:
         checks.append(Check("pcie.rx", group, "PCIe RX (host→GPU, MB/s) vs bytes copied", FAIL,
                             expected=round(payload, 1),
-                            detail="aitop's probe has no PCIe RX rate (not supported?)"))
+                            detail="aitop's probe computed no PCIe RX rate"))
     else:
         mean_rx = sum(rx) / len(rx) / 1e6
         ok = 0.8 * payload <= mean_rx <= 1.6 * payload

@@ -649,6 +649,8 @@ def test_pcie_rates_against_bytes_copied(tmp_path: Path) -> None:
     assert swapped["pcie.rx"].status == FAIL and swapped["pcie.rx"].detail == (
         "RX and TX look swapped")
     assert by_id(judge_pcie([None], [None], window))["pcie.rx"].status == FAIL
+    refused = judge_pcie([None], [None], window, unsupported=("pcie_rx_bps", "pcie_tx_bps"))
+    assert by_id(refused)["pcie.rx"].status == SKIP
     assert judge_pcie([1e9], [1e9], None)[0].status == SKIP
 
 
