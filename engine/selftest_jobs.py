@@ -56,7 +56,7 @@ SPECS: dict[str, JobSpec] = {
     "data": JobSpec("data", "data-starved job (slow DataLoader)", ("data_loading",),
                     util_max=50),
     "item": JobSpec("item", "`.item()` every step on a busy GPU", None,
-                    not_categories=("host",), util_min=70),
+                    not_categories=("host", "collecting", "unknown"), util_min=70),
     "memory": JobSpec("memory", "job near the GPU memory limit", ("memory",),
                       judge_busy=False),
     "pcie": JobSpec("pcie", "host-to-GPU copies (PCIe counters)", None, attach=False),

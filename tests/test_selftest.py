@@ -520,14 +520,19 @@ def test_gpu_bound_job_report_agreeing_with_its_truth_passes(tmp_path: Path) -> 
     assert checks["matmul.util_vs_events"].expected == pytest.approx(97.0, abs=0.1)
 
 
-def test_report_schema_2_is_read_the_same(tmp_path: Path) -> None:
-    report = on_gpu(recorded("compute"), category="compute", util=97.0,
+@pytest.mark.parametrize("name", ["compute", "compute-v2"])
+def test_reports_of_schema_1_and_2_are_read_the_same(tmp_path: Path, name: str) -> None:
+    """report-compute is aitop.report/1, report-compute-v2 aitop.report/2 (both real)."""
+    base = recorded(name)
+    report = on_gpu(base, category="compute", util=97.0,
                     phases={"forward": 0.3, "backward": 0.5, "optimizer": 0.2})
-    report["schema"] = "aitop.report/2"
-    path = truth(tmp_path / "t.jsonl", *around(report), dev_busy=0.97, steps_per_s=5.3,
+    path = truth(tmp_path / "t.jsonl", *around(report), dev_busy=0.97,
+                 steps_per_s=base["steps_per_s"],
                  host={"forward": 0.3, "backward": 0.5, "optimizer": 0.2})
     checks = by_id(judge_job(SPECS["matmul"], report, read_truth(path)))
-    assert checks["matmul.schema"].status == PASS
+    assert checks["matmul.schema"].seen == base["schema"]
+    bad = [c for c in checks.values() if c.status not in (PASS, INFO)]
+    assert bad == [], bad
     report["schema"] = "aitop.report/9"
     assert by_id(judge_job(SPECS["matmul"], report, read_truth(path)))[
         "matmul.schema"].status == INFO
@@ -584,6 +589,9 @@ def test_item_job_sync_must_not_read_as_python_overhead(tmp_path: Path) -> None:
     assert checks["item.sync_not_other"].status == FAIL
     assert checks["item.phase.sync"].status == FAIL
     assert checks["item.category"].status == FAIL
+    as_sync["bottleneck"]["category"] = "collecting"  # schema 2: not judged after 20 s
+    assert by_id(judge_job(SPECS["item"], as_sync, read_truth(path)))[
+        "item.category"].status == FAIL
 
 
 def test_memory_job_compares_nvml_memory_with_the_jobs_own(tmp_path: Path) -> None:
