@@ -44,14 +44,26 @@ def command_line(session: Session) -> str:
 
 
 def gain_text(finding: Finding) -> str:
-    """``×1.40 (1.20–1.60)`` or what the gain is instead of speed."""
+    """What the first action buys, saying which kind of figure it is.
+
+    ``predicted ×1.35–1.50 (ceiling ×20.9)``, ``at most ×2.78 (Amdahl ceiling)``,
+    ``documents: ×1.40 (1.30–1.50)``, or what the gain is instead of speed.
+    """
     g = finding.gain
     if g.speedup is None:
-        return "not a speed-up" if g.method == "none" else f"not a speed-up ({g.method})"
+        if g.method == "predicted":
+            return "no prediction yet"
+        return "not a speed-up" if g.method == "none" else f"no figure ({g.method})"
+    if g.method == "predicted" and g.low is not None and g.high is not None:
+        text = (f"predicted ×{g.low:.2f}" if abs(g.high - g.low) < 0.005
+                else f"predicted ×{g.low:.2f}–{g.high:.2f}")
+        return text + (f" (ceiling ×{g.ceiling:.1f})" if g.ceiling else "")
+    if g.method == "amdahl":
+        return f"at most ×{g.speedup:.2f} (Amdahl ceiling)"
     text = f"×{g.speedup:.2f}"
     if g.low is not None and g.high is not None:
         text += f" ({g.low:.2f}–{g.high:.2f})"
-    return text
+    return f"documents: {text}" if g.method == "document" else text
 
 
 def evidence_rows(evidence: Sequence[Evidence]) -> list[list[str]]:
@@ -154,7 +166,7 @@ def _findings(diagnosis: Diagnosis | None) -> list[str]:
         return []
     if not diagnosis.findings:
         return ["## Findings", "", "No rule is firing.", ""]
-    out = ["## Findings (ranked by estimated gain)", ""]
+    out = ["## Findings (the culprit first, then by estimated gain)", ""]
     for i, f in enumerate(diagnosis.findings, 1):
         out += [
             f"### {i}. {f.title}",
@@ -165,6 +177,8 @@ def _findings(diagnosis: Diagnosis | None) -> list[str]:
             f.why,
             "",
         ]
+        if f.explains:
+            out += [f"*Explains:* {'; '.join(f.explains)}", ""]
         if f.evidence:
             out += table(["Evidence", "Value", "Target", "Status"], evidence_rows(f.evidence))
             out.append("")

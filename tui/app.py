@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from aitop.engine.runs import Run
 from aitop.engine.snapshot import SnapshotError, write_snapshot
 from aitop.engine.source import DataSource, Evaluation, ReplaySource
 from aitop.knowledge.model import Diagnosis
@@ -30,6 +31,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from .screens import REUSABLE_SCREENS, make_screen
@@ -37,6 +39,7 @@ from .screens.base import DetailScreen, ViewScreen
 from .screens.export_path import ExportPathScreen
 from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
+from .widgets.baseline_bar import BaselineBar
 from .widgets.panel import Panel
 from .widgets.view import View
 
@@ -119,6 +122,7 @@ class AitopApp(App[int]):
         export_path: Path | None = None,
         export_on_exit: bool = False,
         clock: Callable[[], float] = time.time,
+        baseline: Run | None = None,
     ) -> None:
         # NO_COLOR (no-color.org): Textual would still draw its theme in grey
         # shades (a Monochrome filter); with native ANSI colours it strips colour
@@ -128,6 +132,8 @@ class AitopApp(App[int]):
         self.refresh_s = float(refresh_s)
         self.export_path = Path(export_path) if export_path is not None else None
         self.export_on_exit = export_on_exit
+        #: An earlier run to compare with (``--baseline``); a bar shows it when given.
+        self.baseline = baseline
         self.clock = clock
         self.paused = False
         self.paused_at: float | None = None
@@ -176,6 +182,10 @@ class AitopApp(App[int]):
         # Parse the knowledge file in the background so that ``k`` opens at once. A
         # daemon thread, not a worker: quitting must never wait for it.
         threading.Thread(target=load_knowledge, name="aitop-knowledge", daemon=True).start()
+        if self.baseline is not None:
+            footer = self.screen.query(Footer)
+            self.screen.mount(BaselineBar(self.baseline, id="baseline"),
+                              before=footer.first() if footer else None)
 
     def _mark_first_frame(self) -> None:
         if self.first_frame_at is None:
@@ -547,6 +557,7 @@ def run_app(
     refresh_s: float = 1.0,
     export_path: Path | None = None,
     export_on_exit: bool = False,
+    baseline: Run | None = None,
 ) -> int:
     """Run the UI on a source until the user quits; returns the exit code.
 
@@ -554,7 +565,7 @@ def run_app(
     to write them, are printed once the terminal is restored.
     """
     app = AitopApp(source, refresh_s=refresh_s, export_path=export_path,
-                   export_on_exit=export_on_exit)
+                   export_on_exit=export_on_exit, baseline=baseline)
     # Only the process that owns the terminal may be cut short by the watchdog
     # (never a test runner hosting the app).
     app.exit_watchdog = True

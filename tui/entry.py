@@ -11,17 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aitop.engine import cli
+from aitop.engine.runs import Run
 from aitop.engine.source import DataSource
 
 
 def run_ui(
-    source: DataSource, *, refresh_s: float, export_path: Path | None, export_on_exit: bool
+    source: DataSource, *, refresh_s: float, export_path: Path | None, export_on_exit: bool,
+    baseline: Run | None = None,
 ) -> int:
     """Run the Textual app on ``source`` until the user quits."""
     from .app import run_app
 
     return run_app(source, refresh_s=refresh_s, export_path=export_path,
-                   export_on_exit=export_on_exit)
+                   export_on_exit=export_on_exit, baseline=baseline)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -77,6 +77,8 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
         parts.append(Text(f"Not firing at {fmt.clock(view.now if view else None)}; "
                           "showing it as it was when opened.", style=fmt.STATUS_STYLE["near"]))
     parts += [Text(""), Text(f.why)]
+    if f.explains:
+        parts.append(Text("Explains: " + "; ".join(f.explains), style="italic"))
 
     parts.append(section("Rule that fired"))
     parts.append(Padding(Text(f.expr, style="bold"), (0, 2)))

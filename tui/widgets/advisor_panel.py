@@ -25,19 +25,24 @@ CATEGORY_WORDS: dict[str, str] = {
     "memory": "GPU MEMORY",
     "io": "I/O",
     "host": "HOST RAM/CPU",
+    "sync": "HOST-GPU SYNC",
+    "evaluation": "EVALUATION",
     "none": "NONE",
 }
+#: Categories that are not a verdict yet (or cannot be one).
+NOT_JUDGED = ("collecting", "unknown")
 
 
 def gain_badge(f: Finding) -> str:
-    """``≤×2.8`` for an Amdahl bound, ``~×1.4`` for a documents' figure, ``·`` for none.
+    """``×1.4`` predicted, ``≤×2.8`` an Amdahl ceiling, ``~×1.4`` a documents' figure.
 
-    The sign says what kind of number it is: a bound from the measured phases
-    is an upper limit, not a promise; a documents' figure is their typical gain.
+    The sign says what kind of number it is: a prediction for this machine has
+    none (its range is in the detail), a bound from the measured phases is an
+    upper limit, not a promise; a documents' figure is their typical gain.
     """
     if f.gain.speedup is None:
         return "  ·  "
-    mark = "≤" if f.gain.method == "amdahl" else "~"
+    mark = {"predicted": "", "amdahl": "≤"}.get(f.gain.method, "~")
     return f"{mark}×{f.gain.speedup:.1f}"
 
 
@@ -127,17 +132,23 @@ class AdvisorPanel(Panel):
         return out
 
     def _head(self, d: Diagnosis) -> list[Line]:
+        hardware = [Line(Text(d.hardware, style="dim"), 2)] if d.hardware else []
+        if d.category in NOT_JUDGED:
+            text = Text("Not judged yet" if d.category == "collecting" else "Cannot judge",
+                        style="bold dim")
+            text.append(f" ({d.compute_device})", style="dim")
+            return [Line(text, 0), Line(Text(d.summary), 1), *hardware]
         if d.category == "none":
             text = Text("No bottleneck", style="bold " + fmt.STATUS_STYLE["within"])
             text.append(f" ({d.compute_device})", style="dim")
-            return [Line(text, 0), Line(Text(d.summary), 1)]
+            return [Line(text, 0), Line(Text(d.summary), 1), *hardware]
         top = d.top
         style = fmt.SEVERITY_STYLE.get(top.severity, "bold") if top else fmt.STATUS_STYLE["within"]
         text = Text("Bottleneck ", style="bold")
         text.append(CATEGORY_WORDS.get(d.category, d.category.upper()), style=style)
         text.append(f" ({d.compute_device})", style="dim")
         summary = Text(d.summary)
-        return [Line(text, 0), Line(summary, 1)]
+        return [Line(text, 0), Line(summary, 1), *hardware]
 
     def _states(self, d: Diagnosis, width: int) -> list[Line]:
         out = []

@@ -21,9 +21,15 @@ from .view import View
 HISTORY_S = 300.0
 
 
+#: Phases most loops never have: listed only when they took some time.
+SHOWN_WHEN_SEEN = frozenset({"eval"})
+
+
 def ordered_phases(fractions: dict[str, float]) -> list[str]:
     """Known phases in pipeline order, then any the classifier added."""
-    return [p for p in PHASES if p in fractions] + [p for p in fractions if p not in PHASES]
+    known = [p for p in PHASES if p in fractions
+             and (p not in SHOWN_WHEN_SEEN or fractions[p] > 0)]
+    return known + [p for p in fractions if p not in PHASES]
 
 
 def phase_bar(fractions: dict[str, float], width: int) -> Text:
