@@ -7,13 +7,17 @@ DataLoader / forward / backward frames) usually holds a counter such as
 and differencing gives steps/s. When no such counter is found the answer is
 "unknown"; the engine never guesses a rate.
 
-Note: module-level loops (``for x in loader:`` at the top of a script) keep their
-variables in globals, which py-spy does not show; those jobs get "unknown".
+When the loop has no counter (``for x, y in loader:`` without ``enumerate``, a
+generator around the loader, a module-level loop whose variables are globals,
+which py-spy does not show), DataLoader worker processes still count: each
+worker's ``_worker_loop`` holds ``idx``, the index of the batch it is fetching,
+numbered across all workers. The highest index over the workers advances by one
+per batch the loop consumes (it resets when an epoch starts a new iterator, which
+the differencing treats as a reset). Each reading names its source.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import time
@@ -80,6 +84,29 @@ def read_counter(
     return None
 
 
+#: The worker frame and the local that numbers the batches it fetches.
+WORKER_FRAME = "_worker_loop"
+WORKER_INDEX = "idx"
+#: The counter name a reading from DataLoader workers carries.
+WORKER_COUNTER = "worker batch index"
+
+
+def read_worker_index(dump: Sequence[dict[str, Any]]) -> int | None:
+    """``idx`` of a DataLoader worker's ``_worker_loop`` frame, if it is fetching now.
+
+    torch deletes ``idx`` after sending each batch, so a worker parked on its
+    index queue has none: the caller reads every worker and keeps the highest.
+    """
+    for thread in dump:
+        for frame in thread.get("frames") or []:
+            if str(frame.get("name", "")).rsplit(".", 1)[-1] != WORKER_FRAME:
+                continue
+            for local in frame.get("locals") or []:
+                if local.get("name") == WORKER_INDEX:
+                    return parse_int_repr(local.get("repr"))
+    return None
+
+
 class StepProbe:
     """Reads the loop counter with one ``py-spy dump --locals`` per call."""
 
@@ -90,7 +117,33 @@ class StepProbe:
         self.counter_names = tuple(counter_names)
         self.binary = binary or require_pyspy()
 
-    def sample(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample:
+    def sample(
+        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
+    ) -> StepCounterSample:
+        """The loop's own counter, else the DataLoader workers' batch index."""
+        counted = self._loop_counter(loop_frame, thread_id)
+        if counted.value is not None or not worker_pids:
+            return counted
+        from_workers = self._worker_index(worker_pids)
+        return from_workers if from_workers.value is not None else counted
+
+    def _worker_index(self, worker_pids: Sequence[int]) -> StepCounterSample:
+        t = time.time()
+        values = []
+        for pid in worker_pids:
+            try:
+                dump = json.loads(run_dump(self.binary, pid, locals_=True))
+            except (PySpyError, json.JSONDecodeError):
+                continue  # a worker that just exited or restarted; the others count
+            value = read_worker_index(dump)
+            if value is not None:
+                values.append(value)
+        if not values:
+            return StepCounterSample(t, None, None, error="no worker was fetching a batch")
+        frame = f"{WORKER_FRAME} (torch/utils/data/_utils/worker.py)"
+        return StepCounterSample(t, WORKER_COUNTER, max(values), frame=frame)
+
+    def _loop_counter(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample:
         t = time.time()
         if loop_frame is None:
             return StepCounterSample(t, None, None, error="training loop frame not found yet")
@@ -119,9 +172,11 @@ def counter_increments(
     """Consecutive readings of the newest counter and the steps between each pair.
 
     The one reading of a loop counter that every rate uses. Only the most recent
-    counter name counts (the loop frame may change between readings). A decrease
-    is a reset (a new epoch for ``i``/``batch_idx``): the steps after it are
-    counted from zero.
+    counter name counts (the loop frame may change between readings). A drop to
+    half or less is a reset (a new epoch for ``i``/``batch_idx``, a new iterator
+    for the workers' index): the steps after it are counted from zero. A smaller
+    step back (seen on the workers' index, a few batches behind the last reading)
+    is a misreading: that reading is skipped, the interval runs on to the next.
     """
     named = [s for s in samples if s.value is not None and s.name is not None]
     if not named:
@@ -129,12 +184,18 @@ def counter_increments(
     name = named[-1].name
     same = [s for s in named if s.name == name]
     out = []
-    for prev, cur in itertools.pairwise(same):
-        assert prev.value is not None and cur.value is not None
-        if cur.t <= prev.t:
+    base = same[0]
+    for cur in same[1:]:
+        assert base.value is not None and cur.value is not None
+        if cur.t <= base.t:
             continue
-        delta = cur.value - prev.value
-        out.append((prev, cur, delta if delta >= 0 else cur.value))
+        if cur.value >= base.value:
+            out.append((base, cur, cur.value - base.value))
+        elif cur.value <= base.value // 2:
+            out.append((base, cur, cur.value))  # a reset: counted from zero
+        else:
+            continue  # a small step back is a misreading, not a new epoch: skip it
+        base = cur
     return out
 
 
@@ -143,16 +204,30 @@ def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]
     return [(cur.t, n / (cur.t - prev.t)) for prev, cur, n in counter_increments(samples)]
 
 
+#: An interval this many times faster than the median is a misreading (a
+#: counter that jumped, a reset mistaken for progress), not the job's pace.
+OUTLIER_FACTOR = 3.0
+
+
 def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     """Rate of the counter over the samples; None unless it is clearly counting.
 
-    Needs readings at least 2 s apart with some increase.
+    Needs readings at least 2 s apart with some increase. Intervals more than
+    ``OUTLIER_FACTOR`` times faster than the median interval's rate are left out
+    (with their time), so one bad reading cannot multiply the rate.
     """
     increments = counter_increments(samples)
     if not increments:
         return None
-    span = increments[-1][1].t - increments[0][0].t
-    increase = sum(n for _prev, _cur, n in increments)
+    rates = sorted(n / (cur.t - prev.t) for prev, cur, n in increments)
+    median = rates[len(rates) // 2] if len(rates) % 2 else sum(
+        rates[len(rates) // 2 - 1 : len(rates) // 2 + 1]) / 2
+    kept = [
+        (prev, cur, n) for prev, cur, n in increments
+        if len(increments) < 3 or n / (cur.t - prev.t) <= OUTLIER_FACTOR * max(median, 1e-9)
+    ]
+    span = sum(cur.t - prev.t for prev, cur, _n in kept)
+    increase = sum(n for _prev, _cur, n in kept)
     if span < 2.0 or increase <= 0:
         return None
     return increase / span

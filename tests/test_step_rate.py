@@ -53,6 +53,13 @@ def test_rate_over_readings_and_epoch_resets() -> None:
     )
 
 
+def test_a_small_step_back_is_not_an_epoch() -> None:
+    # Seen on a worker's batch index: 430 then 424. Counting 424 new steps made
+    # a generator-wrapped job read 48 steps/s for its 25.
+    rate = steps_per_second(readings([131, 282, 430, 424, 580], WORKER_COUNTER))
+    assert rate == pytest.approx((580 - 131) / 20)
+
+
 def test_one_wild_reading_does_not_multiply_the_rate() -> None:
     # A counter that jumped once (a misread frame) would have made 3-15x the truth.
     wild = readings([0, 50, 100, 900, 950, 1000])

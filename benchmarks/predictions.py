@@ -1,0 +1,200 @@
+"""``python -m benchmarks.predictions``: do aitop's predicted gains come true?
+
+For each demo job whose culprit has a mechanical fix, aitop is attached
+headless to the job as it is; its lead finding's first action is then applied
+exactly as it reads (the suggested ``num_workers``, checkpoints 4x less often,
+torch's threads on every usable core) to a fresh run of the same job, and the
+job's own step counter measures the speed-up. The predicted range and the
+measured speed-up go side by side into docs/predictions.md (medians and every
+run). The CI test (tests/test_predictions.py) runs one round of the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .jobs import REPO, demo_jobs
+
+#: Seconds aitop watches the job as it is.
+ATTACH_S = 20.0
+#: Seconds of the fixed job's own count, after its warm-up.
+FIXED_MEASURE_S = 15.0
+FIXED_WARMUP_S = 3.0
+
+
+@dataclass(frozen=True)
+class Applied:
+    """How a lead finding's first action is applied to a fresh run of the job."""
+
+    scenario: str
+    args: tuple[str, ...]
+    change: str
+
+
+def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
+    """The fixed run for the report's lead finding, or None if it is not mechanical."""
+    lead = report["findings"][0]["id"] if report["findings"] else None
+    metrics = report["metrics"]
+    if lead in ("workers_cpu_bound", "loading_in_training_process"):
+        n = int(metrics["suggested_workers"])
+        return Applied(base, ("--num-workers", str(n)), f"num_workers={n}")
+    if lead == "checkpoint_stalls":
+        return Applied(f"{base}_fixed", (), "checkpoint 4x less often")
+    if lead == "cpu_compute_underthreaded":
+        return Applied(f"{base}_fixed", (), "torch threads = usable cores")
+    return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One round: what aitop predicted for its lead action and what applying it did."""
+
+    scenario: str
+    lead: str | None
+    change: str | None
+    low: float | None
+    high: float | None
+    ceiling: float | None
+    base_rate: float
+    fixed_rate: float | None
+
+    @property
+    def measured(self) -> float | None:
+        return self.fixed_rate / self.base_rate if self.fixed_rate and self.base_rate else None
+
+    @property
+    def inside(self) -> bool | None:
+        if self.measured is None or self.low is None or self.high is None:
+            return None
+        return self.low <= self.measured <= self.high
+
+
+def headless_report(pid: int, duration_s: float) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--headless", "--json",
+         "--duration", str(duration_s)],
+        capture_output=True, text=True, timeout=duration_s + 90, stdin=subprocess.DEVNULL,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"aitop failed ({result.returncode}): {result.stderr[-500:]}")
+    return json.loads(result.stdout)
+
+
+def fixed_rate(applied: Applied, workdir: Path) -> float:
+    """Steps/s of the fixed job by its own count, after a warm-up."""
+    truth = workdir / f"{applied.scenario}-fixed.jsonl"
+    truth.unlink(missing_ok=True)
+    job = demo_jobs.start_job(applied.scenario, truth, duration_s=120.0,
+                              extra_args=applied.args)
+    try:
+        start = time.time() + FIXED_WARMUP_S
+        time.sleep(FIXED_WARMUP_S + FIXED_MEASURE_S + 0.6)
+        return float(demo_jobs.truth_between(truth, start, start + FIXED_MEASURE_S)
+                     ["steps_per_s"])
+    finally:
+        demo_jobs.stop_job(job)
+
+
+def run_round(base: str, workdir: Path, attach_s: float = ATTACH_S) -> Outcome:
+    """Diagnose the job as it is, apply the lead action, measure both by the job's count."""
+    truth = workdir / f"{base}.jsonl"
+    truth.unlink(missing_ok=True)
+    job = demo_jobs.start_job(base, truth, duration_s=120.0)
+    try:
+        report = headless_report(job.pid, attach_s)
+    finally:
+        demo_jobs.stop_job(job)
+    t0, t1 = report["phase_span"]
+    base_rate = float(demo_jobs.truth_between(truth, t0, t1)["steps_per_s"])
+    lead = report["findings"][0] if report["findings"] else None
+    applied = apply_lead(base, report)
+    gain_low = gain_high = ceiling = None
+    if lead is not None and lead["gain_method"] == "predicted":
+        gain_low, gain_high = lead["est_speedup_range"]
+        ceiling = lead.get("gain_ceiling")
+    rate = fixed_rate(applied, workdir) if applied is not None else None
+    return Outcome(base, lead["id"] if lead else None, applied.change if applied else None,
+                   gain_low, gain_high, ceiling, base_rate, rate)
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
+    """docs/predictions.md: per scenario, predicted range vs measured speed-up."""
+    lines = [
+        "# Predicted gains against measured speed-ups",
+        "",
+        "Written by `python -m benchmarks.predictions`. For each demo job with a mechanical",
+        "fix, aitop watched the job as it is for "
+        f"{ATTACH_S:g} s; its lead finding's first action was then",
+        "applied exactly as it reads to a fresh run of the same job, and both rates come",
+        "from the job's own step counter (the fixed run over "
+        f"{FIXED_MEASURE_S:g} s after {FIXED_WARMUP_S:g} s of warm-up).",
+        f"{runs} round(s) per job, one job at a time, on this machine "
+        "(2 cores, no GPU).",
+        "",
+        "| job | lead finding | change applied | predicted (median ends) | measured "
+        "(median) | inside | every round (measured in [low, high]) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_job: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_job.setdefault(o.scenario, []).append(o)
+    for job, rounds in by_job.items():
+        measured = [o.measured for o in rounds if o.measured is not None]
+        lows = [o.low for o in rounds if o.low is not None]
+        highs = [o.high for o in rounds if o.high is not None]
+        inside = sum(1 for o in rounds if o.inside)
+        every = "; ".join(
+            f"{_fmt(o.measured)} in [{_fmt(o.low)}, {_fmt(o.high)}]" for o in rounds
+        )
+        lines.append(
+            f"| {job} | {rounds[0].lead} | {rounds[0].change} | "
+            f"×{_fmt(statistics.median(lows) if lows else None)}–"
+            f"×{_fmt(statistics.median(highs) if highs else None)} | "
+            f"×{_fmt(statistics.median(measured) if measured else None)} | "
+            f"{inside}/{len(rounds)} | {every} |"
+        )
+    lines += ["", "Raw rounds (JSON):", "", "```json",
+              json.dumps([{**asdict(o), "measured": o.measured} for o in outcomes], indent=1),
+              "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="rounds per job (default 3)")
+    parser.add_argument("--only", action="append", help="a base job (repeatable)")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "predictions.md")
+    args = parser.parse_args(argv)
+    from aitop.demo import FIXED_VARIANTS
+
+    jobs = args.only or list(FIXED_VARIANTS)
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="aitop-predictions-") as tmp:
+        for _ in range(args.runs):
+            for base in jobs:
+                outcome = run_round(base, Path(tmp))
+                outcomes.append(outcome)
+                print(f"{base}: lead {outcome.lead}, {outcome.change}: predicted "
+                      f"{_fmt(outcome.low)}-{_fmt(outcome.high)}, measured "
+                      f"{_fmt(outcome.measured)}", flush=True)
+    args.out.write_text(markdown(outcomes, args.runs))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
