@@ -106,6 +106,25 @@ def _tree_sum(
     return value
 
 
+def _worker_blocked(sample: ProcessTreeSample) -> float | None:
+    """% of the time the average worker neither ran nor waited for a CPU: asleep.
+
+    A worker of a starving loop that is asleep waits on something other than the
+    CPU: its reads (storage), or a lock. Unknown without scheduler statistics.
+    """
+    vals = [
+        max(0.0, 100.0 - p.cpu_percent - p.cpu_wait_percent)
+        for p in sample.workers
+        if p.cpu_percent is not None and p.cpu_wait_percent is not None
+    ]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _worker_cpu_wait(sample: ProcessTreeSample) -> float | None:
+    vals = [p.cpu_wait_percent for p in sample.workers if p.cpu_wait_percent is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def _worker_max_cpu(sample: ProcessTreeSample) -> float | None:
     vals = [p.cpu_percent for p in sample.workers if p.cpu_percent is not None]
     return max(vals) if vals else None
@@ -180,6 +199,11 @@ SERIES: tuple[tuple[str, str, Callable[..., float | None], str, str], ...] = (
      "CPU of all DataLoader workers together"),
     ("worker_cpu_max", "processes", _worker_max_cpu, "% of a core",
      "CPU of the busiest DataLoader worker"),
+    ("worker_cpu_wait", "processes", _worker_cpu_wait, "% of a core",
+     "time the average DataLoader worker was runnable but waiting for a CPU (contention)"),
+    ("worker_blocked", "processes", _worker_blocked, "%",
+     "time the average DataLoader worker neither ran nor waited for a CPU: asleep on its "
+     "reads or a lock"),
     ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes)), "MB",
      "resident memory of the target tree"),
     ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps)), "MB/s",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,7 +45,9 @@ class StackSampler(Protocol):
 
 
 class StepSampler(Protocol):
-    def sample(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample: ...
+    def sample(
+        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
+    ) -> StepCounterSample: ...
 
 
 @dataclass(frozen=True)
@@ -254,8 +256,12 @@ class Collector:
         def work() -> None:
             nonlocal readings
             window = session.stacks.last()
+            tree = session.processes.last()
+            workers = tuple(p.pid for p in tree.workers) if tree is not None else ()
             sample = steps.sample(
-                window.loop_frame if window else None, window.thread_id if window else None
+                window.loop_frame if window else None,
+                window.thread_id if window else None,
+                workers,
             )
             session.add(sample)
             readings += sample.value is not None

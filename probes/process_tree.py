@@ -321,6 +321,21 @@ class _Tracked:
     handle: psutil.Process
     cpu_primed: bool = False
     io_prev: tuple[float, int, int] | None = None
+    sched_prev: tuple[float, int] | None = None
+
+
+def read_runqueue_wait_ns(pid: int, proc_root: str = PROC) -> int | None:
+    """Nanoseconds the process's main thread has spent runnable, waiting for a CPU.
+
+    The second field of ``/proc/PID/schedstat`` (kernels with scheduler
+    statistics, the default in common distributions). It tells a worker starved
+    of CPU (contention) from one asleep on a disk read: both show low CPU.
+    """
+    text = read_text(f"{proc_root}/{pid}/schedstat")
+    fields = text.split() if text else []
+    if len(fields) < 2 or not fields[1].isdigit():
+        return None
+    return int(fields[1])
 
 
 class ProcessTreeProbe:
@@ -498,6 +513,13 @@ class ProcessTreeProbe:
         if cpu is not None and not tracked.cpu_primed:
             tracked.cpu_primed = True
             cpu = None  # psutil's first call has no interval to measure over
+        cpu_wait = None
+        wait_ns = read_runqueue_wait_ns(p.pid)
+        if wait_ns is not None:
+            sched_prev = tracked.sched_prev
+            tracked.sched_prev = (now, wait_ns)
+            if sched_prev is not None and now > sched_prev[0]:
+                cpu_wait = max(0.0, (wait_ns - sched_prev[1]) / 1e7 / (now - sched_prev[0]))
         read_bps = write_bps = None
         if io is not None:
             # read_bytes/write_bytes: what actually hit the block layer (as iotop
@@ -520,6 +542,7 @@ class ProcessTreeProbe:
             num_threads=nthreads,
             read_bps=read_bps,
             write_bps=write_bps,
+            cpu_wait_percent=cpu_wait,
         )
 
     def _redact(self, argv: tuple[str, ...]) -> tuple[str, ...]:

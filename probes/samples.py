@@ -45,6 +45,9 @@ class ProcessInfo:
     read_bps: float | None
     write_bps: float | None
     threads: tuple[ThreadInfo, ...] = ()
+    #: % of a core its main thread spent runnable but waiting for a CPU
+    #: (/proc/PID/schedstat): contention, as opposed to sleeping on I/O.
+    cpu_wait_percent: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,8 @@ class Job:
     workers: int = 4
     #: CPU of the busiest worker (% of a core); worker k runs ``5 * k`` lower.
     worker_cpu: float = 40.0
+    #: % of a core each worker spends runnable but waiting for a CPU (schedstat).
+    worker_cpu_wait: float | None = 0.0
     main_cpu: float = 100.0
     #: Threads of the main process that each keep >= 10 % of a core busy.
     busy_threads: int = 4
@@ -220,6 +222,7 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
             cmdline=("python", "train.py"), status="running",
             cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=10**9, num_threads=2,
             read_bps=job.disk_read_mb * 1e6 / max(job.workers, 1), write_bps=0.0,
+            cpu_wait_percent=job.worker_cpu_wait,
         )
         for k in range(job.workers)
     )

@@ -33,6 +33,12 @@ EXPECT: dict[str, Expect] = {
     # Every core busy with workers' decoding and the training thread.
     "cpu_saturated": Expect("data_loading",
                             {"host_cpu_saturated": "Make per-sample work cheaper"}, "step"),
+    # Workers reading scattered 4 KiB blocks with O_DIRECT: asleep on the disk.
+    "storage": Expect("io", {
+        "workers_wait_on_reads": "Move the data to local NVMe",
+        "storage_bound_reads": "Move the data to local NVMe",
+        "disk_saturated_reads": "Move the data to faster local NVMe",
+    }, "step"),
     # A hand-written producer thread feeding a queue.Queue; no DataLoader at all.
     "producer": Expect("data_loading",
                        {"producer_bound": "Produce batches in processes"}, "step"),

@@ -162,6 +162,22 @@ RULE_CASES: dict[str, Cases] = {
             k(iowait=30.0, worker_cpu=70.0, phases=mix(data_wait=0.5)),
         ),
     ),
+    "workers_wait_on_reads": Cases(
+        # Workers asleep 72.5 % of the time (100 - CPU - run-queue wait) while reading.
+        fires=(
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.10)),
+            # Busy cores do not hide it: reads still take the workers' time.
+            k(workers=2, worker_cpu=40.0, worker_cpu_wait=25.0, host_cpu=100.0,
+              phases=mix(data_wait=0.6)),
+        ),
+        misses=(
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.099)),
+            # Mostly computing: CPU-bound workers, not storage.
+            k(workers=2, worker_cpu=60.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.5)),
+            # Mostly waiting for a CPU: contention, not storage.
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=50.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
     "disk_saturated_reads": Cases(
         fires=(k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),),
         misses=(
