@@ -323,7 +323,9 @@ def summary_line(c: Comparison) -> str:
     """One line for the live UI: speed, the phase that moved most, findings."""
     s = c.steps
     change = f"{s.change_pct:+.0f}%" if s.change_pct is not None else "?"
-    parts = [f"steps/s {_short(s.before)} -> {_short(s.after)} ({change}, {s.verdict})"]
+    verdict = {"improved": "faster", "regressed": "slower",
+               "unknown": "too few readings to tell"}.get(s.verdict, s.verdict)
+    parts = [f"steps/s {_short(s.before)} -> {_short(s.after)} ({change}, {verdict})"]
     moved = [p for p in c.phases if p.delta is not None]
     if moved:
         top = max(moved, key=lambda p: abs(p.delta or 0.0))

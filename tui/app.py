@@ -183,9 +183,15 @@ class AitopApp(App[int]):
         # daemon thread, not a worker: quitting must never wait for it.
         threading.Thread(target=load_knowledge, name="aitop-knowledge", daemon=True).start()
         if self.baseline is not None:
-            footer = self.screen.query(Footer)
-            self.screen.mount(BaselineBar(self.baseline, id="baseline"),
-                              before=footer.first() if footer else None)
+            self.call_after_refresh(self._mount_baseline)
+
+    def _mount_baseline(self) -> None:
+        """The baseline bar, above the main screen's footer (once it is composed)."""
+        assert self.baseline is not None
+        screen = self.screen
+        footers = screen.query(Footer)
+        screen.mount(BaselineBar(self.baseline, id="baseline"),
+                     before=footers.first() if footers else None)
 
     def _mark_first_frame(self) -> None:
         if self.first_frame_at is None:
