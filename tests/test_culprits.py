@@ -47,7 +47,7 @@ def test_storage_leads_when_workers_wait_on_reads() -> None:
     d = diagnose_job(RULESET, gpu_util=30.0, workers=4, worker_cpu=20.0, iowait=25.0,
                      disk_busy=90.0, phases=mix(data_wait=0.5))
     assert d.top is not None and d.top.category == "io"
-    assert d.top.id in ("storage_bound_reads", "disk_saturated_reads")
+    assert d.top.id in ("workers_wait_on_reads", "storage_bound_reads", "disk_saturated_reads")
     assert "NVMe" in d.top.actions[0]
     assert any("more DataLoader workers" in a for a in d.top.actions[1:])
     assert "data_wait_dominant" not in [f.id for f in d.findings]

@@ -231,6 +231,8 @@ RULE_CASES: dict[str, Cases] = {
             # Two cores, both busy with this job's compute: the CPU is the accelerator.
             k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
               phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.3), **CPU_ONLY),
             k(cpu_count=4, busy_threads=4, main_cpu=300.0, host_cpu=60.0, workers=0,
               phases=mix(other=0.4), **CPU_ONLY),
         ),
@@ -240,6 +242,17 @@ RULE_CASES: dict[str, Cases] = {
             k(cpu_count=4, busy_threads=3, main_cpu=300.0, host_cpu=60.0, workers=0,
               phases=mix(other=0.4), **CPU_ONLY),
             k(gpu_util=99.0, busy_threads=16, main_cpu=1600.0, host_cpu=100.0),
+        ),
+    ),
+    "cpu_compute_contended": Cases(
+        # One busy thread of 2 cores, the other core held by other processes.
+        fires=(k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0, workers=0,
+                 phases=mix(other=0.4), **CPU_ONLY),),
+        misses=(
+            k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=70.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
         ),
     ),
     "try_torch_compile": Cases(
