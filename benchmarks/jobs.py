@@ -24,7 +24,7 @@ EXPECTED: dict[str, str] = {
     "data": "data_loading",
     "compute": "compute",
     "checkpoint": "io",
-    "healthy": "none",
+    "healthy": "compute",
 }
 SCENARIOS: tuple[str, ...] = tuple(EXPECTED)
 
