@@ -120,8 +120,9 @@ class Job:
     workers: int = 4
     #: CPU of the busiest worker (% of a core); worker k runs ``5 * k`` lower.
     worker_cpu: float = 40.0
-    #: % of a core each worker spends runnable but waiting for a CPU (schedstat).
-    worker_cpu_wait: float | None = 0.0
+    #: % of a core each worker spends runnable but waiting for a CPU (schedstat);
+    #: None: the kernel keeps no scheduler statistics (worker_blocked unknown).
+    worker_cpu_wait: float | None = None
     main_cpu: float = 100.0
     #: Threads of the main process that each keep >= 10 % of a core busy.
     busy_threads: int = 4
