@@ -16,9 +16,10 @@ for any loop shape, from the stacks alone:
    header or at a ``next(...)`` call, the loop is waiting for its next batch,
    whoever produces it: a generator around a DataLoader, a queue filled by a
    producer thread, a custom iterator. Those samples are data wait.
-4. **Host synchronisation.** A sample whose innermost frame is the job's own
-   code at ``.item()``, ``.cpu()``, ``.tolist()``, ``synchronize()``... is the
-   host waiting for the device: phase ``sync``, not Python overhead.
+4. **Host synchronisation.** A sample whose innermost Python frame (the job's
+   or a library's) stands at ``.item()``, ``.cpu()``, ``.tolist()``,
+   ``synchronize()``... is the host waiting for the device: phase ``sync``,
+   not Python overhead.
 5. **Evaluation lines.** A line of the loop frame that leads into forward passes
    and data fetches but never into backward or the optimizer is an evaluation
    pass (validation under ``no_grad``), whatever its function is called.
@@ -33,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .phases import OTHER, Frame, PhaseClassifier, RawStack, is_user_file
+from .phases import OTHER, Frame, PhaseClassifier, RawStack
 from .samples import HotFrame, StackWindow, ThreadActivity
 from .source_lines import is_fetch_line, is_host_sync_line
 
@@ -211,7 +212,9 @@ def _refine(
             if text is not None and is_fetch_line(text):
                 s.phase = "data_wait"
                 continue
-        if s.phase == OTHER and frames and is_user_file(frames[-1].file):
+        if s.phase == OTHER and frames:
+            # The innermost Python frame, the job's or a library's (printing a
+            # CUDA tensor ends in torch's own .tolist()): C++ runs beneath it.
             leaf = frames[-1]
             text = source(leaf.file, leaf.line)
             if text is not None and is_host_sync_line(text):

@@ -217,3 +217,36 @@ def test_hf_trainer_loop_frame_is_the_inner_training_loop(classifier: PhaseClass
     assert w.loop_frame == "Trainer._inner_training_loop (transformers/trainer.py)"
     assert w.phase_counts["data_wait"] == 20
     assert "hf_trainer" in w.techniques_seen
+
+
+def test_cuda_shaped_waits_read_as_sync(classifier: PhaseClassifier, script: Path) -> None:
+    """Where a CUDA job's host waits for the GPU, as py-spy shows them.
+
+    The wait happens in C++ under the last Python frame: ``torch.cuda.synchronize``
+    (a library frame), ``loss.item()`` in the job's own line, and printing a CUDA
+    tensor, whose last Python frame is torch's own ``.tolist()`` in _tensor_str.
+    Read from the real torch sources installed here, through the path book that
+    maps py-spy's full file names to the shortened ones.
+    """
+    import torch
+
+    tensor_str = Path(torch.__file__).parent / "_tensor_str.py"
+    line = next(i for i, text in enumerate(tensor_str.read_text().splitlines(), 1)
+                if ".tolist()" in text)
+    printing = (f"train ({script}:10);Tensor.__repr__ ({tensor_str.parent}/_tensor.py:568);"
+                f"_str ({tensor_str}:720);_tensor_str ({tensor_str}:{line})")
+    text = raw(
+        ("1:MainThread", fwd(script, 7), 10),
+        ("1:MainThread", bwd(script), 10),
+        ("1:MainThread", f"train ({script}:11);synchronize "
+                         f"({SITE}/torch/cuda/__init__.py:1040)", 20),
+        ("1:MainThread", f"train ({script}:10)", 30),
+        ("1:MainThread", printing, 30),
+    )
+    paths: dict[str, str] = {}
+    stacks = parse_raw(text, paths)
+    lines = SourceLines(os.getpid())
+    w = summarize_window(stacks, classifier, pid=1, t_start=0, t_end=1,
+                         source=lambda f, n: lines.line(paths.get(f, f), n))
+    assert w.phase_counts["sync"] == 80
+    assert w.phase_counts["other"] == 0
