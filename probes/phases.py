@@ -189,11 +189,6 @@ def shorten_path(path: str) -> str:
     return _LIBRARY_ROOT.sub("", path, count=1)
 
 
-def is_user_file(file: str) -> bool:
-    """True for the job's own code (absolute paths after :func:`shorten_path`)."""
-    return file.startswith("/")
-
-
 #: Full paths remembered per shortened name (bounds a long session's memory).
 MAX_PATHS = 4096
 
