@@ -355,23 +355,49 @@ def _loading_metrics(
 ) -> None:
     """Who produces the batches, and the cores left for producing more."""
     windows = _latest_stacks(session, now, window_s)
+    main_source = _main_data_source(windows)
+    metrics["data_from_queue"] = (
+        None if not windows else float(main_source in ("thread queue", "process queue"))
+    )
+    metrics["data_in_own_code"] = None if not windows else float(main_source == "own code")
+    if main_source == "process queue":
+        child = _busiest_child(session, now, window_s)
+        cpu = child[1] if child else None
+        metrics["producer_cpu"] = cpu
+        metrics["producer_busy"] = None if cpu is None else min(cpu / 100.0, 1.0)
+    else:
+        producer = _producer(windows)
+        metrics["producer_busy"] = (
+            producer.busy_samples / producer.samples if producer and producer.samples else None
+        )
+        metrics["producer_cpu"] = _thread_cpu(session, producer, now, window_s)
+    metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
+    metrics["suggested_workers"] = suggested_workers(metrics)
+
+
+def _main_data_source(windows: list[StackWindow]) -> str | None:
+    """Where most of the training thread's data waits were spent."""
     sources: dict[str, int] = {}
     for w in windows:
         if w.data_source is not None:
             wait = w.phase_counts.get("data_wait", 0)
             sources[w.data_source] = sources.get(w.data_source, 0) + wait
-    main_source = max(sources, key=lambda k: sources[k]) if sources else None
-    metrics["data_from_queue"] = (
-        None if not windows else float(main_source in ("thread queue", "process queue"))
-    )
-    metrics["data_in_own_code"] = None if not windows else float(main_source == "own code")
-    producer = _producer(windows)
-    metrics["producer_busy"] = (
-        producer.busy_samples / producer.samples if producer and producer.samples else None
-    )
-    metrics["producer_cpu"] = _thread_cpu(session, producer, now, window_s)
-    metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
-    metrics["suggested_workers"] = suggested_workers(metrics)
+    return max(sources, key=lambda k: sources[k]) if sources else None
+
+
+def _busiest_child(session: Session, now: float, window_s: float) -> tuple[str, float] | None:
+    """The target's busiest non-worker child process ("process 123 (python)", mean CPU)."""
+    cpu: dict[int, list[float]] = {}
+    names: dict[int, str] = {}
+    for tree in session.processes.window(now - window_s, now):
+        for p in tree.processes:
+            if p.role == "child" and p.cpu_percent is not None:
+                cpu.setdefault(p.pid, []).append(p.cpu_percent)
+                names[p.pid] = p.name
+    if not cpu:
+        return None
+    pid = max(cpu, key=lambda k: sum(cpu[k]) / len(cpu[k]))
+    return f"process {pid} ({names[pid]})", sum(cpu[pid]) / len(cpu[pid])
 
 
 def _thread_cpu(
@@ -409,7 +435,14 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     windows = _latest_stacks(session, now, window_s)
     words: dict[str, str] = {}
     producer = _producer(windows)
-    if producer is not None:
+    child = (
+        _busiest_child(session, now, window_s)
+        if _main_data_source(windows) == "process queue" else None
+    )
+    if child is not None:
+        words["producer"] = child[0]
+        words["producer_frame"] = "its own process (not sampled)"
+    elif producer is not None:
         words["producer"] = f"thread '{producer.name or producer.thread_id}'"
         if producer.top_frame:
             words["producer_frame"] = producer.top_frame
