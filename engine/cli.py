@@ -247,6 +247,8 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         from .serve import run_serve
 
         return run_serve(args, pid, popen)
+    if args.fail_on and not args.headless:
+        raise CliError("--fail-on is a CI gate: add --headless (and --duration S)", EXIT_USAGE)
     if run_ui is None and not args.headless:
         raise CliError(NO_UI, EXIT_USAGE)
     if not args.headless:

@@ -72,6 +72,10 @@ def run_serve(
 ) -> int:
     """Bind, attach, publish until the job ends or aitop is stopped."""
     host, port = parse_address(args.serve)
+    if args.fail_on or args.baseline:
+        flag = "--fail-on" if args.fail_on else "--baseline"
+        raise CliError(f"{flag} is not for --serve: alert on aitop_finding_firing or use "
+                       "the rules from `aitop rules --format prometheus`", EXIT_USAGE)
     args.headless = True  # no UI; headless cadences (docs/benchmarks.md)
     options = options_from(args)  # --rules and --export are checked before binding
     collector = AitopCollector(self_cpu_seconds=self_cpu_seconds, self_rss_bytes=self_rss_bytes)

@@ -251,3 +251,12 @@ def test_intervals_from_window_rates() -> None:
     b = rate_interval(14.0, [13.9, 14.0, 14.1])
     assert a.overlaps(b) is False and b.overlaps(rate_interval(13.0, [12.0, 14.0])) is True
     assert Rate(5.0).overlaps(a) is None
+
+
+def test_gate_flags_out_of_place_are_usage_errors() -> None:
+    """--fail-on gates a headless run; --serve and --baseline do not mix."""
+    for args, words in ((("--fail-on", "high"), "add --headless"),
+                        (("--serve", "0", "--baseline", "x.json"), "not for --serve")):
+        result = run_aitop("--pid", "1", *args, timeout=30)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1 and words in result.stderr
