@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from aitop.knowledge.model import CATEGORIES, Diagnosis
+from aitop.knowledge.model import CATEGORIES, COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.rules import Rule
 from aitop.probes.redact import redact_argv, redact_text
 from aitop.probes.samples import EnvironmentInfo, GpuDevice, GpuSample, StepCounterSample
@@ -272,7 +272,9 @@ class AitopCollector(Collector):
             "1 for the category aitop names as the job's bottleneck now, 0 for the others",
             labels=["category"],
         )
-        categories = list(CATEGORIES)
+        # Every value, always (the enum pattern), so a panel never sees a gap;
+        # "collecting"/"unknown" are what a diagnosis says before it can judge.
+        categories = [*CATEGORIES, COLLECTING, UNKNOWN]
         if diagnosis.category not in categories:
             categories.append(diagnosis.category)  # a category newer than this list
         for category in categories:

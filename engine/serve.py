@@ -115,6 +115,7 @@ def _publish_until_done(
         session, source.evaluator.latest, source.started_at,
         tuple(source.evaluator.diagnoser.ruleset.rules),
     )
+    collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job
     print(f"aitop: serving Prometheus metrics for PID {session.target_pid} at {url} "
           "(Ctrl-C stops)", file=sys.stderr, flush=True)
     try:

@@ -116,13 +116,14 @@ class PrometheusServer:
                 self.process.wait()
 
 
-def start_serve(pid: int, *extra: str, timeout: float = 60.0) -> tuple[subprocess.Popen[str], str]:
+def start_serve(pid: int, *extra: str, serve: str = "127.0.0.1:0",
+                timeout: float = 60.0) -> tuple[subprocess.Popen[str], str]:
     """``aitop --pid PID --serve 127.0.0.1:0``: the process and its host:port.
 
     Waits for the line that says where it serves (the port is the kernel's pick).
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--serve", "127.0.0.1:0", *extra],
+        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--serve", serve, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
     )
     assert process.stderr is not None

@@ -297,3 +297,19 @@ def test_port_in_use_is_one_line_before_attaching(sleeper: int) -> None:
 def test_bad_serve_address_is_one_line(sleeper: int, value: str, code: int, words: str) -> None:
     line = one_line_failure(run_aitop("--pid", str(sleeper), "--serve", value, timeout=30), code)
     assert words in line
+
+
+def test_serve_listens_on_loopback_unless_told_and_stops_cleanly(sleeper: int) -> None:
+    """``--serve PORT`` is loopback only; SIGTERM ends it with status 0."""
+    serve, address = start_serve(sleeper, serve="0")
+    try:
+        host, port = address.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        listening = [c.laddr for c in psutil.Process(serve.pid).net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN]
+        assert [tuple(a) for a in listening] == [("127.0.0.1", int(port))], listening
+        body, _ = scrape(address)
+        assert "aitop_up 1.0" in body  # a live target, even one without Python stacks
+    finally:
+        code = stop_process(serve)
+    assert code == 0
