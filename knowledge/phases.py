@@ -21,13 +21,15 @@ class PhaseConfig:
     rules: tuple[PhaseRule, ...]
     techniques: tuple[TechniqueRule, ...]
     step_counters: tuple[str, ...]
+    #: Frames known to drive a training step (a framework's loop).
+    loop_frames: tuple[FrameSignature, ...] = ()
 
     def classifier(self) -> PhaseClassifier:
-        return PhaseClassifier(self.rules, self.techniques)
+        return PhaseClassifier(self.rules, self.techniques, self.loop_frames)
 
 
-def _signatures(node: object) -> tuple[FrameSignature, ...]:
-    items = require(node, "signatures", list)
+def _signatures(node: object, key: str = "signatures") -> tuple[FrameSignature, ...]:
+    items = require(node, key, list)
     sigs = []
     for item in items:
         if not isinstance(item, dict):
@@ -62,7 +64,8 @@ def parse_phase_document(doc: object) -> PhaseConfig:
     counters = doc.get("step_counters") or []
     if not isinstance(counters, list) or not all(isinstance(c, str) for c in counters):
         raise fail(doc, "'step_counters' must be a list of names")
-    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
+    loops = _signatures(doc, "loop_frames") if "loop_frames" in doc else ()
+    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters), loops)
 
 
 def merge(configs: Iterable[PhaseConfig]) -> PhaseConfig:
@@ -70,11 +73,13 @@ def merge(configs: Iterable[PhaseConfig]) -> PhaseConfig:
     rules: list[PhaseRule] = []
     techniques: list[TechniqueRule] = []
     counters: list[str] = []
+    loops: list[FrameSignature] = []
     for cfg in configs:
         rules += cfg.rules
         techniques += cfg.techniques
         counters += [c for c in cfg.step_counters if c not in counters]
-    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters))
+        loops += cfg.loop_frames
+    return PhaseConfig(tuple(rules), tuple(techniques), tuple(counters), tuple(loops))
 
 
 def phases_from(user_docs: Sequence[tuple[str, Any]]) -> PhaseConfig:
@@ -82,7 +87,7 @@ def phases_from(user_docs: Sequence[tuple[str, Any]]) -> PhaseConfig:
     text = resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED}").read_text("utf-8")
     configs = [parse_phase_document(load_yaml_text(text, PACKAGED))]
     for _path, doc in user_docs:
-        if isinstance(doc, dict) and ("phases" in doc or "techniques_seen" in doc):
+        if isinstance(doc, dict) and ({"phases", "techniques_seen", "loop_frames"} & doc.keys()):
             configs.append(parse_phase_document(doc))
     return merge(configs)
 

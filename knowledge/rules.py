@@ -305,7 +305,7 @@ FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr")
 #: A user's --rules file may also carry phase signatures (``phases.py``).
-FILE_KEYS = ("rules", "states", "phases", "techniques_seen", "step_counters")
+FILE_KEYS = ("rules", "states", "phases", "techniques_seen", "step_counters", "loop_frames")
 
 
 def parse_rule(node: Any) -> Rule:

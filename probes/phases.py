@@ -91,12 +91,21 @@ class PhaseClassifier:
     """Assigns stacks to phases; remembers per-frame answers since frames repeat."""
 
     def __init__(
-        self, rules: Iterable[PhaseRule], techniques: Iterable[TechniqueRule] = ()
+        self,
+        rules: Iterable[PhaseRule],
+        techniques: Iterable[TechniqueRule] = (),
+        loop_frames: Iterable[FrameSignature] = (),
     ) -> None:
         self.rules = tuple(rules)
         self.techniques = tuple(techniques)
+        #: Frames known to drive a training step (a framework's epoch loop).
+        self.loop_frames = tuple(loop_frames)
         self._frame_cache: dict[Frame, tuple[str, int] | None] = {}
         self._technique_cache: dict[Frame, tuple[str, ...]] = {}
+
+    def is_loop_frame(self, frame: Frame) -> bool:
+        """Whether a frame is one a framework drives its training steps from."""
+        return any(sig.matches(frame) for sig in self.loop_frames)
 
     def rank_of(self, phase: str) -> int:
         """A phase's rank (``other`` ranks below every phase)."""

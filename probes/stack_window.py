@@ -115,19 +115,37 @@ def pick_training_thread(
     return None
 
 
-def find_loop_frame(samples: Sequence[_Sample]) -> str | None:
-    """The innermost frame that (nearly) every step sample passes through."""
+def find_loop_frame(
+    samples: Sequence[_Sample],
+    classifier: PhaseClassifier | None = None,
+    previous: str | None = None,
+) -> str | None:
+    """The innermost frame that (nearly) every step sample passes through.
+
+    A framework's own loop frame (``loop_frames`` in phases.yaml: Lightning's
+    epoch loop, the HF Trainer's inner loop) wins when the samples pass through
+    it: under Lightning the optimizer runs forward and backward in a closure,
+    so without data-wait samples the common ancestor would be the optimizer
+    step. Without data waits in the window the previous loop frame is kept if
+    the samples still pass through it.
+    """
     weight = 0
+    data_weight = 0
     coverage: Counter[str] = Counter()
     depth_sum: Counter[str] = Counter()
     parents: Counter[str] = Counter()
+    hinted: set[str] = set()
     for s in samples:
         if s.phase not in STEP_PHASES or s.outermost < 1:
             continue
         weight += s.stack.count
+        data_weight += s.stack.count if s.phase == "data_wait" else 0
         ancestors: dict[str, int] = {}
         for index, frame in enumerate(s.stack.frames[: s.outermost]):
-            ancestors[frame_label(frame)] = index
+            label = frame_label(frame)
+            ancestors[label] = index
+            if classifier is not None and label not in hinted and classifier.is_loop_frame(frame):
+                hinted.add(label)
         for label, index in ancestors.items():
             coverage[label] += s.stack.count
             depth_sum[label] += index * s.stack.count
@@ -135,6 +153,11 @@ def find_loop_frame(samples: Sequence[_Sample]) -> str | None:
     if weight == 0:
         return None
     common = [label for label, n in coverage.items() if n >= LOOP_COVERAGE * weight]
+    known = [label for label in common if label in hinted]
+    if known:
+        return max(known, key=lambda label: depth_sum[label] / coverage[label])
+    if data_weight == 0 and previous is not None and previous in common:
+        return previous
     if not common:
         return parents.most_common(1)[0][0]
     return max(common, key=lambda label: depth_sum[label] / coverage[label])
@@ -286,6 +309,7 @@ def summarize_window(
     t_end: float,
     previous_thread: str | None = None,
     source: SourceReader | None = None,
+    previous_loop: str | None = None,
 ) -> StackWindow:
     """Phase counts, hot frames, loop frame and producers of one window."""
     thread = pick_training_thread(stacks, classifier, pid, previous_thread)
@@ -300,7 +324,7 @@ def summarize_window(
         result = classifier.classify(stack.frames)
         samples.append(_Sample(stack, result.phase, result.outermost_index))
     _undo_false_evaluation(samples, classifier)
-    loop_frame = find_loop_frame(samples)
+    loop_frame = find_loop_frame(samples, classifier, previous_loop)
     _refine(samples, classifier, loop_frame, source)
 
     counts = dict.fromkeys(classifier.phases, 0)

@@ -83,6 +83,7 @@ class StackProbe:
         remove_stale_workdirs()
         self._tmpdir = tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         self._thread: str | None = None
+        self._loop: str | None = None
         self._sources = SourceLines(pid)
         self._paths: dict[str, str] = {}
         self._proc: subprocess.Popen[str] | None = None
@@ -128,8 +129,10 @@ class StackProbe:
             t_end=t_end,
             previous_thread=self._thread,
             source=self._source_line,
+            previous_loop=self._loop,
         )
         self._thread = window.thread_id or self._thread
+        self._loop = window.loop_frame or self._loop
         return window
 
     def _source_line(self, file: str, line: int) -> str | None:

@@ -38,8 +38,7 @@ def train(model, loader, opt):
 
 @pytest.fixture(scope="module")
 def classifier() -> PhaseClassifier:
-    cfg = load_phase_config()
-    return PhaseClassifier(cfg.rules, cfg.techniques)
+    return load_phase_config().classifier()
 
 
 @pytest.fixture()
@@ -250,3 +249,26 @@ def test_cuda_shaped_waits_read_as_sync(classifier: PhaseClassifier, script: Pat
                          source=lambda f, n: lines.line(paths.get(f, f), n))
     assert w.phase_counts["sync"] == 80
     assert w.phase_counts["other"] == 0
+
+
+def test_lightning_loop_frame_is_the_epoch_loop_even_without_data_waits(
+    classifier: PhaseClassifier,
+) -> None:
+    """Lightning runs forward and backward inside optimizer.step(closure)."""
+    pl = f"{SITE}/lightning/pytorch"
+    advance = (f"fit (/job/train.py:60);_TrainingEpochLoop.run ({pl}/loops/training_epoch_loop.py:"
+               f"154);_TrainingEpochLoop.advance ({pl}/loops/training_epoch_loop.py:352);"
+               f"_AutomaticOptimization.run ({pl}/loops/optimization/automatic.py:192);"
+               f"Precision.optimizer_step ({pl}/plugins/precision/precision.py:122);"
+               f"SGD.step ({SITE}/torch/optim/sgd.py:100)")
+    closure = f"{advance};_wrapping_function ({SITE}/torch/optim/optimizer.py:80)"
+    text = raw(
+        ("1:MainThread", f"{closure};Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)",
+         40),
+        ("1:MainThread", f"{closure};Tensor.backward ({SITE}/torch/_tensor.py:623)", 40),
+        ("1:MainThread", advance, 20),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.loop_frame == (
+        "_TrainingEpochLoop.advance (lightning/pytorch/loops/training_epoch_loop.py)"
+    )
