@@ -154,7 +154,7 @@ def find_loop_frame(
         return None
     common = [label for label, n in coverage.items() if n >= LOOP_COVERAGE * weight]
     known = [label for label in common if label in hinted]
-    if known:
+    if known:  # the innermost: HF's _run_epoch inside _inner_training_loop
         return max(known, key=lambda label: depth_sum[label] / coverage[label])
     if data_weight == 0 and previous is not None and previous in common:
         return previous
