@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from demo_jobs import run_aitop, start_job, stop_job, truth_between
 
+from benchmarks.predictions import apply_lead, fixed_rate
+
 pytestmark = pytest.mark.attach
 
 EXPECTED = {
@@ -46,16 +48,31 @@ def tolerance(share: float, samples: float) -> float:
     return max(0.05, 2.6 * standard_error)
 
 
+#: Each scenario's report and truth file, kept for the prediction tests below
+#: (one attach per job serves both: the suite stays within its time).
+RUNS: dict[str, tuple[dict, Path]] = {}
+
+
+def diagnosed(scenario: str, workdir: Path) -> tuple[dict, Path]:
+    """The headless report of a fresh run of the scenario, and its truth file."""
+    if scenario not in RUNS:
+        truth = workdir / f"{scenario}.jsonl"
+        job = start_job(scenario, truth)
+        try:
+            report = headless_report(job.pid)
+        finally:
+            stop_job(job)
+        assert report["target"]["pid"] == job.pid
+        RUNS[scenario] = (report, truth)
+    return RUNS[scenario]
+
+
 @pytest.mark.parametrize("scenario", list(EXPECTED))
-def test_scenario_diagnosis_matches_ground_truth(scenario: str, tmp_path: Path) -> None:
-    truth = tmp_path / f"{scenario}.jsonl"
-    job = start_job(scenario, truth)
-    try:
-        report = headless_report(job.pid)
-    finally:
-        stop_job(job)
+def test_scenario_diagnosis_matches_ground_truth(
+    scenario: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    report, truth = diagnosed(scenario, tmp_path_factory.mktemp(scenario))
     assert report["schema"] == "aitop.report/2"
-    assert report["target"]["pid"] == job.pid
     category = report["bottleneck"]["category"]
     t0, t1 = report["phase_span"]
     expected = truth_between(truth, t0, t1)
@@ -96,4 +113,40 @@ def test_scenario_diagnosis_matches_ground_truth(scenario: str, tmp_path: Path) 
         assert report["bottleneck"]["evidence"], "a named bottleneck must carry evidence"
         top = report["findings"][0]
         assert top["source"] and top["actions"] and top["gain_explanation"]
-    assert report["state"] is not None
+    if category == "data_loading":
+        assert report["state"] == "High data loading latency"
+
+
+#: The lead finding whose first action each job's prediction is checked for.
+LEADS = {
+    "data": {"workers_cpu_bound"},
+    "checkpoint": {"checkpoint_stalls"},
+    "compute": {"cpu_compute_underthreaded"},
+}
+#: One round's spread of a measured speed-up on this loaded 2-core machine
+#: (docs/predictions.md shows several rounds): the range is widened this much
+#: at each end.
+SLACK = 1.15
+
+
+@pytest.mark.parametrize("scenario", list(LEADS))
+def test_the_lead_actions_predicted_gain_comes_true(
+    scenario: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Apply the lead action as it reads to a fresh run; the job's own count decides."""
+    workdir = tmp_path_factory.mktemp(f"{scenario}-fixed")
+    report, truth = diagnosed(scenario, workdir)
+    lead = report["findings"][0]
+    assert lead["id"] in LEADS[scenario], f"{scenario}: lead {lead['id']}: {lead['title']}"
+    assert lead["gain_method"] == "predicted", lead["gain_explanation"]
+    low, high = lead["est_speedup_range"]
+    assert high / low <= 1.5, "a range wider than x1.5 predicts nothing"
+    applied = apply_lead(scenario, report)
+    assert applied is not None
+    t0, t1 = report["phase_span"]
+    base = truth_between(truth, t0, t1)["steps_per_s"]
+    measured = fixed_rate(applied, workdir) / base
+    print(f"{scenario}: {applied.change}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f}")
+    assert low / SLACK <= measured <= high * SLACK, (
+        f"{scenario}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f} ({applied.change})"
+    )
