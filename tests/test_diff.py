@@ -68,7 +68,7 @@ def test_data_demo_before_and_after_more_workers(tmp_path: Path) -> None:
     before_truth, after_truth = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
     job = start_job("data", before_truth, duration_s=150)
     try:
-        gated = headless(job.pid, tmp_path / "before.json", 40, "--fail-on", "high")
+        gated = headless(job.pid, tmp_path / "before.json", 25, "--fail-on", "high")
     finally:
         stop_job(job)
     before = json.loads((tmp_path / "before.json").read_text())
@@ -79,7 +79,7 @@ def test_data_demo_before_and_after_more_workers(tmp_path: Path) -> None:
         assert f"--fail-on high: {len(high)} finding(s)" in gated.stderr
     job = start_job(fix[0], after_truth, duration_s=150, extra_args=fix[1])
     try:
-        calm = headless(job.pid, tmp_path / "after.json", 40, "--fail-on", "critical")
+        calm = headless(job.pid, tmp_path / "after.json", 25, "--fail-on", "critical")
     finally:
         stop_job(job)
     after = json.loads((tmp_path / "after.json").read_text())
@@ -130,9 +130,9 @@ def test_same_job_twice_is_no_significant_change(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     job = start_job("data", truth, duration_s=150)
     try:
-        first = headless(job.pid, tmp_path / "first-report.json", 30,
+        first = headless(job.pid, tmp_path / "first-report.json", 20,
                          "--export", str(tmp_path / "first.json"))
-        second = headless(job.pid, tmp_path / "second-report.json", 30,
+        second = headless(job.pid, tmp_path / "second-report.json", 20,
                           "--export", str(tmp_path / "second.json"),
                           "--baseline", str(tmp_path / "first.json"))
     finally:
