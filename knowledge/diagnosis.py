@@ -94,11 +94,12 @@ def applicable_actions(
     rule: Rule, metrics: Mapping[str, float | None], framework: str | None
 ) -> tuple[str, ...]:
     """The rule's actions for this job: in its framework's words, those whose condition holds."""
+    texts, whens = rule.actions, rule.actions_when
     if framework is not None and framework in rule.actions_for:
-        return rule.actions_for[framework]
+        texts, whens = rule.actions_for[framework], rule.actions_for_when.get(framework, ())
     out = []
-    for index, text in enumerate(rule.actions):
-        when = rule.actions_when[index] if index < len(rule.actions_when) else None
+    for index, text in enumerate(texts):
+        when = whens[index] if index < len(whens) else None
         if when is not None:
             try:
                 if not when.evaluate(metrics):
@@ -157,16 +158,21 @@ def finding_text(f: Finding) -> tuple[object, ...]:
 _GAIN_KIND_ORDER = {"predicted": 3, "amdahl": 2, "document": 1}
 
 
-def rank(findings: Sequence[tuple[Finding, bool]]) -> list[tuple[Finding, bool]]:
+def rank(
+    findings: Sequence[tuple[Finding, bool]], holding: frozenset[str] = frozenset()
+) -> list[tuple[Finding, bool]]:
     """Culprits that name the bottleneck first (by severity), then the rest.
 
-    Within each group, measured estimates (predictions, then ceilings) outrank
-    the documents' general figures, then the larger gain; unknown counts as none.
+    A culprit whose condition holds now (``holding``) leads one that is only
+    kept firing by its ``keep_firing_for`` hysteresis. Within each group,
+    measured estimates (predictions, then ceilings) outrank the documents'
+    general figures, then the larger gain; unknown counts as none.
     """
     return sorted(
         findings,
         key=lambda fb: (
             not fb[1],
+            fb[0].id not in holding if fb[1] else False,
             -_severity_rank(fb[0].severity) if fb[1] else 0,
             -_GAIN_KIND_ORDER.get(fb[0].gain.method, 0),
             -(fb[0].gain.speedup or 1.0),
@@ -257,7 +263,10 @@ class Diagnoser:
             for rule, fired_at in firing
             if rule.id not in explained
         ]
-        ranked = rank(built)
+        holding = frozenset(
+            rule.id for rule, _ in firing if self.engine.state[rule.id].last_value is True
+        )
+        ranked = rank(built, holding)
         findings = tuple(f for f, _ in ranked)
         # The bottleneck: the first culprit in ranking order (most severe, then
         # the best-founded and largest gain).

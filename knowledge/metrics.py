@@ -11,6 +11,7 @@ number per window. A metric that cannot be known (no GPU, no step counter) is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -247,6 +248,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("free_cores", "cores",
      "CPU cores the job could still use: allowed cores minus the tree's CPU, and no more "
      "than the machine has idle"),
+    ("suggested_threads", "",
+     "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
     ("suggested_workers", "",
      "DataLoader workers that would use the free cores (now + free cores / cores per worker)"),
     ("data_from_queue", "0/1",
@@ -373,6 +376,11 @@ def _loading_metrics(
         metrics["producer_cpu"] = _thread_cpu(session, producer, now, window_s)
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
     metrics["suggested_workers"] = suggested_workers(metrics)
+    main_cpu, free = metrics.get("main_cpu_mean"), metrics["free_cores"]
+    metrics["suggested_threads"] = (
+        None if main_cpu is None or free is None
+        else float(max(1, math.floor(main_cpu / 100.0 + free + 0.25)))
+    )
 
 
 def _main_data_source(windows: list[StackWindow]) -> str | None:

@@ -107,8 +107,10 @@ class Rule:
     explains: tuple[str, ...] = ()
     #: One entry per action: the condition under which it applies, or None.
     actions_when: tuple[Condition | None, ...] = ()
-    #: Actions and snippets in a framework's own words ("hf_trainer", "lightning").
+    #: Actions and snippets in a framework's own words ("hf_trainer", "lightning"),
+    #: with each action's condition as in ``actions_when``.
     actions_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    actions_for_when: Mapping[str, tuple[Condition | None, ...]] = field(default_factory=dict)
     snippet_for: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -321,7 +323,9 @@ def parse_rule(node: Any) -> Rule:
     why = _text(node, "why")
     actions, actions_when = _actions(node.get("actions"), node)
     _check_templates(node, title, why, *actions)
-    actions_for = _by_framework(node, "actions_for", lambda v, n: _actions(v, n)[0])
+    parsed_for = _by_framework(node, "actions_for", _actions)
+    actions_for = {name: texts for name, (texts, _whens) in parsed_for.items()}
+    actions_for_when = {name: whens for name, (_texts, whens) in parsed_for.items()}
     snippet_for = _by_framework(node, "snippet_for", _snippet_text)
     for texts in actions_for.values():
         _check_templates(node, *texts)
@@ -351,6 +355,7 @@ def parse_rule(node: Any) -> Rule:
         explains=_strings(node, "explains"),
         actions_when=actions_when,
         actions_for=actions_for,
+        actions_for_when=actions_for_when,
         snippet_for=snippet_for,
     )
 

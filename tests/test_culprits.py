@@ -95,6 +95,30 @@ def test_amp_advice_only_for_jobs_without_amp() -> None:
     assert with_amp.top.gain.speedup is None
 
 
+def test_threads_thrashing_on_a_shared_core_are_told_to_match_the_cores() -> None:
+    d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=100.0,
+                     host_cpu=99.0, workers=0, phases=mix(data_wait=0.02, other=0.1))
+    assert d.top is not None and d.top.id == "cpu_threads_oversubscribed"
+    assert d.top.actions[0].startswith("torch.set_num_threads(1)")
+    assert d.hardware_well_used is False
+
+
+def test_a_small_data_wait_never_leads_over_dominant_compute() -> None:
+    d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=190.0,
+                     host_cpu=99.0, workers=2, phases=mix(data_wait=0.07, other=0.0))
+    assert d.category == "compute"
+    assert "data_wait_elevated" in [f.id for f in d.findings]
+
+
+def test_no_prefetch_advice_without_workers() -> None:
+    """prefetch_factor needs num_workers > 0: DataLoader and TrainingArguments refuse it."""
+    d = diagnose_job(RULESET, gpu=False, workers=0, techniques=("hf_trainer",),
+                     phases=mix(data_wait=0.08))
+    finding = next(f for f in d.findings if f.id == "data_wait_elevated")
+    assert all("prefetch_factor" not in a for a in finding.actions), finding.actions
+    assert finding.actions[0].startswith("Load in a worker process: TrainingArguments(")
+
+
 def test_a_saturated_cpu_job_is_compute_not_no_bottleneck() -> None:
     d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=190.0,
                      host_cpu=99.0, workers=0, phases=mix(data_wait=0.02, other=0.1))

@@ -233,15 +233,31 @@ RULE_CASES: dict[str, Cases] = {
               phases=mix(other=0.4), **CPU_ONLY),
             k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
               phases=mix(other=0.3), **CPU_ONLY),
-            k(cpu_count=4, busy_threads=4, main_cpu=300.0, host_cpu=60.0, workers=0,
+            k(cpu_count=4, busy_threads=4, main_cpu=320.0, host_cpu=80.0, workers=0,
               phases=mix(other=0.4), **CPU_ONLY),
         ),
         misses=(
+            # Two busy threads thrashing on the one core the job gets: not "well used".
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.3), **CPU_ONLY),
             k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
               phases=mix(other=0.401), **CPU_ONLY),
             k(cpu_count=4, busy_threads=3, main_cpu=300.0, host_cpu=60.0, workers=0,
               phases=mix(other=0.4), **CPU_ONLY),
             k(gpu_util=99.0, busy_threads=16, main_cpu=1600.0, host_cpu=100.0),
+        ),
+    ),
+    "cpu_threads_oversubscribed": Cases(
+        # Two busy intra-op threads on the one core the job really gets.
+        fires=(k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+                 phases=mix(other=0.5), **CPU_ONLY),),
+        misses=(
+            k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.5), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=70.0, workers=0,
+              phases=mix(other=0.5), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.501), **CPU_ONLY),
         ),
     ),
     "cpu_compute_contended": Cases(
