@@ -116,13 +116,19 @@ class StepProbe:
         self.pid = pid
         self.counter_names = tuple(counter_names)
         self.binary = binary or require_pyspy()
+        self._loop_counted = False
 
     def sample(
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
     ) -> StepCounterSample:
         """The loop's own counter, else the DataLoader workers' batch index."""
         counted = self._loop_counter(loop_frame, thread_id)
-        if counted.value is not None or not worker_pids:
+        if counted.value is not None:
+            self._loop_counted = True
+            return counted
+        if self._loop_counted or not worker_pids:
+            # The loop has a counter, absent this moment (Lightning assigns
+            # batch_idx after fetching): one source per series, not a mix.
             return counted
         from_workers = self._worker_index(worker_pids)
         return from_workers if from_workers.value is not None else counted
@@ -174,7 +180,9 @@ def counter_increments(
     The one reading of a loop counter that every rate uses. Only the most recent
     counter name counts (the loop frame may change between readings). A drop to
     half or less is a reset (a new epoch for ``i``/``batch_idx``, a new iterator
-    for the workers' index): the steps after it are counted from zero. A smaller
+    for the workers' index): the interval counts the rest of the old epoch (up
+    to the highest value seen, a lower bound on its length) and the new one's
+    steps. A smaller
     step back (seen on the workers' index, a few batches behind the last reading)
     is a misreading: that reading is skipped, the interval runs on to the next.
     """
@@ -185,6 +193,7 @@ def counter_increments(
     same = [s for s in named if s.name == name]
     out = []
     base = same[0]
+    peak = max(s.value or 0 for s in same)
     for cur in same[1:]:
         assert base.value is not None and cur.value is not None
         if cur.t <= base.t:
@@ -192,7 +201,9 @@ def counter_increments(
         if cur.value >= base.value:
             out.append((base, cur, cur.value - base.value))
         elif cur.value <= base.value // 2:
-            out.append((base, cur, cur.value))  # a reset: counted from zero
+            # A new epoch: the steps to the end of the last one (its length is
+            # at least the highest value seen) and those of the new one.
+            out.append((base, cur, max(peak - base.value, 0) + cur.value))
         else:
             continue  # a small step back is a misreading, not a new epoch: skip it
         base = cur

@@ -47,9 +47,14 @@ def readings(values: list[int], name: str = "step") -> list[StepCounterSample]:
 
 def test_rate_over_readings_and_epoch_resets() -> None:
     assert steps_per_second(readings([0, 50, 100, 150])) == pytest.approx(10.0)
-    # The worker index restarts with each epoch's iterator: counted from zero.
+    # The worker index restarts with each epoch's iterator: the interval counts
+    # the old epoch's rest up to the highest value seen (450) and the new steps.
     assert steps_per_second(readings([400, 450, 20, 70], WORKER_COUNTER)) == pytest.approx(
         (50 + 20 + 50) / 15
+    )
+    # Short epochs (batch_idx 0..49, read every 5 s): the rest of each epoch counts.
+    assert steps_per_second(readings([10, 49, 20, 7, 45])) == pytest.approx(
+        (39 + (49 - 49 + 20) + (49 - 20 + 7) + 38) / 20
     )
 
 
