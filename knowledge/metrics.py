@@ -339,8 +339,16 @@ def _latest_stacks(session: Session, now: float, window_s: float) -> list[StackW
     return [w for w in session.stacks.window(now - window_s, now) if w.error is None]
 
 
-def _producer(windows: list[StackWindow]) -> ThreadActivity | None:
-    """The busiest other thread over the windows (by working samples)."""
+def _producer(
+    windows: list[StackWindow], session: Session | None = None, now: float = 0.0,
+    window_s: float = 0.0,
+) -> ThreadActivity | None:
+    """The busiest other thread over the windows.
+
+    By its CPU where the process probe knows it (a thread asleep in
+    ``time.sleep`` has no frame of its own that says it waits), else by the
+    samples py-spy saw it outside a wait.
+    """
     best: dict[str, tuple[int, int, ThreadActivity]] = {}
     for w in windows:
         for t in w.other_threads:
@@ -348,7 +356,9 @@ def _producer(windows: list[StackWindow]) -> ThreadActivity | None:
             best[t.thread_id] = (busy + t.busy_samples, total + t.samples, t)
     if not best:
         return None
-    tid = max(best, key=lambda k: best[k][0])
+    cpu = {tid: _thread_cpu(session, tid, now, window_s) for tid in best} if session else {}
+    known = {tid: c for tid, c in cpu.items() if c is not None}
+    tid = max(known, key=lambda k: known[k]) if known else max(best, key=lambda k: best[k][0])
     busy, total, last = best[tid]
     return ThreadActivity(tid, last.name, total, busy, last.top_frame)
 
@@ -363,17 +373,18 @@ def _loading_metrics(
         None if not windows else float(main_source in ("thread queue", "process queue"))
     )
     metrics["data_in_own_code"] = None if not windows else float(main_source == "own code")
+    busy_share: float | None = None
     if main_source == "process queue":
         child = _busiest_child(session, now, window_s)
         cpu = child[1] if child else None
-        metrics["producer_cpu"] = cpu
-        metrics["producer_busy"] = None if cpu is None else min(cpu / 100.0, 1.0)
     else:
-        producer = _producer(windows)
-        metrics["producer_busy"] = (
-            producer.busy_samples / producer.samples if producer and producer.samples else None
-        )
-        metrics["producer_cpu"] = _thread_cpu(session, producer, now, window_s)
+        producer = _producer(windows, session, now, window_s)
+        cpu = _thread_cpu(session, producer.thread_id, now, window_s) if producer else None
+        if producer is not None and producer.samples:
+            busy_share = producer.busy_samples / producer.samples
+    metrics["producer_cpu"] = cpu
+    # Its CPU where known: a sleeping thread's samples can look like work.
+    metrics["producer_busy"] = min(cpu / 100.0, 1.0) if cpu is not None else busy_share
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
     metrics["suggested_workers"] = suggested_workers(metrics)
     main_cpu, free = metrics.get("main_cpu_mean"), metrics["free_cores"]
@@ -394,12 +405,13 @@ def _main_data_source(windows: list[StackWindow]) -> str | None:
 
 
 def _busiest_child(session: Session, now: float, window_s: float) -> tuple[str, float] | None:
-    """The target's busiest non-worker child process ("process 123 (python)", mean CPU)."""
+    """The target's busiest child process ("process 123 (python)", mean CPU)."""
     cpu: dict[int, list[float]] = {}
     names: dict[int, str] = {}
     for tree in session.processes.window(now - window_s, now):
         for p in tree.processes:
-            if p.role == "child" and p.cpu_percent is not None:
+            # A multiprocessing producer started like a worker may be counted as one.
+            if p.role in ("child", "worker") and p.cpu_percent is not None:
                 cpu.setdefault(p.pid, []).append(p.cpu_percent)
                 names[p.pid] = p.name
     if not cpu:
@@ -409,11 +421,12 @@ def _busiest_child(session: Session, now: float, window_s: float) -> tuple[str, 
 
 
 def _thread_cpu(
-    session: Session, producer: ThreadActivity | None, now: float, window_s: float
+    session: Session | None, thread_id: str, now: float, window_s: float
 ) -> float | None:
-    if producer is None or not producer.thread_id.isdigit():
+    """Mean CPU (% of a core) of one thread of the main process over the window."""
+    if session is None or not thread_id.isdigit():
         return None
-    tid = int(producer.thread_id)
+    tid = int(thread_id)
     values = [
         t.cpu_percent
         for tree in session.processes.window(now - window_s, now)
@@ -442,7 +455,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     """The names a rule's text may use (see ``WORDS``), where known."""
     windows = _latest_stacks(session, now, window_s)
     words: dict[str, str] = {}
-    producer = _producer(windows)
+    producer = _producer(windows, session, now, window_s)
     child = (
         _busiest_child(session, now, window_s)
         if _main_data_source(windows) == "process queue" else None

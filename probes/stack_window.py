@@ -256,6 +256,7 @@ def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) 
     eval_lines = {
         line for line, phases in by_line.items()
         if phases["forward"] >= EVAL_LINE_MIN_SAMPLES and phases["data_wait"] >= 1
+        and phases["forward"] >= 0.5 * sum(phases.values())
         and phases["backward"] == 0 and phases["optimizer"] == 0
     }
     if not eval_lines:

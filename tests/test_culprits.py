@@ -59,7 +59,9 @@ def test_producer_thread_is_named_with_its_hottest_frame() -> None:
     assert d.top is not None and d.top.id == "producer_bound"
     assert "thread 'producer'" in d.top.title
     assert "produce (/job/train.py:12)" in d.top.why
-    assert "97%" in d.top.why
+    # Judged by its CPU (2 busy threads share 120 %: 60 % each), not by py-spy's
+    # samples, which count a thread asleep in time.sleep as working.
+    assert "works 60% of the time" in d.top.why
     assert "python_overhead" not in [f.id for f in d.findings]
 
 

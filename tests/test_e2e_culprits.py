@@ -41,7 +41,7 @@ EXPECT: dict[str, Expect] = {
     }, "step"),
     # A hand-written producer thread feeding a queue.Queue; no DataLoader at all.
     "producer": Expect("data_loading",
-                       {"producer_bound": "Produce batches in processes"}, "step"),
+                       {"producer_bound": "Produce batches in more processes"}, "step"),
     # Long evaluation passes under no_grad between training stretches.
     "validation": Expect("evaluation",
                          {"evaluation_dominates": "Validate half as often"}, "step"),
