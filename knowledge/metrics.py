@@ -261,6 +261,7 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("producer_busy", "fraction",
      "share of samples the busiest other thread of the target spent working, not waiting"),
     ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
+    ("training_thread_cpu", "% of a core", "CPU of the training thread itself"),
     ("uses_lightning", "0/1", "1 when PyTorch Lightning's frames drive the loop"),
     ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
     ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
@@ -352,6 +353,8 @@ def _producer(
     best: dict[str, tuple[int, int, ThreadActivity]] = {}
     for w in windows:
         for t in w.other_threads:
+            if "pin_memory" in f"{t.name} {t.top_frame}":
+                continue  # the DataLoader's own pin-memory thread: part of loading
             busy, total, _ = best.get(t.thread_id, (0, 0, t))
             best[t.thread_id] = (busy + t.busy_samples, total + t.samples, t)
     if not best:
@@ -382,7 +385,13 @@ def _loading_metrics(
         cpu = _thread_cpu(session, producer.thread_id, now, window_s) if producer else None
         if producer is not None and producer.samples:
             busy_share = producer.busy_samples / producer.samples
+        elif producer is None and windows:
+            cpu = 0.0  # stacks seen, and no other Python thread in them: none works
     metrics["producer_cpu"] = cpu
+    training = next((w.thread_id for w in reversed(windows) if w.thread_id), None)
+    metrics["training_thread_cpu"] = (
+        _thread_cpu(session, training, now, window_s) if training else None
+    )
     # Its CPU where known: a sleeping thread's samples can look like work.
     metrics["producer_busy"] = min(cpu / 100.0, 1.0) if cpu is not None else busy_share
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)

@@ -130,6 +130,16 @@ RULE_CASES: dict[str, Cases] = {
             k(workers=2, data_source="dataloader", phases=mix(data_wait=0.6)),
         ),
     ),
+    "gil_contention": Cases(
+        # The training thread and a busy other Python thread, 60 % of a core each.
+        fires=(k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, **CPU_ONLY),),
+        misses=(
+            k(producer_busy=0.9, busy_threads=2, main_cpu=98.0, **CPU_ONLY),
+            k(producer_busy=0.9, busy_threads=2, main_cpu=160.0, **CPU_ONLY),
+            k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, data_source="thread queue",
+              phases=mix(data_wait=0.02), **CPU_ONLY),
+        ),
+    ),
     "pin_memory_off": Cases(
         fires=(
             k(pin_memory=False, phases=mix(data_wait=0.02)),
