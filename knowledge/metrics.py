@@ -262,6 +262,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "share of samples the busiest other thread of the target spent working, not waiting"),
     ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
     ("training_thread_cpu", "% of a core", "CPU of the training thread itself"),
+    ("busy_python_threads", "threads",
+     "Python threads besides the training thread keeping >= 10 % of a core busy (the rest of "
+     "the main process's busy threads are native: intra-op compute)"),
     ("uses_lightning", "0/1", "1 when PyTorch Lightning's frames drive the loop"),
     ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
     ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
@@ -388,6 +391,11 @@ def _loading_metrics(
         elif producer is None and windows:
             cpu = 0.0  # stacks seen, and no other Python thread in them: none works
     metrics["producer_cpu"] = cpu
+    others = {t.thread_id for w in windows for t in w.other_threads}
+    loads = [_thread_cpu(session, tid, now, window_s) for tid in others]
+    metrics["busy_python_threads"] = (
+        None if not windows else float(sum(1 for c in loads if (c or 0.0) >= BUSY_THREAD_PERCENT))
+    )
     training = next((w.thread_id for w in reversed(windows) if w.thread_id), None)
     metrics["training_thread_cpu"] = (
         _thread_cpu(session, training, now, window_s) if training else None
