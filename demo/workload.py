@@ -95,6 +95,30 @@ class SlowDecodeImages(SlowDecodeDataset):
         return (x.sigmoid() * 255).to(torch.uint8), y
 
 
+class AugmentedImages(Dataset[Sample]):
+    """Samples made by CPU-heavy augmentation in torch (a blur, ``passes`` times).
+
+    Each torch op releases the GIL while it runs, so a producer *thread* doing
+    this work leaves the training thread free to run between batches.
+    """
+
+    def __init__(self, size: int, passes: int) -> None:
+        self.size = size
+        self.passes = passes
+        self.kernel = torch.full((3, 3, 5, 5), 1.0 / 75)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Sample:
+        generator = torch.Generator().manual_seed(index)
+        image = torch.rand(1, 3, 96, 96, generator=generator)
+        for _ in range(self.passes):
+            image = nn.functional.conv2d(image, self.kernel, padding=2)
+        x = nn.functional.adaptive_avg_pool2d(image, (4, 4)).flatten()[:64]
+        return torch.cat([x, x.new_zeros(64 - len(x))]), torch.tensor(index % 10)
+
+
 class DiskBlockDataset(Dataset[Sample]):
     """Samples stored as scattered 4 KiB records in one big file on disk.
 
@@ -136,6 +160,8 @@ def make_dataset(cfg: Config, data_dir: Path | None) -> Dataset:
         path = data_dir / "samples.bin"
         blocks = write_sample_file(path, STORAGE_FILE_BYTES)
         return DiskBlockDataset(DirectReader(path), blocks, cfg.storage_blocks, 64)
+    if cfg.augment_passes > 0:
+        return AugmentedImages(1_000_000, cfg.augment_passes)
     if cfg.decode_ms > 0:
         clock = time.thread_time if cfg.decode_clock == "cpu" else time.perf_counter
         kind = SlowDecodeImages if cfg.loop == "generator" else SlowDecodeDataset
