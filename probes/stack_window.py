@@ -83,12 +83,15 @@ class _Sample:
 def pick_training_thread(
     stacks: Sequence[RawStack], classifier: PhaseClassifier, pid: int, previous: str | None
 ) -> str | None:
-    """The thread that runs the most forward/backward/optimizer samples.
+    """The thread that runs backward and the optimizer, else forward passes.
 
-    Falls back to the thread with the most samples in any recognised phase, then
-    the previous choice, then the main thread, so a window spent entirely in
-    data wait or ``other`` still reports the right thread.
+    Only the training loop runs backward and the optimizer; a producer thread
+    may call functional layers (``F.normalize``) that read as forward. Falls
+    back to the thread with the most samples in any recognised phase, then the
+    previous choice, then the main thread, so a window spent entirely in data
+    wait or ``other`` still reports the right thread.
     """
+    training: Counter[str] = Counter()
     compute: Counter[str] = Counter()
     any_phase: Counter[str] = Counter()
     seen: set[str] = set()
@@ -101,7 +104,9 @@ def pick_training_thread(
             any_phase[stack.thread_id] += stack.count
         if phase in COMPUTE_PHASES:
             compute[stack.thread_id] += stack.count
-    for scores in (compute, any_phase):
+        if phase in ("backward", "optimizer"):
+            training[stack.thread_id] += stack.count
+    for scores in (training, compute, any_phase):
         if scores:
             best, best_score = scores.most_common(1)[0]
             if previous is not None and scores[previous] >= 0.8 * best_score:

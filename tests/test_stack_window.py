@@ -134,6 +134,22 @@ def test_producer_thread_and_queue(classifier: PhaseClassifier, script: Path) ->
     assert logger.busy_samples == 0, "a thread parked in Event.wait is not working"
 
 
+def test_a_producer_calling_functional_layers_is_not_the_training_thread(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    # The producer's F.normalize reads as forward; only the loop runs backward.
+    producer = (f"Thread.run ({STDLIB}/threading.py:982);produce ({script}:3);"
+                f"normalize ({SITE}/torch/nn/functional.py:5000)")
+    get = f"train ({script}:6);Queue.get ({STDLIB}/queue.py:171)"
+    text = raw(
+        ("2:producer", producer, 60),
+        ("1:MainThread", get, 90),
+        ("1:MainThread", bwd(script), 3),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.thread_id == "1"
+
+
 def test_prefetch_thread_in_dataloader_frames_does_not_become_the_training_thread(
     classifier: PhaseClassifier, script: Path,
 ) -> None:
