@@ -14,17 +14,22 @@ Metrics = Mapping[str, "float | None"]
 
 
 def suggested_workers(metrics: Metrics) -> float | None:
-    """Workers to run so that the free cores are used: N + free cores / (cores per worker)."""
+    """Workers to run next: N + free cores / (cores per worker), at most twice N.
+
+    The documents: raise num_workers "step by step" while it helps. A step of
+    at most doubling keeps the prediction a prediction (a range no wider than
+    x1.5); the next diagnosis suggests the next step if cores are still free.
+    """
     n = metrics.get("num_workers")
     free = metrics.get("free_cores")
     if n is None or free is None:
         return None
     if n <= 0:
         p = metrics.get("phase_data_wait") or 0.0
-        return float(max(1, math.floor(free + p)))
+        return float(min(2, max(1, math.floor(free + p))))
     per_worker = (metrics.get("workers_cpu_mean") or 0.0) / 100.0 / n
     extra = math.floor(free / per_worker) if per_worker > 0.05 else 1
-    return float(n + max(1, extra))
+    return float(n + min(max(1, extra), int(n)))
 
 
 def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:

@@ -24,11 +24,12 @@ def test_cpu_bound_workers_with_free_cores_lead_with_more_workers() -> None:
     assert d.top is not None and d.top.id == "workers_cpu_bound"
     assert d.top.actions[0].startswith("Raise num_workers from 4 to ")
     assert d.metrics["free_cores"] == pytest.approx(9.6)
-    # 3.5 cores of workers (0.875 each): 9.6 free cores fit 10 more -> 14 workers.
-    assert d.metrics["suggested_workers"] == 14
+    # 3.5 cores of workers (0.875 each): 9.6 free cores would fit 10 more, but a
+    # step at most doubles them ("step by step"): 8 workers.
+    assert d.metrics["suggested_workers"] == 8
     gain = d.top.gain
     assert gain.method == "predicted"
-    # Capacity x min((3.5 + 9.6) / 3.5, 14 / 4) = 3.5, capped by the ceiling 2.0.
+    # Capacity x min((3.5 + 9.6) / 3.5, 8 / 4) = 2.0, capped by the ceiling 2.0.
     assert gain.high == pytest.approx(2.0)
     assert gain.ceiling == pytest.approx(2.0)
 
@@ -80,7 +81,7 @@ def test_loading_in_the_training_thread_suggests_workers_on_free_cores() -> None
 def test_framework_words_for_hf_trainer_and_lightning() -> None:
     hf = diagnose_job(RULESET, **DATA_BOUND, techniques=("hf_trainer",))
     assert hf.top is not None
-    assert hf.top.actions[0].startswith("Raise TrainingArguments(dataloader_num_workers=14)")
+    assert hf.top.actions[0].startswith("Raise TrainingArguments(dataloader_num_workers=8)")
     assert all("DataLoader(" not in a for a in hf.top.actions)
     pl = diagnose_job(RULESET, **DATA_BOUND, techniques=("lightning",))
     assert pl.top is not None and "LightningDataModule" in pl.top.actions[0]
@@ -150,7 +151,7 @@ def test_evaluation_share_is_its_own_finding() -> None:
 def test_worker_suggestions_follow_the_free_cores() -> None:
     base = {"num_workers": 2.0, "workers_cpu_mean": 180.0, "phase_data_wait": 0.6}
     assert suggested_workers({**base, "free_cores": 0.2}) == 3.0  # at least one more
-    assert suggested_workers({**base, "free_cores": 2.7}) == 5.0  # 2.7 / 0.9 -> 3 more
+    assert suggested_workers({**base, "free_cores": 2.7}) == 4.0  # 3 more fit; doubling caps
     factor, _why = loading_capacity_factor({**base, "free_cores": 0.9}) or (0.0, "")
     assert factor == pytest.approx((1.8 + 0.9) / 1.8)
     gain = estimate_gain(GainSpec("workers"), {**base, "free_cores": 0.0}, Facts())
