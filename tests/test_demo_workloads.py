@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,10 @@ def test_generator_loop_keeps_no_step_counter() -> None:
         names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         names |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     assert not names & {"step", "steps", "i", "idx", "it", "iteration", "batch_idx", "epoch"}
+    # Nor a whole-number argument, which py-spy would show as an int.
+    hints = typing.get_type_hints(workload.train_streaming)
+    hints.pop("return")
+    assert int not in hints.values() and "duration_s" not in hints, hints
 
 
 def test_scenarios_and_configs_agree() -> None:
@@ -106,7 +111,7 @@ def test_scenarios_and_configs_agree() -> None:
 def test_cpu_saturated_has_a_worker_per_core() -> None:
     cfg = CONFIGS["cpu_saturated"]
     assert cfg.num_workers == USABLE_CORES
-    assert cfg.threads == 0 and cfg.decode_clock == "cpu"
+    assert cfg.threads >= 1 and cfg.decode_clock == "cpu"  # the main process trains too
 
 
 @pytest.mark.parametrize("base", list(FIXED_VARIANTS))
