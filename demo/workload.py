@@ -355,7 +355,10 @@ def train_from_queue(
             if step == 2 and ready_file is not None:
                 ready_file.touch()
     finally:
+        # Wait for it: a daemon thread still inside a torch op when the
+        # interpreter exits aborts the process ("terminate called ...").
         stop.set()
+        producer.join(timeout=10)
     truth.maybe_write(force=True)
     return step
 

@@ -49,6 +49,10 @@ def run_for_a_while(scenario: str, tmp_path: Path) -> dict[str, float]:
         time.sleep(JOB_SECONDS)
     finally:
         stop_job(job)
+    # SIGTERM ends it like Ctrl-C (130): not killed, not aborted by a thread
+    # still inside torch at exit.
+    log = truth.with_suffix(".log").read_text()[-1500:]
+    assert job.returncode == 130, f"{scenario} exited with {job.returncode}: {log}"
     records = read_truth(truth)
     return truth_between(truth, records[0]["t"], records[-1]["t"])
 
