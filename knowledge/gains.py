@@ -44,12 +44,6 @@ HIGH_ALLOWANCE = 1.1
 #: compute demo, one -> two threads on a quiet 2-core box with aitop attached:
 #: x1.61-1.70 (an efficiency of 0.61-0.70) for a compute share of 0.97.
 PARALLEL_LOW_EFFICIENCY = 0.55
-#: A heavy phase done less often also slows the rest of the step less (page-cache
-#: writeback and evicted caches go with the writes): the high end allows the rest
-#: to run this much faster. Measured on the checkpoint demo with 4x fewer
-#: checkpoints: the steps between them went 16.1 -> 13.8 ms (x1.17), and the
-#: speed-up came out x1.99-2.17 against 1.95-2.12 for the phase alone.
-REST_SPEEDUP = 1.15
 
 
 def _phase(metrics: Metrics, name: str | None) -> float | None:
@@ -98,14 +92,16 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_long").replace("_", " ")
     # Each pass may grow a little when done less often (more to write or check);
-    # the rest of the step may run a little faster without it (REST_SPEEDUP).
+    # the rest of the step may run faster without it (the rule's rest_speedup).
     low = 1.0 / ((1.0 - p) + 1.2 * p / spec.times)
-    high = min(_ceiling(p), 1.0 / ((1.0 - p) / REST_SPEEDUP + p / spec.times))
+    rest = spec.rest_speedup
+    high = min(_ceiling(p), 1.0 / ((1.0 - p) / rest + p / spec.times))
     return _predicted(low, high, _ceiling(p), (
         f"{name} takes {p:.0%} of the time; doing it {spec.times:g}x less often leaves "
         f"{p / spec.times:.0%}: predicted {low:.2f}-{high:.2f}x "
-        f"(1 / ((1 - {p:.2f}) + {p:.2f} / {spec.times:g}), the high end with the rest "
-        f"of the step up to {REST_SPEEDUP:g}x faster without it)"))
+        f"(1 / ((1 - {p:.2f}) + {p:.2f} / {spec.times:g})"
+        + (f", the high end with the rest of the step up to {rest:g}x faster)"
+           if rest > 1.0 else ")")))
 
 
 def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:

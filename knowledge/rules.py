@@ -70,6 +70,9 @@ class GainSpec:
     factor: str | None = None
     #: For ``fewer``: how many times less often the action runs the phase.
     times: float = 1.0
+    #: For ``fewer``: how much faster the rest of the step may run once the phase
+    #: is rarer (the high end of the range; 1.0 = pure Amdahl).
+    rest_speedup: float = 1.0
     note: str = ""
 
 
@@ -266,7 +269,10 @@ def _gain(node: Any) -> GainSpec:
         times = _fraction(spec.get("times"))
         if times is None or times <= 1:
             raise fail(spec, "'times' must be a number above 1")
-        return GainSpec("fewer", metric=metric, times=times, note=note)
+        rest = _fraction(spec.get("rest_speedup", 1.0))
+        if rest is None or not 1.0 <= rest <= 2.0:
+            raise fail(spec, "'rest_speedup' must be a number from 1 to 2")
+        return GainSpec("fewer", metric=metric, times=times, rest_speedup=rest, note=note)
     if method == "document":
         return GainSpec("document", technique=require(spec, "technique", str), note=note)
     if method == "none":
@@ -301,7 +307,8 @@ RULE_KEYS = (
     "actions", "evidence", "snippet", "techniques", "gain", "source", "bottleneck",
     "explains", "actions_for", "snippet_for",
 )
-GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "note")
+GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
+             "note")
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 SOURCE_KEYS = ("document", "section", "quote")
