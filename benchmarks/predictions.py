@@ -158,8 +158,9 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
         "(2 cores, no GPU).",
         "",
         "| job | lead finding | change applied | predicted (median ends) | measured "
-        "(median) | inside | every round (measured in [low, high]) |",
-        "|---|---|---|---|---|---|---|",
+        "(median) | inside | widest range (high / low, at most 1.5) "
+        "| every round (measured in [low, high]) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     by_job: dict[str, list[Outcome]] = {}
     for o in outcomes:
@@ -169,6 +170,7 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
         lows = [o.low for o in rounds if o.low is not None]
         highs = [o.high for o in rounds if o.high is not None]
         inside = sum(1 for o in rounds if o.inside)
+        widths = [o.high / o.low for o in rounds if o.low and o.high]
         every = "; ".join(
             f"{_fmt(o.measured)} in [{_fmt(o.low)}, {_fmt(o.high)}]" for o in rounds
         )
@@ -177,7 +179,7 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
             f"×{_fmt(statistics.median(lows) if lows else None)}–"
             f"×{_fmt(statistics.median(highs) if highs else None)} | "
             f"×{_fmt(statistics.median(measured) if measured else None)} | "
-            f"{inside}/{len(rounds)} | {every} |"
+            f"{inside}/{len(rounds)} | {_fmt(max(widths) if widths else None)} | {every} |"
         )
     lines += ["", "Raw rounds (JSON):", "", "```json",
               json.dumps([{**asdict(o), "measured": o.measured} for o in outcomes], indent=1),
@@ -206,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(markdown(outcomes, args.runs))
     print(f"wrote {args.out}")
     return 0
+
 
 
 if __name__ == "__main__":
