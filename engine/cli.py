@@ -193,7 +193,10 @@ def run_headless(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    # Ctrl-C too: a KeyboardInterrupt raised wherever the main thread happens to
+    # be (inside Event.wait's lock) once left a run hanging instead of reporting.
+    handled = (*STOP_SIGNALS, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     attached_at = source.started_at
     try:
         deadline = time.time() + duration_s
