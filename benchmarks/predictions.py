@@ -6,8 +6,9 @@ exactly as it reads (the suggested ``num_workers``, checkpoints 4x less often,
 torch's threads on every usable core) to a fresh run of the same job, and the
 job's own step counter measures the speed-up. The predicted range and the
 measured speed-up go side by side into docs/predictions.md (medians and every
-run). The CI test (tests/test_e2e_scenarios.py) runs one round of the same,
-reusing the scenario test's attach.
+run). The CI test (tests/test_e2e_scenarios.py) runs one round of the same on
+the runs the other end-to-end tests watch (the fixed job's rate over aitop's
+span instead of after a warm-up).
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
 PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
@@ -95,3 +97,63 @@ def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
                    *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=env, stdin=subprocess.DEVNULL)
+
+
+#: aitop's exit status when a ``--fail-on`` gate trips.
+EXIT_GATE = 3
+#: Every watched run carries this gate, so each one also checks the gate's exit.
+GATE = "high"
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A demo job's run with aitop attached headless: its report and its own truth."""
+
+    scenario: str
+    extra_args: tuple[str, ...]
+    report: dict[str, Any]
+    truth: Path
+    stderr: str
+
+
+#: Watched runs by (scenario, extra args), shared by the tests that only read
+#: them: one attach serves the scenario test, the prediction test and the diff
+#: tests alike, and the suite stays within its ten minutes.
+_WATCHED: dict[tuple[str, tuple[str, ...]], Watched] = {}
+
+
+def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
+            duration_s: float = 20.0) -> Watched:
+    """A fresh run of the job watched by ``aitop --headless --json --fail-on high``.
+
+    Checked on every run: py-spy attached, the report is of this job, the gate
+    exits 3 exactly when a finding of high severity or worse fires, and the job
+    ends on SIGTERM with 130.
+    """
+    key = (scenario, tuple(extra_args))
+    if key in _WATCHED:
+        return _WATCHED[key]
+    truth = workdir / f"{scenario}{''.join(extra_args).replace('-', '_')}.jsonl"
+    job = start_job(scenario, truth, extra_args=extra_args)
+    try:
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           str(duration_s), "--fail-on", GATE, timeout=duration_s + 90)
+    finally:
+        stop_job(job)
+    # SIGTERM ends a demo job like Ctrl-C (130): not killed, not aborted by a
+    # thread still inside torch at exit.
+    log = truth.with_suffix(".log").read_text()[-1500:]
+    assert job.returncode == 130, f"{scenario} exited with {job.returncode}: {log}"
+    assert result.returncode in (0, EXIT_GATE), f"aitop failed: {result.stderr}"
+    report = json.loads(result.stdout)
+    stacks = report["probes"].get("stacks", "")
+    assert not stacks.startswith("unavailable"), f"py-spy could not attach: {stacks}"
+    state = report["probe_states"].get("stacks", {})
+    assert state.get("state") != "unavailable", f"py-spy could not attach: {state}"
+    assert report["target"]["pid"] == job.pid
+    high = [f["id"] for f in report["findings"] if f["severity"] in ("high", "critical")]
+    assert result.returncode == (EXIT_GATE if high else 0), (result.returncode, high)
+    if high:
+        assert f"--fail-on {GATE}: {len(high)} finding(s)" in result.stderr, result.stderr
+    _WATCHED[key] = Watched(scenario, tuple(extra_args), report, truth, result.stderr)
+    return _WATCHED[key]

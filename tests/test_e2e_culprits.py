@@ -9,13 +9,12 @@ batch index). These attach with py-spy and are never skipped.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from demo_jobs import run_aitop, start_job, stop_job, truth_between
+from demo_jobs import truth_between, watched
 
 pytestmark = pytest.mark.attach
 
@@ -27,30 +26,35 @@ class Expect:
     lead: dict[str, str]
     #: Where steps/s must come from (None: the job has no counter aitop could read).
     counter: str | None
+    #: (phase, lowest share, highest share) the job's own timers must show.
+    shape: tuple[str, float, float]
 
 
 EXPECT: dict[str, Expect] = {
     # Every core busy with workers' decoding and the training thread.
     "cpu_saturated": Expect("data_loading",
-                            {"host_cpu_saturated": "Make per-sample work cheaper"}, "step"),
+                            {"host_cpu_saturated": "Make per-sample work cheaper"}, "step",
+                            ("data_wait", 0.30, 1.0)),
     # Workers reading scattered 4 KiB blocks with O_DIRECT: asleep on the disk.
     "storage": Expect("io", {
         "workers_wait_on_reads": "Move the data to local NVMe",
         "storage_bound_reads": "Move the data to local NVMe",
         "disk_saturated_reads": "Move the data to faster local NVMe",
-    }, "step"),
+    }, "step", ("data_wait", 0.30, 1.0)),
     # A hand-written producer thread feeding a queue.Queue; no DataLoader at all.
     "producer": Expect("data_loading",
-                       {"producer_bound": "Produce batches in more processes"}, "step"),
+                       {"producer_bound": "Produce batches in more processes"}, "step",
+                       ("data_wait", 0.50, 1.0)),
     # Long evaluation passes under no_grad between training stretches.
     "validation": Expect("evaluation",
-                         {"evaluation_dominates": "Validate half as often"}, "step"),
+                         {"evaluation_dominates": "Validate half as often"}, "step",
+                         ("eval", 0.35, 0.80)),
     # A generator around the DataLoader and a loop with no counter at all: the
     # culprit depends on whether a core is free on this 2-core box.
     "generator": Expect("data_loading", {
         "workers_cpu_bound": "Raise num_workers from 1 to",
         "host_cpu_saturated": "Make per-sample work cheaper",
-    }, "worker batch index"),
+    }, "worker batch index", ("data_wait", 0.15, 1.0)),
 }
 
 
@@ -66,28 +70,21 @@ def tolerance(share: float, samples: float) -> float:
     return max(0.08, 2.6 * math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0)))
 
 
-def headless(pid: int, duration: float = 20.0) -> dict:
-    result = run_aitop("--pid", str(pid), "--headless", "--json", "--duration", str(duration))
-    assert result.returncode == 0, f"aitop failed ({result.returncode}): {result.stderr}"
-    report = json.loads(result.stdout)
-    stacks = report["probe_states"].get("stacks", {})
-    assert stacks.get("state") != "unavailable", f"py-spy could not attach: {stacks}"
-    return report
-
-
 @pytest.mark.parametrize("scenario", list(EXPECT))
 def test_culprit_leads_for_every_loop_shape(scenario: str, tmp_path: Path) -> None:
     expect = EXPECT[scenario]
-    truth = tmp_path / f"{scenario}.jsonl"
-    job = start_job(scenario, truth)
-    try:
-        report = headless(job.pid)
-    finally:
-        stop_job(job)
+    run = watched(scenario, tmp_path)
+    report, truth = run.report, run.truth
     b = report["bottleneck"]
     ids = [f["id"] for f in report["findings"]]
     t0, t1 = report["phase_span"]
     true = truth_between(truth, t0, t1)
+    # The job has the shape it was designed to have, by its own timers: a
+    # "producer-bound" job whose producer keeps up would test nothing.
+    phase, low, high = expect.shape
+    assert low <= true[phase] <= high, f"{scenario}: its own {phase} {true[phase]:.2f}: {true}"
+    if scenario != "validation":
+        assert true["eval"] == 0.0
     print(f"{scenario}: {b['category']} / {b['summary']} / {ids} / phases {report['phases']} / "
           f"truth {true} / steps {report['steps_per_s']} via {report['steps_source']} / "
           f"timeline {report['timeline']}")

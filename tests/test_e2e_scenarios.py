@@ -6,14 +6,13 @@ here (no ptrace rights), they fail and say so.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
-from demo_jobs import run_aitop, start_job, stop_job, truth_between
+from demo_jobs import Watched, truth_between, watched
 
-from benchmarks.predictions import apply_lead, fixed_rate
+from benchmarks.predictions import apply_lead
 
 pytestmark = pytest.mark.attach
 
@@ -25,15 +24,6 @@ EXPECTED = {
     # is the accelerator here, saturated, so compute (and well used).
     "healthy": "compute",
 }
-
-
-def headless_report(pid: int, duration: float = 20.0) -> dict:
-    result = run_aitop("--pid", str(pid), "--headless", "--json", "--duration", str(duration))
-    assert result.returncode == 0, f"aitop failed ({result.returncode}): {result.stderr}"
-    report = json.loads(result.stdout)
-    stacks = report["probes"].get("stacks", "")
-    assert not stacks.startswith("unavailable"), f"py-spy could not attach: {stacks}"
-    return report
 
 
 def tolerance(share: float, samples: float) -> float:
@@ -48,23 +38,10 @@ def tolerance(share: float, samples: float) -> float:
     return max(0.05, 2.6 * standard_error)
 
 
-#: Each scenario's report and truth file, kept for the prediction tests below
-#: (one attach per job serves both: the suite stays within its time).
-RUNS: dict[str, tuple[dict, Path]] = {}
-
-
 def diagnosed(scenario: str, workdir: Path) -> tuple[dict, Path]:
-    """The headless report of a fresh run of the scenario, and its truth file."""
-    if scenario not in RUNS:
-        truth = workdir / f"{scenario}.jsonl"
-        job = start_job(scenario, truth)
-        try:
-            report = headless_report(job.pid)
-        finally:
-            stop_job(job)
-        assert report["target"]["pid"] == job.pid
-        RUNS[scenario] = (report, truth)
-    return RUNS[scenario]
+    """The headless report of a run of the scenario (shared, demo_jobs.watched), its truth."""
+    run: Watched = watched(scenario, workdir)
+    return run.report, run.truth
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
@@ -145,7 +122,10 @@ def test_the_lead_actions_predicted_gain_comes_true(
     assert applied is not None
     t0, t1 = report["phase_span"]
     base = truth_between(truth, t0, t1)["steps_per_s"]
-    measured = fixed_rate(applied, workdir) / base
+    # The fixed job, watched by aitop as the job was (the run aitop diff's test
+    # compares too), its rate by its own count over the same kind of span.
+    fixed = watched(applied.scenario, workdir, applied.args)
+    measured = truth_between(fixed.truth, *fixed.report["phase_span"])["steps_per_s"] / base
     print(f"{scenario}: {applied.change}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f}")
     assert low / SLACK <= measured <= high * SLACK, (
         f"{scenario}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f} ({applied.change})"

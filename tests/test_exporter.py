@@ -78,7 +78,7 @@ def test_prometheus_sees_what_the_report_says_on_the_data_demo(tmp_path: Path) -
         serve, address = start_serve(job.pid)
         prometheus = PrometheusServer(tmp_path, [address], [rules_file(tmp_path)])
         # aitop's own report of the same job, over the same seconds.
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "25")
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "20")
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         at = report["evaluated_at"]

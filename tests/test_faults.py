@@ -57,14 +57,18 @@ def one_line_usage_error(result: subprocess.CompletedProcess[str], *needles: str
 def test_the_last_live_verdict_survives_the_target_exiting(tmp_path: Path) -> None:
     """A job with a worker ends by itself; its workers stop first. The report keeps
     the verdict made while it trained, not "num_workers=0" or "waits ? of the time"."""
-    job = start_job("data", tmp_path / "truth.jsonl", duration_s=16.0)
+    job = start_job("data", tmp_path / "truth.jsonl", duration_s=14.0)
     try:
+        started = time.time()
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "40")
+        took = time.time() - started
     finally:
         stop_job(job)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["target"]["alive"] is False
+    assert report["target"]["exited_after_s"] is not None
+    assert took < 30, "aitop should stop soon after its target exits, not run out the clock"
     assert report["bottleneck"]["category"] == "data_loading", report["bottleneck"]
     ids = [f["id"] for f in report["findings"]]
     assert "loading_in_training_process" not in ids, ids
