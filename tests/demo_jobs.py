@@ -122,8 +122,13 @@ class Watched:
 _WATCHED: dict[tuple[str, tuple[str, ...]], Watched] = {}
 
 
+#: Seconds each watched run is attached: aitop's lead finding is confirmed after
+#: 6-10 s on these jobs (its rules' for: durations), so 16 s leaves room.
+WATCH_S = 16.0
+
+
 def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
-            duration_s: float = 20.0) -> Watched:
+            duration_s: float = WATCH_S) -> Watched:
     """A fresh run of the job watched by ``aitop --headless --json --fail-on high``.
 
     Checked on every run: py-spy attached, the report is of this job, the gate
