@@ -22,8 +22,12 @@ from .samples import StackWindow, StepCounterSample
 from .session import Session
 from .status import ProbeStatus
 
-#: Step-counter readings taken every 5 s before settling to the configured cadence.
+#: Step-counter readings taken every ``STEPS_WARMUP_INTERVAL_S`` before settling
+#: to the configured cadence: a short report (or the first seconds of the UI)
+#: gets several per-window rates, what ``aitop diff``'s interval is built from
+#: (a 16 s run read every 5 s had one window). ~12 ms of CPU per reading.
 STEPS_WARMUP_READINGS = 6
+STEPS_WARMUP_INTERVAL_S = 2.5
 #: A failing task retries after this long at first (even one that runs back to
 #: back when healthy, like py-spy windows), doubling up to ``MAX_RETRY_S``.
 MIN_RETRY_S = 1.0
@@ -83,8 +87,9 @@ class CollectorConfig:
         """Cadences for reports: nobody watches a display refresh, so sample the
         process tree every 2 s and launch py-spy every 10 s (after 3 s and 6 s
         first windows); the rate stays 10 Hz. The step counter is still read every
-        5 s (~12 ms of CPU each): the per-window rates are what ``aitop diff``
-        takes its confidence interval from, and a 30 s report needs several."""
+        5 s (~12 ms of CPU each; every 2.5 s for the first six readings): the
+        per-window rates are what ``aitop diff`` takes its confidence interval
+        from, and a short report needs several."""
         return cls(
             interval_s=2.0,
             gpu_interval_s=2.0,
@@ -250,7 +255,8 @@ class Collector:
         session, cfg = self.session, self.config
         # First read right after the first stack window has found the loop frame.
         task = PeriodicTask(
-            "steps", lambda: None, min(cfg.steps_interval_s, 5.0), session.probe_status,
+            "steps", lambda: None, min(cfg.steps_interval_s, STEPS_WARMUP_INTERVAL_S),
+            session.probe_status,
             self.stop_event, first_delay_s=cfg.first_stack_window_s + 0.5,
         )
         readings = 0
