@@ -30,7 +30,7 @@ from aitop.knowledge.model import SEVERITIES, Diagnosis
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
-from .live import AttachError, AttachOptions, LiveSource, attach, self_rss_bytes
+from .live import AttachError, AttachOptions, LiveSource, attach, job_notice, self_rss_bytes
 from .report import RunFacts, build_report, render_text
 from .runs import Run
 from .selftest import add_selftest_parser, run_selftest
@@ -261,6 +261,9 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
     baseline = baseline_of(args.baseline)
     options = options_from(args)
     source = start_source(pid, options, popen)
+    notice = job_notice(source.session.job) if source.session.job else None
+    if notice and args.headless:
+        print(f"aitop: {notice}", file=sys.stderr)
     if args.headless or run_ui is None:
         return run_headless(source, args.duration, args.json, args.export, args.fail_on,
                             baseline)

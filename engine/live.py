@@ -28,6 +28,7 @@ from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
+from aitop.probes.ranks import Job, find_job
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
@@ -158,6 +159,15 @@ def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
     return binary, f"stacks may be incomplete: {last}"
 
 
+def job_notice(job: Job) -> str | None:
+    """What to tell the user when the PID they gave is not the one watched."""
+    watched = job.training_pid()
+    if watched == job.given_pid:
+        return None
+    return (f"{job.describe()}: watching rank 0 (PID {watched}); give another rank's PID "
+            "to watch that rank")
+
+
 def attach(
     pid: int,
     options: AttachOptions = AttachOptions(),
@@ -168,6 +178,10 @@ def attach(
     """Check, build and start everything for one target. Raises AttachError."""
     knowledge = load_knowledge(options.rule_files)  # bad rule files fail before attaching
     ruleset, phase_config = knowledge.rules, knowledge.phases
+    job = find_job(pid)
+    pid = job.training_pid()  # a launcher has no training thread: rank 0 has
+    notice = job_notice(job)
+    warnings = [notice] if notice else []
     try:
         process = ProcessTreeProbe(pid, popen=popen)
     except TargetNotFound as exc:
@@ -177,6 +191,7 @@ def attach(
         ) from exc
     binary, warning = preflight_pyspy(pid)
     session = Session(pid)
+    session.job = job
     stacks = steps = None
     if binary is not None:
         cfg = options.collector
@@ -215,6 +230,6 @@ def attach(
         collector,
         evaluator,
         evaluate_every_s=options.evaluate_every_s,
-        warnings=[warning] if warning else [],
+        warnings=[*warnings, warning] if warning else warnings,
     )
     return source.start()

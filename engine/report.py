@@ -21,6 +21,7 @@ from typing import Any
 
 from aitop.knowledge.metrics import STEPS_WINDOW_S
 from aitop.knowledge.model import COLLECTING, UNKNOWN, Diagnosis, Evidence, Finding
+from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 from aitop.probes.steps import counter_increments
@@ -84,6 +85,22 @@ def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
         else f.source.document,
         "rule": f.expr,
         "fired_after_s": _num(f.fired_at - started_at, 2) if started_at else None,
+    }
+
+
+def job_json(job: Job | None) -> dict[str, Any] | None:
+    """The job around the target: launcher and ranks (None: not looked for)."""
+    if job is None:
+        return None
+    return {
+        "given_pid": job.given_pid,
+        "launcher_pid": job.launcher_pid,
+        "kind": job.kind,
+        "ranks": [
+            {"pid": r.pid, "rank": r.rank, "local_rank": r.local_rank,
+             "world_size": r.world_size, "group_rank": r.group_rank}
+            for r in job.ranks
+        ],
     }
 
 
@@ -224,6 +241,7 @@ def build_report(
             else None,
             "exit_status": session.target_exit_status,
         },
+        "job": job_json(session.job),
         "duration_s": _num(run.duration_s, 2),
         "attached_at": _num(attached_at, 3),
         "evaluated_at": _num(diagnosis.t, 3) if diagnosis else None,

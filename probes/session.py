@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .ranks import Job
 from .samples import (
     EnvironmentInfo,
     GpuSample,
@@ -189,6 +190,9 @@ class Session:
         #: When the target was first seen gone, and its exit status if known.
         self.target_exited_at: float | None = None
         self.target_exit_status: int | None = None
+        #: The multi-process job around the target (its launcher and ranks), when
+        #: it was looked for at attach.
+        self.job: Job | None = None
         self._rings: dict[type, Ring[Any]] = {
             ProcessTreeSample: self.processes,
             HostSample: self.host,
