@@ -135,12 +135,21 @@ def _worker_max_cpu(sample: ProcessTreeSample) -> float | None:
 BUSY_THREAD_PERCENT = 10.0
 
 
+#: Thread names (prefixes of the kernel's 15-character ``comm``) of helpers that
+#: are busy without being compute parallelism: gloo's and NCCL's communication
+#: threads in a DDP rank (gloo_tcp_loop took 18 % of a core in the ddp demo, and
+#: a rank read as "2 busy compute threads" for torch.set_num_threads(1)) and the
+#: DataLoader's pin-memory thread.
+HELPER_THREAD_PREFIXES = ("gloo", "pt_gloo", "pt_nccl", "NCCL", "nccl", "pt_data_pin")
+
+
 def _main_busy_threads(sample: ProcessTreeSample) -> float | None:
-    """How many of the main process's threads are busy (compute parallelism in use)."""
+    """How many of the main process's threads are busy computing (parallelism in use)."""
     main = sample.main
     if main is None or not main.threads or not sample.alive:
         return None
-    known = [t.cpu_percent for t in main.threads if t.cpu_percent is not None]
+    known = [t.cpu_percent for t in main.threads
+             if t.cpu_percent is not None and not t.name.startswith(HELPER_THREAD_PREFIXES)]
     if not known:
         return None
     return float(sum(1 for c in known if c >= BUSY_THREAD_PERCENT))
@@ -270,6 +279,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
     ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
     ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
+    ("local_ranks", "",
+     "ranks of the target's job on this machine (1 for a single-process job, or when the "
+     "job was not looked for, as in older recordings)"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
@@ -555,6 +567,8 @@ def _process_metrics(
     # evaluation sees the state at `now`, not whatever came last.
     trees = session.processes.window(now - window_s, now)
     tree = trees[-1] if trees else None
+    job = session.job
+    metrics["local_ranks"] = float(len(job.ranks)) if job is not None and job.ranks else 1.0
     if tree is not None:
         metrics["num_workers"] = float(len(tree.workers))
         metrics["pin_memory"] = _flag(tree.pin_memory_thread)

@@ -24,6 +24,8 @@ from aitop.knowledge.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Diagnosis
 from aitop.knowledge.rules import RuleEngine, RuleSet
+from aitop.probes.ranks import Job as RankJob
+from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
     GpuDevice,
     GpuProcess,
@@ -126,6 +128,10 @@ class Job:
     main_cpu: float = 100.0
     #: Threads of the main process that each keep >= 10 % of a core busy.
     busy_threads: int = 4
+    #: Names of the busy threads, first to last (the rest are "python").
+    busy_thread_names: tuple[str, ...] = ()
+    #: Ranks of the job on this machine (torchrun-style; 1: a single process).
+    local_ranks: int = 1
     #: Whether the pin-memory thread exists; None: thread names unreadable.
     pin_memory: bool | None = True
     #: False: no process-tree samples at all (the probe failed).
@@ -209,7 +215,8 @@ def gpu_sample(job: Job, i: int) -> GpuSample:
 def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     busy = job.main_cpu / max(job.busy_threads, 1)
     threads = tuple(
-        ThreadInfo(tid=PID + k, name="python", cpu_percent=busy if k < job.busy_threads else 0.0)
+        ThreadInfo(tid=PID + k, name=(job.busy_thread_names[k:k + 1] or ("python",))[0],
+                   cpu_percent=busy if k < job.busy_threads else 0.0)
         for k in range(12)
     )
     main = ProcessInfo(
@@ -297,6 +304,9 @@ def step_sample(job: Job, i: int) -> StepCounterSample:
 
 def extend(session: Session, job: Job, first: int, last: int) -> Session:
     """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
+    if job.local_ranks > 1:
+        session.job = RankJob(PID, PID - 1, "env", tuple(
+            RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
     for i in range(first, last + 1):
         if job.process_tree:
             session.add(process_tree_sample(job, i))

@@ -106,6 +106,33 @@ def test_threads_thrashing_on_a_shared_core_are_told_to_match_the_cores() -> Non
     assert d.hardware_well_used is False
 
 
+def test_a_ddp_ranks_communication_thread_is_not_a_compute_thread() -> None:
+    """A gloo rank with torch.set_num_threads(1): its second busy thread is gloo's."""
+    d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=63.0,
+                     host_cpu=99.0, workers=0, phases=mix(data_wait=0.0, other=0.02),
+                     busy_thread_names=("python", "gloo_tcp_loop"))
+    assert d.metrics["main_busy_threads_mean"] == 1.0
+    assert "cpu_threads_oversubscribed" not in [f.id for f in d.findings]
+
+
+def test_cpu_thread_advice_is_not_given_to_a_multi_rank_job() -> None:
+    """Two gloo ranks on two cores: the idle core is the other rank's, not free."""
+    knobs: dict[str, object] = dict(gpu=False, cpu_count=8, busy_threads=1, main_cpu=100.0,
+                                    host_cpu=12.5, workers=0, phases=mix(data_wait=0.02,
+                                                                          other=0.18))
+    alone = diagnose_job(RULESET, **knobs)
+    assert alone.top is not None and alone.top.id == "cpu_compute_underthreaded"
+    ranked = diagnose_job(RULESET, local_ranks=2, **knobs)
+    assert ranked.metrics["local_ranks"] == 2.0
+    assert "cpu_compute_underthreaded" not in [f.id for f in ranked.findings]
+    # Nor "other work holds the cores" when that work is the job's other rank.
+    held = dict(knobs, cpu_count=2, main_cpu=74.0, host_cpu=99.0)
+    alone = diagnose_job(RULESET, **held)
+    assert alone.top is not None and alone.top.id == "cpu_compute_contended"
+    ranked = diagnose_job(RULESET, local_ranks=2, **held)
+    assert "cpu_compute_contended" not in [f.id for f in ranked.findings]
+
+
 def test_a_small_data_wait_never_leads_over_dominant_compute() -> None:
     d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=190.0,
                      host_cpu=99.0, workers=2, phases=mix(data_wait=0.07, other=0.0))

@@ -131,7 +131,7 @@ def test_aitop_pointed_at_torchrun_watches_rank_0_and_lists_the_ranks() -> None:
     with started(torchrun(free_port())) as launcher:
         job = wait_for(lambda: find_job(launcher.pid), 2)
         result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
-                           "--duration", "8")
+                           "--duration", "12")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["target"]["pid"] == job.ranks[0].pid
@@ -142,3 +142,8 @@ def test_aitop_pointed_at_torchrun_watches_rank_0_and_lists_the_ranks() -> None:
     assert "watching rank 0" in result.stderr
     # Rank 0 trains: its stacks show the training thread's phases.
     assert report["phases"] is not None
+    # Its other core is rank 1's and gloo's thread is not compute: no thread advice.
+    assert report["metrics"]["local_ranks"] == 2
+    ids = {f["id"] for f in report["findings"]}
+    assert not ids & {"cpu_compute_underthreaded", "cpu_threads_oversubscribed",
+                      "cpu_compute_contended"}, ids
