@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 from aitop.knowledge.model import Diagnosis
+from aitop.probes.ranks import Job
 from aitop.probes.samples import (
     EnvironmentInfo,
     GpuSample,
@@ -86,6 +87,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     target_exit_status: int | None
     samples: Samples
     diagnoses: list[Diagnosis]
+    #: The multi-process job around the target (absent in older files).
+    job: Job | None = None
 
 
 class _Header(msgspec.Struct):
@@ -112,6 +115,7 @@ def snapshot_of(source: DataSource, *, written_at: float | None = None) -> Snaps
         target_exit_status=s.target_exit_status,
         samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
         diagnoses=list(source.history()),
+        job=s.job,
     )
 
 
@@ -438,6 +442,7 @@ def session_from(snap: Snapshot) -> Session:
     session.started_at = snap.started_at if snap.started_at is not None else session.started_at
     session.target_exited_at = snap.target_exited_at
     session.target_exit_status = snap.target_exit_status
+    session.job = snap.job
     return session
 
 

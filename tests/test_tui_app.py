@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from aitop.engine.source import ReplaySource
+from aitop.probes.ranks import Job as RankJob
+from aitop.probes.ranks import RankProcess
 from aitop.probes.session import Session
 from aitop.tui.app import REFRESH_STEPS, AitopApp
 from aitop.tui.screens.finding import FindingScreen
@@ -374,6 +376,17 @@ async def test_header_shows_uptime_probe_status_and_refresh() -> None:
         assert "refresh 1s" in text
         assert "--token '***'" in text  # redacted upstream, shown as is
         assert T0 < NOW
+
+
+async def test_header_says_which_rank_of_a_multi_rank_job_is_watched() -> None:
+    source = live_source()
+    pid = source.session.target_pid
+    source.session.job = RankJob(pid - 1, pid - 1, "env", (
+        RankProcess(pid, 0, 0, 2), RankProcess(pid + 1, 1, 1, 2)))
+    app = make_app(source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        assert f"PID {pid} rank 0 of 2 " in screen_text(app)
 
 
 async def test_an_empty_session_draws_and_every_key_is_safe() -> None:

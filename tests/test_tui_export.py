@@ -11,6 +11,8 @@ import msgspec
 import pytest
 from aitop.engine.snapshot import SCHEMA, SnapshotError, load_snapshot, write_snapshot
 from aitop.engine.source import ReplaySource
+from aitop.probes.ranks import Job as RankJob
+from aitop.probes.ranks import RankProcess
 from aitop.tui.app import EXIT_UNSAVED
 from aitop.tui.screens.export_path import ExportPathScreen
 from fixtures.tui_pilot import make_app, settle, wait_exports, wait_for
@@ -54,6 +56,21 @@ def test_exit_info_survives_the_round_trip(tmp_path: Path) -> None:
     replay = load_snapshot(write_snapshot(tmp_path / "x.json", source)[0])
     assert replay.session.target_exited_at == NOW
     assert replay.session.target_exit_status == 1
+
+
+def test_the_job_and_its_ranks_survive_the_round_trip(tmp_path: Path) -> None:
+    source = live_source()
+    pid = source.session.target_pid
+    source.session.job = RankJob(pid, 77, "env", (
+        RankProcess(pid, 0, 0, 2, 0, "run-1"), RankProcess(pid + 1, 1, 1, 2, 0, "run-1")))
+    path = write_snapshot(tmp_path / "ranks.json", source)[0]
+    assert json.loads(path.read_text())["job"]["launcher_pid"] == 77
+    assert load_snapshot(path).session.job == source.session.job
+    # Older files have no job: they replay as before.
+    data = json.loads(path.read_text())
+    del data["job"]
+    path.write_text(json.dumps(data))
+    assert load_snapshot(path).session.job is None
 
 
 def test_markdown_report_says_what_to_paste_into_an_issue(tmp_path: Path) -> None:

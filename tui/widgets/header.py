@@ -27,6 +27,16 @@ def command(view: View) -> str:
     return shlex.join(main.cmdline) if main is not None and main.cmdline else ""
 
 
+def rank_label(view: View) -> str:
+    """"rank 0 of 2 " when the watched process is one rank of a multi-rank job."""
+    job = view.session.job
+    if job is None or not job.multi_rank:
+        return ""
+    me = next((r for r in job.ranks if r.pid == view.session.target_pid), None)
+    number = "?" if me is None or me.rank is None else str(me.rank)
+    return f"rank {number} of {len(job.ranks)} "
+
+
 class StatusHeader(Widget):
     """What is being watched, and how."""
 
@@ -50,6 +60,7 @@ class StatusHeader(Widget):
         right = self._mode(view)
         left = Text(" aitop ", style="bold reverse")
         left.append(f" PID {view.session.target_pid} ", style="bold")
+        left.append(rank_label(view))
         left.append(command(view))
         room = width - right.cell_len - 1
         left.truncate(max(0, room), overflow="ellipsis")
