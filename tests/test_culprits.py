@@ -70,12 +70,25 @@ def test_loading_in_the_training_thread_suggests_workers_on_free_cores() -> None
     d = diagnose_job(RULESET, workers=0, data_source="own code", gpu=False, cpu_count=2,
                      busy_threads=1, main_cpu=100.0, host_cpu=50.0, phases=mix(data_wait=0.6))
     assert d.top is not None and d.top.id == "loading_in_training_process"
-    assert d.top.actions[0].startswith("Load in 1 worker process(es)")
+    # 1 free core plus the 60 % of the training thread that loading took: 1.6
+    # cores, two workers' worth.
+    assert d.top.actions[0].startswith("Load in 2 worker process(es)")
     assert "own code" in d.top.why
-    # 1 free core plus the 60 % of the training thread that loading took: the
-    # loaders get 1.6 / 0.6 = 2.7x the capacity; the ceiling 1 / 0.4 = 2.5 binds.
+    # The loaders get 1.6 / 0.6 = 2.7x the capacity; the ceiling 1 / 0.4 = 2.5 binds.
     assert d.top.gain.method == "predicted"
     assert d.top.gain.high == pytest.approx(2.5)
+
+
+def test_loading_moved_to_workers_gets_at_most_a_core_per_worker() -> None:
+    """An unseen plain loop (num_workers=0, one torch thread, 96 % loading, 0.9 core
+    free on 2 cores) measured x1.05 with one worker and x1.76 with two."""
+    d = diagnose_job(RULESET, workers=0, gpu=False, cpu_count=2, busy_threads=1,
+                     main_cpu=100.0, host_cpu=55.0, phases=mix(data_wait=0.96))
+    assert d.top is not None and d.top.id == "loading_in_training_process"
+    assert d.metrics["suggested_workers"] == 2.0
+    assert d.top.gain.low is not None and d.top.gain.high is not None
+    assert d.top.gain.low <= 1.76 <= d.top.gain.high
+    assert d.top.gain.high / d.top.gain.low <= 1.5
 
 
 def test_framework_words_for_hf_trainer_and_lightning() -> None:
