@@ -88,6 +88,21 @@ def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
     }
 
 
+def gain_label(finding: dict[str, Any]) -> str:
+    """The finding's gain in a few words, saying which kind of figure it is."""
+    speedup = finding.get("est_speedup")
+    if not speedup:
+        return "gain: n/a"
+    low, high = finding.get("est_speedup_range") or (None, None)
+    method = finding.get("gain_method")
+    if method == "predicted" and low and high:
+        return (f"predicted {low:.2f}x" if abs(high - low) < 0.005
+                else f"predicted {low:.2f}-{high:.2f}x")
+    if method == "amdahl":
+        return f"at most {speedup:.2f}x"
+    return f"documents: {speedup:.2f}x" if method == "document" else f"{speedup:.2f}x"
+
+
 def job_json(job: Job | None) -> dict[str, Any] | None:
     """The job around the target: launcher and ranks (None: not looked for)."""
     if job is None:
@@ -339,8 +354,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none"
     )
     for i, f in enumerate(findings, 1):
-        gain = f"est. up to {f['est_speedup']:.2f}x" if f["est_speedup"] else "gain: n/a"
-        lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain})")
+        lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain_label(f)})")
         lines.append(f"   why: {f['why']}")
         for action in f["actions"]:
             lines.append(f"   -> {action}")

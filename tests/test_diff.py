@@ -250,3 +250,4 @@ def test_gate_flags_out_of_place_are_usage_errors() -> None:
         result = run_aitop("--pid", "1", *args, timeout=30)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1 and words in result.stderr
+
