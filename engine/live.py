@@ -26,7 +26,7 @@ from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
-from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound
+from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.ranks import Job, find_job
 from aitop.probes.session import Session
@@ -182,15 +182,20 @@ def attach(
     pid = job.training_pid()  # a launcher has no training thread: rank 0 has
     notice = job_notice(job)
     warnings = [notice] if notice else []
+    session = Session(pid)
+
+    def names_workers() -> bool:
+        env = session.environment
+        return env is not None and torch_names_workers(env.torch_version)
+
     try:
-        process = ProcessTreeProbe(pid, popen=popen)
+        process = ProcessTreeProbe(pid, popen=popen, names_workers=names_workers)
     except TargetNotFound as exc:
         raise AttachError(
             f"no process with PID {pid}: find your training job's PID with "
             "`pgrep -af python` (or start one with `aitop demo`)"
         ) from exc
     binary, warning = preflight_pyspy(pid)
-    session = Session(pid)
     session.job = job
     stacks = steps = None
     if binary is not None:

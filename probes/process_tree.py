@@ -22,6 +22,7 @@ exist at all.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -220,7 +221,19 @@ def is_spawn_child(cmdline: Sequence[str]) -> bool:
     return "--multiprocessing-fork" in cmdline or any("multiprocessing.spawn" in a for a in cmdline)
 
 
-def classify_roles(target_pid: int, nodes: Mapping[int, Node]) -> dict[int, str]:
+def torch_names_workers(torch_version: str | None) -> bool:
+    """Whether this torch names its DataLoader workers ``pt_data_worker`` (>= 2.1).
+
+    Then an unnamed child is never a DataLoader worker, however it looks: a
+    hand-written ``multiprocessing.Process`` producer (same cmdline, forked, no
+    children) was read as "1 DataLoader worker" and told to raise num_workers.
+    """
+    match = re.match(r"(\d+)\.(\d+)", torch_version or "")
+    return match is not None and (int(match[1]), int(match[2])) >= (2, 1)
+
+
+def classify_roles(target_pid: int, nodes: Mapping[int, Node],
+                   structural: bool = True) -> dict[int, str]:
     """Role of every process: ``main``, ``worker`` (DataLoader worker) or ``child``.
 
     The ``pt_data_worker`` name that torch (>= 2.1) gives workers is decisive.
@@ -229,7 +242,8 @@ def classify_roles(target_pid: int, nodes: Mapping[int, Node]) -> dict[int, str]
     child with the target's exact cmdline, provided it has no children of its own
     (a DDP rank from ``mp.spawn`` also looks like a spawn child, but it usually
     parents its own workers). The forkserver itself and the resource tracker are
-    ``child``.
+    ``child``. ``structural=False`` (a torch known to name its workers) turns the
+    hints off.
     """
     roles: dict[int, str] = {}
     named = any(n.name == WORKER_NAME for p, n in nodes.items() if p != target_pid)
@@ -239,7 +253,7 @@ def classify_roles(target_pid: int, nodes: Mapping[int, Node]) -> dict[int, str]
             roles[pid] = "main"
         elif node.name == WORKER_NAME:
             roles[pid] = "worker"
-        elif named or pid in parents or _is_forkserver_node(node, nodes):
+        elif not structural or named or pid in parents or _is_forkserver_node(node, nodes):
             roles[pid] = "child"
         else:
             roles[pid] = "worker" if _looks_like_worker(node, target_pid, nodes) else "child"
@@ -353,6 +367,7 @@ class ProcessTreeProbe:
         *,
         popen: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
         exit_status: Callable[[], int | None] | None = None,
+        names_workers: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(target_pid, int) or target_pid <= 0:
             raise TargetNotFound(target_pid)
@@ -367,6 +382,8 @@ class ProcessTreeProbe:
         self.target_pid = target_pid
         self._popen = popen
         self._exit_cb = exit_status
+        #: True once the target's torch is known to name its workers.
+        self._names_workers = names_workers
         self._tracked: dict[int, _Tracked] = {}
         if handle is not None:
             self._tracked[target_pid] = _Tracked(handle)
@@ -415,7 +432,8 @@ class ProcessTreeProbe:
             nodes[pid] = Node(pid, parent, info.name, info.cmdline)
         self._forget(live)
         self._pids = tuple(p.pid for p in infos)
-        roles = classify_roles(self.target_pid, nodes)
+        named = self._names_workers is not None and self._names_workers()
+        roles = classify_roles(self.target_pid, nodes, structural=not named)
         processes = tuple(
             replace(
                 p,

@@ -18,8 +18,11 @@ import pytest
 from aitop.probes.process_tree import (
     PIN_THREAD_NAME,
     WORKER_NAME,
+    Node,
     ProcessTreeProbe,
     TargetNotFound,
+    classify_roles,
+    torch_names_workers,
 )
 from aitop.probes.samples import ProcessTreeSample
 from workloads.probe_children import (
@@ -322,3 +325,25 @@ def test_access_denied_blanks_fields_not_the_probe() -> None:
         assert s.main.threads and s.pin_memory_thread is False
     finally:
         stop(proc)
+
+
+def test_a_forked_producer_is_no_worker_once_torch_names_its_workers() -> None:
+    """A multiprocessing.Process producer looks like an old torch's fork worker
+    (same cmdline, forked, no children); a torch that names its workers says it
+    is not one."""
+    nodes = {
+        1: Node(1, None, "python", ("python", "train.py")),
+        2: Node(2, 1, "python", ("python", "train.py")),
+    }
+    assert classify_roles(1, nodes)[2] == "worker"  # torch < 2.1: the hint applies
+    assert classify_roles(1, nodes, structural=False)[2] == "child"
+    named = {**nodes, 3: Node(3, 1, WORKER_NAME, ("python", "train.py"))}
+    assert classify_roles(1, named, structural=False)[3] == "worker"
+
+
+@pytest.mark.parametrize(("version", "names"), [
+    ("2.13.0+cpu", True), ("2.1.0", True), ("2.0.1+cu118", False), ("1.13.1", False),
+    (None, False), ("", False),
+])
+def test_torch_names_its_workers_from_2_1(version: str | None, names: bool) -> None:
+    assert torch_names_workers(version) is names
