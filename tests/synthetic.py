@@ -31,6 +31,7 @@ from aitop.probes.samples import (
     GpuProcess,
     GpuSample,
     HostSample,
+    HotFrame,
     MountInfo,
     ProcessInfo,
     ProcessTreeSample,
@@ -132,6 +133,8 @@ class Job:
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
     local_ranks: int = 1
+    #: The hottest frame of the 'other' phase: (function, location, loop line).
+    other_frame: tuple[str, str, str] | None = None
     #: Whether the pin-memory thread exists; None: thread names unreadable.
     pin_memory: bool | None = True
     #: False: no process-tree samples at all (the probe failed).
@@ -267,6 +270,10 @@ def stack_window(job: Job, i: int) -> StackWindow:
         phase_counts=_phase_counts(job),
         techniques_seen=job.techniques,
         loop_frame="train (train.py)",
+        hot_frames=() if job.other_frame is None else (HotFrame(
+            "other", *job.other_frame[:2],
+            count=round(job.phases.get("other", 0.0) * job.samples_per_window),
+            caller=job.other_frame[2]),),
         data_source=job.data_source,
         other_threads=() if job.producer_busy is None else (
             ThreadActivity(

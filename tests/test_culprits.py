@@ -146,6 +146,18 @@ def test_cpu_thread_advice_is_not_given_to_a_multi_rank_job() -> None:
     assert "cpu_compute_contended" not in [f.id for f in ranked.findings]
 
 
+def test_time_outside_the_phases_names_where_it_goes() -> None:
+    """An unseen job spent 66 % of its loop in a synchronous metrics call."""
+    d = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66),
+                     other_frame=("log_metrics", "logslow.py:9", "logslow.py:17"))
+    finding = next(f for f in d.findings if f.id == "python_overhead")
+    assert finding.title.startswith(
+        "66% of the loop is spent in log_metrics (logslow.py:9), called from logslow.py:17")
+    unnamed = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66))
+    finding = next(f for f in unnamed.findings if f.id == "python_overhead")
+    assert "spent in code outside the recognised phases" in finding.title
+
+
 def test_a_small_data_wait_never_leads_over_dominant_compute() -> None:
     d = diagnose_job(RULESET, gpu=False, cpu_count=2, busy_threads=2, main_cpu=190.0,
                      host_cpu=99.0, workers=2, phases=mix(data_wait=0.07, other=0.0))
