@@ -130,6 +130,19 @@ RULE_CASES: dict[str, Cases] = {
             k(workers=2, data_source="dataloader", phases=mix(data_wait=0.6)),
         ),
     ),
+    # The producer is the main process's second thread: its CPU is its busyness.
+    "producer_waits_on_input": Cases(
+        fires=(k(workers=0, data_source="thread queue", producer_busy=0.05, busy_threads=1,
+                 phases=mix(data_wait=0.6)),),
+        misses=(
+            k(workers=0, data_source="thread queue", producer_busy=0.95, busy_threads=2,
+              main_cpu=190.0, phases=mix(data_wait=0.6)),
+            k(workers=0, data_source="thread queue", producer_busy=0.05, busy_threads=1,
+              phases=mix(data_wait=0.05)),
+            k(workers=2, data_source="dataloader", producer_busy=0.05,
+              phases=mix(data_wait=0.6)),
+        ),
+    ),
     "gil_contention": Cases(
         # The training thread and a busy other Python thread, 60 % of a core each.
         fires=(k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, **CPU_ONLY),),
