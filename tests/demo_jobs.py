@@ -123,8 +123,8 @@ _WATCHED: dict[tuple[str, tuple[str, ...]], Watched] = {}
 
 
 #: Seconds each watched run is attached: aitop's lead finding is confirmed after
-#: 6-10 s on these jobs (its rules' for: durations), so 16 s leaves room.
-WATCH_S = 16.0
+#: 6-10 s on these jobs (its rules' for: durations), so 15 s leaves room.
+WATCH_S = 15.0
 
 
 def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),

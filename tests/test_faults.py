@@ -107,7 +107,7 @@ def test_a_failing_py_spy_backs_off_says_why_and_recovers(tmp_path: Path) -> Non
     env = {**os.environ, "AITOP_PY_SPY": str(stub)}
     try:
         aitop = subprocess.Popen(
-            [*AITOP, "--pid", str(target.pid), "--headless", "--json", "--duration", "16"],
+            [*AITOP, "--pid", str(target.pid), "--headless", "--json", "--duration", "13"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         # Failing launches at about 0, 1, 3 s; the one at 7 s finds py-spy working.
