@@ -164,7 +164,10 @@ def job_notice(job: Job) -> str | None:
     watched = job.training_pid()
     if watched == job.given_pid:
         return None
-    return (f"{job.describe()}: watching rank 0 (PID {watched}); give another rank's PID "
+    first = job.ranks[0]
+    which = (f"rank {first.rank}" if first.rank is not None
+             else "the first-started rank")  # mp.spawn ranks carry no numbers
+    return (f"{job.describe()}: watching {which} (PID {watched}); give another rank's PID "
             "to watch that rank")
 
 

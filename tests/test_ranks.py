@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from aitop.engine.live import job_notice
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from demo_jobs import run_aitop
 
@@ -101,6 +102,8 @@ def test_mp_spawn_job_is_found_from_its_parent() -> None:
         assert job.kind == "spawn" and job.launcher_pid == parent.pid
         assert all(r.rank is None for r in job.ranks), "mp.spawn ranks carry no variables"
         assert job.training_pid() == job.ranks[0].pid
+        notice = job_notice(job)
+        assert notice is not None and "watching the first-started rank" in notice
 
 
 def test_a_parent_whose_children_lack_local_rank_0_is_rank_0(tmp_path: Path) -> None:
