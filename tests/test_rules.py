@@ -143,6 +143,19 @@ RULE_CASES: dict[str, Cases] = {
               phases=mix(data_wait=0.6)),
         ),
     ),
+    # Rank 0 of two on two cores: its thread computes for 48 % of a core.
+    "ranks_wait_for_each_other": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),),
+        misses=(
+            k(local_ranks=1, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=95.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              host_cpu=99.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+        ),
+    ),
     "gil_contention": Cases(
         # The training thread and a busy other Python thread, 60 % of a core each.
         fires=(k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, **CPU_ONLY),),
