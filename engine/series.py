@@ -17,10 +17,10 @@ from typing import TypeVar
 from aitop.probes.samples import (
     GpuDevice,
     GpuSample,
-    HotFrame,
     ProcessTreeSample,
     StackWindow,
     StorageSample,
+    hot_frame_counts,
 )
 from aitop.probes.session import Ring, sample_time
 
@@ -141,23 +141,12 @@ class FrameTotal:
 def hot_frames(windows: Sequence[StackWindow]) -> dict[str, list[FrameTotal]]:
     """Hottest frames per phase, summed over stack windows, hottest first."""
     total = sum(w.total_samples for w in windows if w.error is None)
-    sums: dict[tuple[str, str, str, str], int] = defaultdict(int)
-    for w in windows:
-        if w.error is not None:
-            continue
-        for f in w.hot_frames:
-            sums[(f.phase, f.function, f.location, _caller(f))] += f.count
     out: dict[str, list[FrameTotal]] = defaultdict(list)
-    for (phase, function, location, caller), n in sorted(sums.items(), key=lambda kv: -kv[1]):
+    for (phase, function, location, caller), n in hot_frame_counts(windows):
         out[phase].append(
             FrameTotal(phase, function, location, caller, n, n / total if total else 0.0)
         )
     return dict(out)
-
-
-def _caller(frame: HotFrame) -> str:
-    # ``caller`` arrived after the first recordings; older files lack it.
-    return str(getattr(frame, "caller", "") or "")
 
 
 #: File name endings of model checkpoints (PyTorch, safetensors, Keras, NumPy, pickles).

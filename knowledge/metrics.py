@@ -12,10 +12,10 @@ number per window. A metric that cannot be known (no GPU, no step counter) is
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from aitop.probes.process_tree import PIN_THREAD_NAME
 from aitop.probes.samples import (
     GpuDevice,
     GpuSample,
@@ -24,6 +24,7 @@ from aitop.probes.samples import (
     StackWindow,
     StorageSample,
     ThreadActivity,
+    hot_frame_counts,
 )
 from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
@@ -141,7 +142,7 @@ BUSY_THREAD_PERCENT = 10.0
 #: threads in a DDP rank (gloo_tcp_loop took 18 % of a core in the ddp demo, and
 #: a rank read as "2 busy compute threads" for torch.set_num_threads(1)) and the
 #: DataLoader's pin-memory thread.
-HELPER_THREAD_PREFIXES = ("gloo", "pt_gloo", "pt_nccl", "NCCL", "nccl", "pt_data_pin")
+HELPER_THREAD_PREFIXES = ("gloo", "pt_gloo", "pt_nccl", "NCCL", "nccl", PIN_THREAD_NAME)
 
 
 def _main_busy_threads(sample: ProcessTreeSample) -> float | None:
@@ -510,14 +511,10 @@ def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:
     An unseen job that logged through a 30 ms call every step read "66 % of the
     loop is spent outside ..."; naming ``log_metrics (train.py:9)`` says what to fix.
     """
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for window in windows:
-        for hot in window.hot_frames:
-            if hot.phase == "other":
-                counts[(hot.function, hot.location, hot.caller)] += hot.count
-    if not counts:
+    other = [key for key, _n in hot_frame_counts(windows) if key[0] == "other"]
+    if not other:
         return "code outside the recognised phases"
-    (function, location, caller), _n = counts.most_common(1)[0]
+    _phase, function, location, caller = other[0]
     # The job's own files are absolute paths: the file name is enough in a title.
     location, caller = location.rsplit("/", 1)[-1], caller.rsplit("/", 1)[-1]
     called = f", called from {caller}" if caller and caller != location else ""

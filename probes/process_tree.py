@@ -81,6 +81,12 @@ def list_tids(pid: int, proc_root: str = PROC) -> list[int] | None:
         return None
 
 
+def read_cmdline(pid: int, proc_root: str = PROC) -> tuple[str, ...]:
+    """A process's arguments from ``/proc/PID/cmdline`` (empty if unreadable)."""
+    raw = read_text(f"{proc_root}/{pid}/cmdline") or ""
+    return tuple(a for a in raw.split("\0") if a)
+
+
 def parse_stat(text: str) -> tuple[str, list[str]] | None:
     """Split a ``/proc/.../stat`` line into ``(comm, fields after comm)``.
 
@@ -299,9 +305,7 @@ def count_workers(target_pid: int, proc_root: str = PROC) -> int | None:
             if pid == target_pid:
                 return None
             continue
-        raw = read_text(f"{proc_root}/{pid}/cmdline") or ""
-        cmd = tuple(a for a in raw.split("\0") if a) if raw else ()
-        nodes[pid] = Node(pid, parent, parsed[0], cmd)
+        nodes[pid] = Node(pid, parent, parsed[0], read_cmdline(pid, proc_root))
         if parsed[1][:1] == ["Z"]:
             zombies.add(pid)
     roles = classify_roles(target_pid, nodes)

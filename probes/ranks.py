@@ -15,9 +15,9 @@ waits for another. This module finds the job from any of them, reading only
   start (invisible in ``environ``) and spawns ranks 1..N-1, which carry
   ``LOCAL_RANK``. A parent whose rank-carrying children lack local rank 0 is
   therefore rank 0 itself.
-* ``mp.spawn`` ranks carry no rank variables: the children of one parent that
-  are spawn children with children-or-threads of their own are its ranks, in
-  start order (their rank numbers are then unknown, and said to be).
+* ``mp.spawn`` ranks carry no rank variables: the spawn children of one parent
+  (less its resource tracker and any DataLoader workers, which torch names) are
+  its ranks, in start order (their rank numbers are then unknown, and said to be).
 
 Never raises once given a PID; a process that cannot be read is skipped.
 """
@@ -28,7 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .environment import parse_environ
-from .process_tree import PROC, WORKER_NAME, direct_children, is_spawn_child, read_text
+from .process_tree import (
+    PROC,
+    WORKER_NAME,
+    direct_children,
+    is_spawn_child,
+    parse_stat,
+    read_cmdline,
+    read_text,
+)
 
 #: Environment variables that describe a rank, as the launchers set them.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
@@ -84,9 +92,7 @@ class Job:
 
 
 def _number(rank: RankProcess | None) -> str:
-    if rank is None:
-        return "?"
-    return "?" if rank.rank is None else str(rank.rank)
+    return "?" if rank is None or rank.rank is None else str(rank.rank)
 
 
 def _int(value: str | None) -> int | None:
@@ -121,16 +127,11 @@ def rank_from_env(pid: int, env: dict[str, str]) -> RankProcess | None:
 
 
 def parent_of(pid: int, proc_root: str = PROC) -> int | None:
+    """The parent PID (the field after the state in ``/proc/PID/stat``)."""
     text = read_text(f"{proc_root}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
+    parsed = parse_stat(text) if text else None
+    fields = parsed[1] if parsed else []
     return _int(fields[1]) if len(fields) > 1 else None
-
-
-def _cmdline(pid: int, proc_root: str) -> tuple[str, ...]:
-    text = read_text(f"{proc_root}/{pid}/cmdline")
-    return tuple(a for a in (text or "").split("\0") if a)
 
 
 def _env_ranks(parent: int, proc_root: str,
@@ -155,11 +156,13 @@ def _ordered(ranks: Sequence[RankProcess]) -> tuple[RankProcess, ...]:
 
 def _spawn_ranks(parent: int, proc_root: str) -> list[RankProcess]:
     """mp.spawn's ranks: spawn children of ``parent``, numbered in start (PID) order."""
-    kids = [k for k in sorted(direct_children(parent, proc_root=proc_root) or ())
-            if is_spawn_child(_cmdline(k, proc_root))
-            and "resource_tracker" not in " ".join(_cmdline(k, proc_root))
-            # A DataLoader's spawn-started workers are not ranks (torch names them).
-            and (read_text(f"{proc_root}/{k}/comm") or "").strip() != WORKER_NAME]
+    kids = []
+    for kid in sorted(direct_children(parent, proc_root=proc_root) or ()):
+        cmdline = read_cmdline(kid, proc_root)
+        if (is_spawn_child(cmdline) and "resource_tracker" not in " ".join(cmdline)
+                # A DataLoader's spawn-started workers are not ranks (torch names them).
+                and (read_text(f"{proc_root}/{kid}/comm") or "").strip() != WORKER_NAME):
+            kids.append(kid)
     return [RankProcess(pid=k, rank=None, local_rank=None, world_size=None) for k in kids]
 
 

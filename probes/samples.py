@@ -11,6 +11,8 @@ recording can be lined up with the training job's own logs.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # ---------------------------------------------------------------- processes
@@ -215,6 +217,23 @@ class StackWindow:
     data_source: str | None = None
     #: The target's other threads, busiest first (at most a few).
     other_threads: tuple[ThreadActivity, ...] = ()
+
+
+#: A hot frame's identity across windows: (phase, function, location, caller).
+FrameKey = tuple[str, str, str, str]
+
+
+def hot_frame_counts(windows: Iterable[StackWindow]) -> list[tuple[FrameKey, int]]:
+    """Hot frames summed over stack windows (failed ones skipped), hottest first."""
+    sums: Counter[FrameKey] = Counter()
+    for w in windows:
+        if w.error is not None:
+            continue
+        for f in w.hot_frames:
+            # ``caller`` arrived after the first recordings; older files lack it.
+            caller = str(getattr(f, "caller", "") or "")
+            sums[(f.phase, f.function, f.location, caller)] += f.count
+    return sums.most_common()
 
 
 @dataclass(frozen=True, slots=True)
