@@ -5,10 +5,12 @@ Run it the ways people run such jobs:
     torchrun --nproc_per_node=2 -m aitop.demo.ddp --duration 60
     python -m aitop.demo.ddp --spawn 2 --duration 60      # torch.multiprocessing.spawn
 
-Each rank trains the same small model on its own synthetic batches; DDP's
-reducer all-reduces the gradients inside ``backward()``. ``--slow-rank R
---slow-ms MS`` makes rank R spend MS of CPU per step preparing its batch (a
-straggler the others wait for). SIGTERM/SIGINT end every rank with 130.
+Each rank trains the same small model on batches from its own DataLoader;
+DDP's reducer all-reduces the gradients inside ``backward()``. ``--slow-rank R
+--slow-ms MS`` makes rank R's samples cost MS of CPU per batch to make (a
+straggler slowed by its own data loading, which the others wait for).
+``--truth DIR`` writes each rank's own timers (data wait, compute, and the
+time it waited for the other ranks). SIGTERM/SIGINT end every rank with 130.
 """
 
 from __future__ import annotations
@@ -17,15 +19,80 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
+
+from aitop.demo.truth import Truth
+
+#: Samples per batch.
+BATCH = 64
+#: Width of the hidden layer: ~10 ms of forward/backward per step on one core.
+HIDDEN = 4096
 
 
 def _spin(ms: float) -> None:
-    """Burn ``ms`` of CPU: a batch that is expensive to prepare."""
+    """Burn ``ms`` of CPU: a sample that is expensive to prepare."""
     end = time.thread_time() + ms / 1000.0
     while time.thread_time() < end:
         pass
+
+
+def _runqueue_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (schedstat)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class StepClock:
+    """The rank's own timers: data wait, and compute split into work and waiting.
+
+    ``comm`` is the time inside forward/backward/optimizer that the training
+    thread spent neither computing nor queued for a CPU: blocked in the gradient
+    all-reduce, i.e. waiting for the other ranks (gloo does the exchange on its
+    own threads). ``compute`` is the rest of those phases.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.truth = Truth(path, phases=("data_wait", "compute", "comm"))
+        self._wall = self._cpu = self._queued = 0.0
+
+    def start(self) -> None:
+        self._wall, self._cpu, self._queued = time.perf_counter(), time.thread_time(), _runqueue_s()
+
+    def data(self) -> None:
+        self.truth.add("data_wait", time.perf_counter() - self._wall)
+
+    def compute(self) -> None:
+        wall = time.perf_counter() - self._wall
+        busy = (time.thread_time() - self._cpu) + (_runqueue_s() - self._queued)
+        comm = max(0.0, wall - busy)
+        self.truth.add("comm", comm)
+        self.truth.add("compute", wall - comm)
+        self.truth.steps += 1
+        self.truth.maybe_write()
+
+
+class Samples:
+    """Synthetic samples; on the slow rank each costs ``slow_ms / batch`` of CPU to make."""
+
+    def __init__(self, cost_ms: float, length: int = 1 << 20) -> None:
+        self.cost_ms = cost_ms
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        import torch
+
+        if self.cost_ms:
+            _spin(self.cost_ms)
+        return torch.randn(256), index % 10
 
 
 def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
@@ -37,20 +104,32 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
     model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+        torch.nn.Linear(256, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
+    cost = args.slow_ms / BATCH if rank == args.slow_rank else 0.0
+    loader = torch.utils.data.DataLoader(Samples(cost), batch_size=BATCH,
+                                         num_workers=args.workers)
+    if args.truth:
+        args.truth.mkdir(parents=True, exist_ok=True)
+    clock = StepClock(args.truth / f"rank{rank}.jsonl" if args.truth else None)
     deadline = time.time() + args.duration
     step = 0
     while time.time() < deadline:
-        if rank == args.slow_rank:
-            _spin(args.slow_ms)
-        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        step += 1
+        clock.start()
+        for x, y in loader:
+            clock.data()
+            clock.start()
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            clock.compute()
+            step += 1
+            if time.time() >= deadline:
+                break
+            clock.start()
+    clock.truth.maybe_write(force=True)
     dist.destroy_process_group()
 
 
@@ -78,7 +157,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="start N ranks with torch.multiprocessing.spawn")
     parser.add_argument("--port", type=int, default=29533, help="MASTER_PORT for --spawn")
     parser.add_argument("--slow-rank", type=int, default=-1, metavar="R")
-    parser.add_argument("--slow-ms", type=float, default=0.0, metavar="MS")
+    parser.add_argument("--slow-ms", type=float, default=0.0, metavar="MS",
+                        help="CPU per batch that rank R spends making its samples")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    parser.add_argument("--truth", type=Path, metavar="DIR",
+                        help="write each rank's own timers to DIR/rankN.jsonl")
     return parser.parse_args(argv)
 
 

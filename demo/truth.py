@@ -17,9 +17,9 @@ PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "che
 class Truth:
     """Cumulative phase timers, appended as JSON lines for tests to read."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, phases: tuple[str, ...] = PHASES) -> None:
         self.path = path
-        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.totals = dict.fromkeys(phases, 0.0)
         self.steps = 0
         self.started = time.time()
         self._last_write = 0.0

@@ -30,6 +30,7 @@ from aitop.knowledge.model import SEVERITIES, Diagnosis
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
+from .job import job_verdict_json, judge, rank_rows, ranks_json
 from .live import AttachError, AttachOptions, LiveSource, attach, job_notice, self_rss_bytes
 from .report import RunFacts, build_report, render_text
 from .runs import Run
@@ -217,14 +218,18 @@ def run_headless(
     source.close()  # py-spy flushes its last, partial window on the way out
     # One last look with that window; once the target has exited, the evaluator
     # answers with its last verdict made on live samples instead.
-    diagnosis: Diagnosis | None = source.evaluator.evaluate(time.time())
+    now = time.time()
+    diagnosis: Diagnosis | None = source.evaluator.evaluate(now)
     history = source.history()
+    judgement = judge(source, now, diagnosis)
     report = build_report(
         source.session,
         diagnosis,
         history,
         RunFacts(elapsed, cpu, self_rss_bytes(), source.warnings, interrupted),
         attached_at,
+        ranks=ranks_json(rank_rows(source, now, diagnosis, judgement)),
+        job_verdict=job_verdict_json(judgement),
     )
     print(json.dumps(report, indent=2) if as_json else render_text(report))
     if export is not None:
@@ -332,8 +337,11 @@ def run_replay(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         diagnosis = history[-1] if history else None
         started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
         latest = source.session.latest_time() or started
+        judgement = judge(source, latest, diagnosis)
         report = build_report(source.session, diagnosis, history,
-                              RunFacts(latest - started, None, None), started)
+                              RunFacts(latest - started, None, None), started,
+                              ranks=ranks_json(rank_rows(source, latest, diagnosis, judgement)),
+                              job_verdict=job_verdict_json(judgement))
         print(json.dumps(report, indent=2) if args.json else render_text(report))
         return 0
     if run_ui is None:

@@ -28,6 +28,7 @@ PHASE_LABEL: dict[str, str] = {
     "eval": "evaluation",
     "checkpoint": "checkpoint",
     "sync": "sync",
+    "comm": "comm",
     "other": "other",
 }
 
@@ -40,6 +41,7 @@ PHASE_LETTER: dict[str, str] = {
     "eval": "E",
     "checkpoint": "C",
     "sync": "S",
+    "comm": "X",
     "other": "·",
 }
 

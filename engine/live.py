@@ -10,6 +10,7 @@ GPU/CPU/I/O probes run without it, and the reason is shown and reported.
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import time
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
 from aitop.knowledge.facts import Facts, load_facts
-from aitop.knowledge.loader import load_knowledge
+from aitop.knowledge.loader import Knowledge, load_knowledge
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
 from aitop.probes.environment import EnvironmentProbe
@@ -34,6 +35,9 @@ from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
 from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
+
+from .job import peer_views
+from .source import RankPeer
 
 #: Dumps tried before attaching (a job between imports can fail one); ~1 s at most.
 PREFLIGHT_TRIES = 3
@@ -92,6 +96,8 @@ class LiveSource:
         self.started_at = time.time()
         self.cpu_at_start = self_cpu_seconds()
         self._closed = False
+        #: The job's other ranks, each watched by a LiveSource of its own.
+        self.peers: list[RankPeer] = []
 
         def evaluate_now() -> None:
             self.evaluator.evaluate(time.time())
@@ -125,8 +131,14 @@ class LiveSource:
         if self._closed:
             return
         self._closed = True
+        for peer in self.peers:  # all stop together, then each is joined
+            if isinstance(peer.source, LiveSource):
+                peer.source.collector.stop_event.set()
         self.collector.stop()
         self._eval_loop.thread.join(timeout=2.0)
+        for peer in self.peers:
+            if peer.source is not None:
+                peer.source.close()
 
 
 def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
@@ -178,15 +190,72 @@ def attach(
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
 ) -> LiveSource:
-    """Check, build and start everything for one target. Raises AttachError."""
+    """Check, build and start everything for one target. Raises AttachError.
+
+    Given a multi-rank job (its launcher or any rank), the lead rank gets the
+    full set of probes and every other rank on this machine is watched as a
+    peer at lighter cadences; the lead's evaluator judges the job as a whole.
+    """
     knowledge = load_knowledge(options.rule_files)  # bad rule files fail before attaching
-    ruleset, phase_config = knowledge.rules, knowledge.phases
     job = find_job(pid)
     pid = job.training_pid()  # a launcher has no training thread: rank 0 has
     notice = job_notice(job)
-    warnings = [notice] if notice else []
-    session = Session(pid)
+    source = _build(pid, job, options, knowledge, popen=popen, facts=facts,
+                    warnings=[notice] if notice else [])
+    if job.multi_rank:
+        cfg = peer_config(options.collector, len(job.ranks))
+        peer_options = dataclasses.replace(options, collector=cfg, evaluate_every_s=2.0)
+        source.peers = [_peer(r.pid, job, peer_options, knowledge, facts)
+                        for r in job.ranks if r.pid != pid]
+        source.evaluator.peers = lambda: peer_views(source.peers)
+    return source.start()
 
+
+def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
+    """Cadences for the ranks beside the lead one: N ranks must not cost N times one.
+
+    py-spy's samples are the part that grows with ranks, so a peer samples at
+    ``2/N`` of the lead rank's rate (at least 4 Hz: 40 samples in a 10 s
+    window still give a phase share to within ~8 points), reads its step counter
+    half as often, and its storage and environment rarely (they are the job's,
+    not the rank's). Measured in docs/benchmarks.md ("Every rank of a job").
+    """
+    return dataclasses.replace(
+        cfg,
+        stack_rate_hz=max(4, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz * 2 / ranks))),
+        steps_interval_s=cfg.steps_interval_s * 2,
+        storage_interval_s=cfg.storage_interval_s * 4,
+        environment_interval_s=cfg.environment_interval_s * 2,
+    )
+
+
+def _peer(pid: int, job: Job, options: AttachOptions, knowledge: Knowledge,
+          facts: Facts | None) -> RankPeer:
+    """Watch one other rank; a rank that cannot be watched is listed with the reason."""
+    label = job.label(pid)
+    try:
+        source = _build(pid, job, options, knowledge, facts=facts, warnings=[])
+    except AttachError as exc:
+        return RankPeer(label, pid, None, status=str(exc))
+    stacks = source.session.probe_status.get("stacks")
+    status = (f"stacks off: {stacks.detail}"
+              if stacks is not None and stacks.state == "unavailable" else "watched")
+    return RankPeer(label, pid, source.start(), status=status)
+
+
+def _build(
+    pid: int,
+    job: Job,
+    options: AttachOptions,
+    knowledge: Knowledge,
+    *,
+    popen: Popen[bytes] | Popen[str] | None = None,
+    facts: Facts | None = None,
+    warnings: list[str],
+) -> LiveSource:
+    """The probes, session and evaluator for one process, not started."""
+    ruleset, phase_config = knowledge.rules, knowledge.phases
+    session = Session(pid)
     def names_workers() -> bool:
         env = session.environment
         return env is not None and torch_names_workers(env.torch_version)
@@ -233,11 +302,10 @@ def attach(
         )
         session.probe_status["steps"] = ProbeStatus("unavailable", "needs stacks")
     evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
-    source = LiveSource(
+    return LiveSource(
         session,
         collector,
         evaluator,
         evaluate_every_s=options.evaluate_every_s,
         warnings=[*warnings, warning] if warning else warnings,
     )
-    return source.start()

@@ -232,7 +232,12 @@ def build_report(
     history: Sequence[Diagnosis],
     run: RunFacts,
     attached_at: float,
+    *,
+    ranks: Sequence[dict[str, Any]] = (),
+    job_verdict: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report of one run; ``ranks`` and ``job_verdict`` for a multi-rank job
+    (engine/job.py: each rank's own view, and the job-level judgement)."""
     tree = session.processes.last()
     env = session.environment
     cmdline = list(env.cmdline) if env else (list(tree.main.cmdline) if tree and tree.main else [])
@@ -257,6 +262,8 @@ def build_report(
             "exit_status": session.target_exit_status,
         },
         "job": job_json(session.job),
+        "ranks": list(ranks),
+        "job_verdict": job_verdict,
         "duration_s": _num(run.duration_s, 2),
         "attached_at": _num(attached_at, 3),
         "evaluated_at": _num(diagnosis.t, 3) if diagnosis else None,
@@ -312,6 +319,28 @@ def _bar(fraction: float, width: int = 24) -> str:
     return "#" * filled + "." * (width - filled)
 
 
+def _ranks_text(ranks: Sequence[dict[str, Any]], verdict: dict[str, Any] | None) -> list[str]:
+    """The per-rank lines of a multi-rank job, the straggler marked."""
+    if not ranks:
+        return []
+    lines = ["", "Ranks (waiting for the others = all-reduce and collectives):"]
+    for r in ranks:
+        comm = "?" if r["comm_share"] is None else f"{r['comm_share']:.0%}"
+        score = "" if r["straggler_score"] is None else f"  score {r['straggler_score']:.2f}"
+        flag = "  <- STRAGGLER" if r["straggler"] else ""
+        status = "" if r["status"] == "watched" else f"  ({r['status']})"
+        lines.append(f"  {r['label']:<11} PID {r['pid']:<7} waits {comm:>4}{score}{flag}{status}")
+        if r["cause"]:
+            lines.append(f"      own: {r['cause']}")
+    if verdict is not None and verdict.get("straggler"):
+        lines.append(f"  Straggler: {verdict['straggler']} (score "
+                     f"{verdict['straggler_score']:.2f}); the others wait "
+                     f"{verdict['others_wait_share']:.0%} of their time")
+    elif verdict is not None:
+        lines.append("  No straggler: the ranks wait about equally")
+    return lines
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The human-readable report printed by ``--headless`` without ``--json``."""
     t = report["target"]
@@ -348,6 +377,7 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append("Phases: unknown (no stack samples)")
     sps = report["steps_per_s"]
     lines.append(f"Steps/s: {sps:.2f}" if sps else "Steps/s: unknown (no step counter found)")
+    lines.extend(_ranks_text(report.get("ranks") or [], report.get("job_verdict")))
     findings = report["findings"]
     lines.append("")
     lines.append(

@@ -40,8 +40,9 @@ from aitop.probes.samples import (
 from aitop.probes.session import RING_KINDS, Session
 from aitop.probes.status import ProbeStatus
 
+from .job import peers_of
 from .report_md import render_report
-from .source import DataSource, ReplayInfo, ReplaySource
+from .source import DataSource, RankPeer, ReplayInfo, ReplaySource
 from .version import aitop_version
 
 SCHEMA = "aitop.snapshot/1"
@@ -69,6 +70,23 @@ class Samples(msgspec.Struct, kw_only=True):
     storage: list[StorageSample] = []
 
 
+class RankRecording(msgspec.Struct, kw_only=True):
+    """One other rank of a multi-rank job, recorded like the lead rank."""
+
+    label: str
+    target_pid: int
+    #: "watched", or why the rank could not be (then it has no samples).
+    status: str
+    capacity: int = 1
+    started_at: float | None = None
+    environment: EnvironmentInfo | None = None
+    probe_status: dict[str, ProbeStatus | str] = {}
+    target_exited_at: float | None = None
+    target_exit_status: int | None = None
+    samples: Samples = msgspec.field(default_factory=Samples)
+    diagnoses: list[Diagnosis] = []
+
+
 class Snapshot(msgspec.Struct, kw_only=True):
     """The file format, version ``aitop.snapshot/1``."""
 
@@ -89,6 +107,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     diagnoses: list[Diagnosis]
     #: The multi-process job around the target (absent in older files).
     job: Job | None = None
+    #: The job's other ranks (absent in older files and for one process).
+    ranks: list[RankRecording] = []
 
 
 class _Header(msgspec.Struct):
@@ -116,6 +136,26 @@ def snapshot_of(source: DataSource, *, written_at: float | None = None) -> Snaps
         samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
         diagnoses=list(source.history()),
         job=s.job,
+        ranks=[_rank_recording(peer) for peer in peers_of(source)],
+    )
+
+
+def _rank_recording(peer: RankPeer) -> RankRecording:
+    if peer.source is None:
+        return RankRecording(label=peer.label, target_pid=peer.pid, status=peer.status)
+    s = peer.source.session
+    return RankRecording(
+        label=peer.label,
+        target_pid=peer.pid,
+        status=peer.status,
+        capacity=s.capacity,
+        started_at=s.started_at,
+        environment=s.environment,
+        probe_status=dict(s.probe_status),
+        target_exited_at=s.target_exited_at,
+        target_exit_status=s.target_exit_status,
+        samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
+        diagnoses=list(peer.source.history()),
     )
 
 
@@ -347,16 +387,17 @@ def load_snapshot(path: Path) -> ReplaySource:
             f"{path} is a damaged or incompatible {SCHEMA} file{by}: {_first_line(exc)}; "
             "re-export it, or replay it with the aitop version that wrote it"
         ) from exc
-    return ReplaySource(
-        session_from(snap),
-        snap.diagnoses,
-        ReplayInfo(
-            path=path,
-            aitop_version=snap.aitop_version,
-            written_at=snap.written_at,
-            recorded_live=snap.live,
-        ),
-    )
+    info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
+                      written_at=snap.written_at, recorded_live=snap.live)
+    peers = []
+    for rank in snap.ranks:
+        replayed = None
+        if rank.status == "watched" or rank.diagnoses:
+            session = session_from(rank)
+            session.job = snap.job
+            replayed = ReplaySource(session, rank.diagnoses, info)
+        peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
+    return ReplaySource(session_from(snap), snap.diagnoses, info, peers)
 
 
 def read_bounded(path: Path, cap: int | None = None) -> bytes:
@@ -425,8 +466,8 @@ def _size(n: float) -> str:
     return f"{value:.0f} {unit}" if value.is_integer() else f"{value:.1f} {unit}"
 
 
-def session_from(snap: Snapshot) -> Session:
-    """Rebuild a session holding every sample of a snapshot."""
+def session_from(snap: Snapshot | RankRecording) -> Session:
+    """Rebuild a session holding every sample of a snapshot (or of one of its ranks)."""
     recorded: list[list[Any]] = [getattr(snap.samples, name) for name in RING_KINDS]
     biggest = max(len(samples) for samples in recorded)
     session = Session(snap.target_pid, capacity=max(snap.capacity, biggest, 1))
@@ -442,7 +483,7 @@ def session_from(snap: Snapshot) -> Session:
     session.started_at = snap.started_at if snap.started_at is not None else session.started_at
     session.target_exited_at = snap.target_exited_at
     session.target_exit_status = snap.target_exit_status
-    session.job = snap.job
+    session.job = snap.job if isinstance(snap, Snapshot) else None
     return session
 
 

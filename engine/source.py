@@ -52,6 +52,18 @@ class DataSource(Protocol):
 
 
 @dataclass
+class RankPeer:
+    """One other rank of a multi-rank job: how it is named, and what watches it."""
+
+    label: str
+    pid: int
+    #: None when the rank could not be watched at all (``status`` says why).
+    source: DataSource | None
+    #: "watched", or why not ("gone", "not a Python process", ...).
+    status: str = "watched"
+
+
+@dataclass
 class ReplayInfo:
     """Facts about a recording that are not samples."""
 
@@ -76,8 +88,11 @@ class ReplaySource:
         session: Session,
         diagnoses: list[Diagnosis],
         info: ReplayInfo | None = None,
+        peers: Sequence[RankPeer] = (),
     ) -> None:
         self.session = session
+        #: The job's other ranks, each replayed from its own recording.
+        self.peers = list(peers)
         self._diagnoses = sorted(diagnoses, key=lambda d: d.t)
         self._times = [d.t for d in self._diagnoses]
         self.info = info or ReplayInfo()

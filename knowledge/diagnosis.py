@@ -61,11 +61,23 @@ def evidence_for(
 
 
 def phases_of(metrics: Mapping[str, float | None]) -> dict[str, float] | None:
-    """The step's phase shares (exactly the session's ``PHASES``), or ``None``."""
+    """The step's phase shares (exactly the session's ``PHASES``), or ``None``.
+
+    A CPU rank's hidden wait for the other ranks (``comm_hidden``: blocked
+    inside backward in DDP's all-reduce) is shown as ``comm``, taken from
+    backward first, where DDP waits, then forward and the optimizer.
+    """
     shares = {p: metrics.get(f"phase_{p}") for p in PHASES}
     if any(v is None for v in shares.values()):
         return None
-    return {p: float(v) for p, v in shares.items() if v is not None}
+    phases = {p: float(v) for p, v in shares.items() if v is not None}
+    hidden = metrics.get("comm_hidden") or 0.0
+    for phase in ("backward", "forward", "optimizer"):
+        moved = min(hidden, phases[phase])
+        phases[phase] -= moved
+        phases["comm"] += moved
+        hidden -= moved
+    return phases
 
 
 def _severity_rank(severity: str) -> int:
@@ -215,6 +227,7 @@ CATEGORY_STATE = {
     "data_loading": "high_data_loading_latency",
     "io": "high_data_loading_latency",
     "memory": "running_out_of_vram",
+    "communication": "poor_multi_gpu_scaling",
 }
 
 

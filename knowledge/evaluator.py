@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aitop.probes.session import Session
@@ -13,6 +14,7 @@ from .diagnosis import Diagnoser
 from .facts import Facts
 from .metrics import SCALARS, SERIES, compute_metrics, compute_words
 from .model import COLLECTING, UNKNOWN, Diagnosis
+from .ranks import JobJudgement, RankView, judge_job, rank_view
 from .rules import RuleSet
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
@@ -68,6 +70,11 @@ class Evaluator:
         self.diagnoser = Diagnoser(ruleset, facts)
         self._history: deque[Diagnosis] = deque(maxlen=HISTORY)
         self._published = Published()
+        #: The job's other ranks, each as its own evaluator last saw it; set for
+        #: the rank that judges a multi-rank job as a whole.
+        self.peers: Callable[[], Sequence[RankView]] | None = None
+        #: The newest judgement of the whole job (None for a single process).
+        self.judgement: JobJudgement | None = None
         #: The newest diagnoses with every metric (history keeps them compacted),
         #: so the verdict kept after an exit still has all of its metrics.
         self._recent_full: deque[Diagnosis] = deque(maxlen=RECENT_FULL)
@@ -82,6 +89,8 @@ class Evaluator:
                 return kept
             metrics = compute_metrics(self.session, now, self.window_s)
             words = compute_words(self.session, now, self.window_s)
+            if self.peers is not None:
+                self._judge_job(metrics, words)
             diagnosis = self._explain_missing_stacks(
                 self.diagnoser.diagnose(metrics, now, words)
             )
@@ -91,6 +100,21 @@ class Evaluator:
             self._recent_full.append(diagnosis)
             self._published = Published(diagnosis, tuple(self._history))
             return diagnosis
+
+    def _judge_job(self, metrics: dict[str, float | None], words: dict[str, str]) -> None:
+        """Add the job-level numbers (straggler, waits) to this rank's metrics and words."""
+        assert self.peers is not None
+        pid = self.session.target_pid
+        job = self.session.job
+        label = job.label(pid) if job is not None else f"PID {pid}"
+        own = dataclasses.replace(
+            rank_view(label, pid, self.latest()),
+            comm_share=metrics.get("comm_share"), steps_per_s=metrics.get("steps_per_s"),
+        )
+        judgement = judge_job([own, *self.peers()])
+        metrics.update(judgement.metrics())
+        words.update(judgement.words())
+        self.judgement = judgement
 
     def _last_live_verdict(self, now: float) -> Diagnosis | None:
         """Once the target has exited, the last diagnosis made on live samples.

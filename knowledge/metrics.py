@@ -30,6 +30,7 @@ from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
 
 from .capacity import suggested_workers
+from .ranks import comm_metrics
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
 #: not look like a 10 % stall just because it fell inside a 20 s window.
@@ -211,6 +212,9 @@ SERIES: tuple[tuple[str, str, Callable[..., float | None], str, str], ...] = (
      "CPU of all DataLoader workers together"),
     ("worker_cpu_max", "processes", _worker_max_cpu, "% of a core",
      "CPU of the busiest DataLoader worker"),
+    ("main_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent, "main"),
+     "% of a core",
+     "time the main process's main thread was runnable but waiting for a CPU (contention)"),
     ("worker_cpu_wait", "processes", _worker_cpu_wait, "% of a core",
      "time the average DataLoader worker was runnable but waiting for a CPU (contention)"),
     ("worker_blocked", "processes", _worker_blocked, "%",
@@ -284,6 +288,23 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("local_ranks", "",
      "ranks of the target's job on this machine (1 for a single-process job, or when the "
      "job was not looked for, as in older recordings)"),
+    ("comm_hidden", "fraction",
+     "share of wall time a CPU rank's training thread was blocked inside forward/backward/"
+     "optimizer (neither running nor queued for a CPU): DDP's gradient all-reduce waiting for "
+     "the other ranks; unknown on GPU ranks and single processes"),
+    ("comm_share", "fraction",
+     "share of wall time this rank communicates or waits for the other ranks: phase_comm plus "
+     "comm_hidden"),
+    ("ranks_watched", "", "ranks of the job whose communication share is known"),
+    ("job_comm_share", "fraction", "mean communication share over the watched ranks"),
+    ("straggler_score", "",
+     "the straggler's score: the fastest rank's own work per step over the straggler's (own "
+     "work = time not waiting for other ranks); below 0.75 it holds the others back"),
+    ("straggler_rank_comm", "fraction", "the straggler's own communication share"),
+    ("job_wait_share", "fraction",
+     "mean communication share of the ranks other than the straggler"),
+    ("straggler_excess", "fraction",
+     "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
@@ -297,7 +318,11 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
 
 
 #: Names (not numbers) a rule's text may use: filled by :func:`compute_words`.
-WORDS: frozenset[str] = frozenset({"producer", "producer_frame", "data_source", "other_frame"})
+WORDS: frozenset[str] = frozenset({
+    "producer", "producer_frame", "data_source", "other_frame",
+    # The job-level judgement of a multi-rank job (knowledge/ranks.py).
+    "straggler", "straggler_cause", "straggler_action",
+})
 
 
 def catalogue() -> dict[str, MetricSpec]:
@@ -350,6 +375,7 @@ def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, 
     _storage_metrics(metrics, session, now, window_s)
     _technique_metrics(metrics, session, now, window_s)
     _loading_metrics(metrics, session, now, window_s)
+    comm_metrics(metrics)
     return metrics
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 #: I/O symptom, host-device synchronisation, evaluation passes, and ``none`` when
 #: nothing limits the job.
 CATEGORIES: tuple[str, ...] = (
-    "data_loading", "compute", "memory", "io", "host", "sync", "evaluation", "none",
+    "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
+    "none",
 )
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
 #: still held for its ``for:``): not a verdict.

@@ -87,6 +87,13 @@ class Job:
                 else f"rank {_number(self._given())}")
         return f"PID {self.given_pid} is {role} of a {len(self.ranks)}-rank job (ranks {ranks})"
 
+    def label(self, pid: int) -> str:
+        """How the report and the UI name a rank: "rank 1", or its spawn order."""
+        for index, r in enumerate(self.ranks):
+            if r.pid == pid:
+                return f"rank {r.rank}" if r.rank is not None else f"spawned #{index}"
+        return f"PID {pid}"
+
     def _given(self) -> RankProcess | None:
         return next((r for r in self.ranks if r.pid == self.given_pid), None)
 

@@ -40,6 +40,7 @@ PHASES: tuple[str, ...] = (
     "eval",
     "checkpoint",
     "sync",
+    "comm",
     "other",
 )
 

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from aitop.engine.job import diagnosis_at, peers_of, rank_rows
 from aitop.engine.runs import Run
 from aitop.engine.snapshot import SnapshotError, write_snapshot
-from aitop.engine.source import DataSource, Evaluation, ReplaySource
+from aitop.engine.source import DataSource, Evaluation, RankPeer, ReplaySource
 from aitop.knowledge.model import Diagnosis
 from textual import work
 from textual.app import App
@@ -41,6 +42,7 @@ from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
 from .widgets.baseline_bar import BaselineBar
 from .widgets.panel import Panel
+from .widgets.ranks_panel import RanksPanel
 from .widgets.view import View
 
 #: Exit status when the user quits while the last export failed.
@@ -138,6 +140,8 @@ class AitopApp(App[int]):
         self.paused = False
         self.paused_at: float | None = None
         self.diagnosis: Diagnosis | None = None
+        #: The rank shown instead of the lead one (a peer's PID), or None.
+        self.viewed_pid: int | None = None
         #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
         self.exports: list[list[Path]] = []
         self.export_errors: list[str] = []
@@ -328,12 +332,23 @@ class AitopApp(App[int]):
         elapsed = ev.elapsed()
         return elapsed if elapsed >= max(SLOW_EVALUATION_S, 2 * self.refresh_s) else None
 
+    def viewed_peer(self) -> RankPeer | None:
+        """The other rank shown now, when one is (and it is watched)."""
+        if self.viewed_pid is None:
+            return None
+        return next((p for p in peers_of(self.source)
+                     if p.pid == self.viewed_pid and p.source is not None), None)
+
     def make_view(self) -> View:
-        history = tuple(self.source.history())
+        now = self.current_now()
+        peer = self.viewed_peer()
+        shown = peer.source if peer is not None and peer.source is not None else self.source
+        history = tuple(shown.history())
+        diagnosis = self.diagnosis if peer is None else diagnosis_at(shown, now)
         return View(
-            session=self.source.session,
-            diagnosis=self.diagnosis,
-            now=self.current_now(),
+            session=shown.session,
+            diagnosis=diagnosis,
+            now=now,
             live=self.live,
             paused=self.paused,
             refresh_s=self.refresh_s,
@@ -341,7 +356,27 @@ class AitopApp(App[int]):
             evaluating_for=self.evaluating_for(),
             replay_range=self.replay_range,
             playing=self.playing,
+            ranks=tuple(rank_rows(self.source, now, self.diagnosis)),
+            viewing=peer.label if peer is not None else None,
         )
+
+    def action_view_rank(self, pid: int) -> None:
+        """Show one rank's own view (0 or the lead rank's PID: back to the lead)."""
+        lead = pid in (0, self.source.session.target_pid)
+        self.viewed_pid = None if lead else pid
+        peer = self.viewed_peer()
+        if not lead and peer is None:
+            self.viewed_pid = None
+            self.notify("That rank is not watched (see its status in the Ranks panel).",
+                        timeout=3)
+        elif peer is not None:
+            self.notify(f"Showing {peer.label} (PID {peer.pid}); Escape returns to the lead rank.",
+                        timeout=3)
+        self.refresh_bindings()
+        self.redraw()
+
+    def on_ranks_panel_view_rank(self, message: RanksPanel.ViewRank) -> None:
+        self.action_view_rank(message.pid)
 
     def redraw(self) -> None:
         """Push a fresh view to the active screen."""
@@ -355,6 +390,8 @@ class AitopApp(App[int]):
     # -------------------------------------------------------------- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "view_rank" and parameters == (0,):
+            return self.viewed_pid is not None  # "back to the lead rank"
         if action in self.REPLAY_ONLY:
             return not self.live
         if action in self.LIVE_ONLY:

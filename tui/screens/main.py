@@ -19,6 +19,7 @@ from ..widgets.gpu_panel import GpuPanel
 from ..widgets.host_panel import HostPanel
 from ..widgets.io_panel import IoPanel
 from ..widgets.panel import Panel
+from ..widgets.ranks_panel import RanksPanel
 from ..widgets.step_panel import StepPanel
 from ..widgets.view import View
 from .base import ViewScreen
@@ -54,6 +55,7 @@ class MainScreen(ViewScreen):
         Binding("down", "focus_panel('down')", "Panel down", show=False),
         Binding("left", "focus_panel('left')", "Panel left", show=False),
         Binding("right", "focus_panel('right')", "Panel right", show=False),
+        Binding("escape", "app.view_rank(0)", "Lead rank"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -65,6 +67,7 @@ class MainScreen(ViewScreen):
                 yield IoPanel(id="io")
             with Vertical(id="right"):
                 yield StepPanel(id="step")
+                yield RanksPanel(id="ranks")
                 yield AdvisorPanel(id="advisor")
         yield Footer()
 

@@ -26,6 +26,7 @@ CATEGORY_WORDS: dict[str, str] = {
     "io": "I/O",
     "host": "HOST RAM/CPU",
     "sync": "HOST-GPU SYNC",
+    "communication": "RANKS WAIT",
     "evaluation": "EVALUATION",
     "none": "NONE",
 }

@@ -61,6 +61,7 @@ PHASE_STYLE: dict[str, str] = {
     "eval": "black on #8fbcbb",
     "checkpoint": "black on #ebcb8b",
     "sync": "black on #a3be8c",
+    "comm": "black on #bf616a",
     "other": "black on #777777",
 }
 

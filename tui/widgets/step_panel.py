@@ -102,8 +102,10 @@ class StepPanel(Panel):
     def lines(self, view: View, width: int) -> list[Line]:
         out: list[Line] = []
         fractions = view.session.phase_fractions(view.now, view.window_s)
-        if fractions is None and view.diagnosis is not None:
-            fractions = view.diagnosis.phases
+        d = view.diagnosis
+        if d is not None and d.phases and (fractions is None or d.metrics.get("comm_hidden")):
+            # A CPU rank's wait inside backward is the diagnosis's ``comm`` phase.
+            fractions = d.phases
         if fractions:
             out.append(Line(phase_bar(fractions, width), 0))
             for i, line in enumerate(wrap_entries(phase_legend(fractions), width)):

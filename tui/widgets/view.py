@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aitop.engine.job import RankRow
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
@@ -32,6 +33,10 @@ class View:
     #: Replay only: the recording's first and last times.
     replay_range: tuple[float, float] | None = None
     playing: bool = False
+    #: Every rank of a multi-rank job, the lead rank first (empty for one process).
+    ranks: tuple[RankRow, ...] = ()
+    #: The rank shown when it is not the lead one ("rank 1"), else None.
+    viewing: str | None = None
 
     @property
     def window_s(self) -> float:

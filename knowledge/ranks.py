@@ -1,0 +1,171 @@
+"""Communication between ranks, and the rank that holds the others back.
+
+A rank waits for the others in two places. Where Python can see it (a
+``dist.all_reduce``/``barrier`` the job calls, DDP's buffer broadcast, FSDP's
+all-gathers), its stacks say so: phase ``comm``. DDP's gradient all-reduce runs
+in C++ inside ``backward()``: the Python stack reads "backward" whether the
+rank computes or waits. On a CPU rank the difference is the training thread's
+own CPU clock: time inside forward/backward/optimizer that the thread spent
+neither running nor queued for a CPU is time blocked on the other ranks
+(``comm_hidden``). On a GPU rank the thread idles in backward while the device
+works, so that reading would be wrong; there the wait surfaces at the next host
+sync, and only the visible part is counted.
+
+Across ranks, DDP steps in lockstep: every rank runs at the straggler's pace,
+and the straggler is the rank that waits least. Its score follows NVIDIA's
+straggler detector (the fastest rank's step time over this rank's), with each
+rank's own work (step time less its waits) standing for its step time:
+``score = min own work / this rank's own work``, flagged below 0.75.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+
+from .model import Diagnosis, Finding
+
+Metrics = Mapping[str, "float | None"]
+
+#: NVIDIA's straggler detector flags a rank scoring below this.
+STRAGGLER_SCORE = 0.75
+#: Categories that say "this rank waits for the others": not a rank's own cause.
+WAITING_CATEGORIES = frozenset({"communication"})
+
+
+def comm_metrics(metrics: MutableMapping[str, float | None]) -> None:
+    """``comm_hidden`` and ``comm_share`` from the phases and the training thread's clock.
+
+    Needs the phase, thread and process metrics computed first.
+    """
+    visible = metrics.get("phase_comm")
+    hidden = hidden_comm(metrics)
+    metrics["comm_hidden"] = hidden
+    metrics["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+
+
+def hidden_comm(metrics: Metrics) -> float | None:
+    """Share of wall time a CPU rank's training thread was blocked inside compute phases.
+
+    ``on_cpu`` is the training thread's CPU plus its time queued for a CPU; the
+    phases outside forward/backward/optimizer where the thread works (its own
+    Python, evaluation, checkpoints, loading in the training process) take their
+    share of that first; what compute phases then lack is waiting.
+    """
+    ranks = metrics.get("local_ranks") or 1.0
+    compute = metrics.get("phase_compute")
+    thread = metrics.get("training_thread_cpu")
+    if ranks < 2 or metrics.get("has_gpu") == 1.0 or compute is None or thread is None:
+        return None
+    queued = metrics.get("main_cpu_wait_mean") or 0.0
+    on_cpu = min(1.0, (thread + queued) / 100.0)
+    busy_elsewhere = sum(metrics.get(f"phase_{p}") or 0.0 for p in ("other", "eval", "checkpoint"))
+    if loads_in_training_thread(metrics):
+        busy_elsewhere += metrics.get("phase_data_wait") or 0.0
+    computing = max(0.0, on_cpu - busy_elsewhere)
+    return max(0.0, min(compute, compute - computing))
+
+
+def loads_in_training_thread(metrics: Metrics) -> bool:
+    """Whether the training thread makes its own batches (no workers, no producer)."""
+    if metrics.get("data_in_own_code") == 1.0:
+        return True
+    return metrics.get("num_workers") == 0.0 and metrics.get("data_from_queue") == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RankView:
+    """One rank as the job-level judgement sees it."""
+
+    label: str
+    pid: int
+    comm_share: float | None
+    steps_per_s: float | None
+    #: The rank's own lead finding that is not itself a wait for the others.
+    cause: Finding | None
+    #: Its top non-compute phase, when it has no finding ("data wait 47%").
+    top_phase: str | None
+
+    @property
+    def own_work(self) -> float | None:
+        """Share of its time the rank spends on its own work, not waiting for others."""
+        return None if self.comm_share is None else max(1.0 - self.comm_share, 1e-3)
+
+
+def rank_view(label: str, pid: int, diagnosis: Diagnosis | None) -> RankView:
+    """A rank's view from its newest diagnosis (or an empty one before it has any)."""
+    if diagnosis is None:
+        return RankView(label, pid, None, None, None, None)
+    m = diagnosis.metrics
+    cause = next((f for f in diagnosis.findings if f.category not in WAITING_CATEGORIES), None)
+    return RankView(label, pid, m.get("comm_share"), m.get("steps_per_s"), cause, _top_phase(m))
+
+
+def _top_phase(metrics: Metrics) -> str | None:
+    shares = {p: metrics.get(f"phase_{p}") or 0.0
+              for p in ("data_wait", "eval", "checkpoint", "sync", "other")}
+    compute = metrics.get("phase_compute")
+    if compute is not None:
+        shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
+    phase, share = max(shares.items(), key=lambda kv: kv[1])
+    if share <= 0.0:
+        return None
+    return f"{phase.replace('_', ' ')} {share:.0%}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobJudgement:
+    """Which rank holds the job back, by how much, and the numbers for the rules."""
+
+    ranks: tuple[RankView, ...]
+    straggler: RankView | None
+    #: Each rank's straggler score (None until its comm share is known).
+    scores: Mapping[int, float]
+
+    def metrics(self) -> dict[str, float | None]:
+        known = [r for r in self.ranks if r.comm_share is not None]
+        out: dict[str, float | None] = {
+            "ranks_watched": float(len(known)),
+            "job_comm_share": (sum(r.comm_share or 0.0 for r in known) / len(known)
+                               if known else None),
+            "straggler_score": None, "straggler_rank_comm": None,
+            "job_wait_share": None, "straggler_excess": None,
+        }
+        s = self.straggler
+        if s is None or s.comm_share is None or len(known) < 2:
+            return out
+        others = [r.comm_share or 0.0 for r in known if r.pid != s.pid]
+        wait = sum(others) / len(others)
+        out.update({
+            "straggler_score": self.scores.get(s.pid),
+            "straggler_rank_comm": s.comm_share,
+            "job_wait_share": wait,
+            # What the others wait beyond what the straggler waits itself: the
+            # part of their step that exists only because it is slower.
+            "straggler_excess": max(0.0, wait - s.comm_share),
+        })
+        return out
+
+    def words(self) -> dict[str, str]:
+        s = self.straggler
+        if s is None:
+            return {}
+        if s.cause is not None:
+            cause = s.cause.title
+            action = s.cause.actions[0] if s.cause.actions else "see its findings"
+        else:
+            cause = f"its own {s.top_phase}" if s.top_phase else "not yet known"
+            action = f"watch it alone (`aitop --pid {s.pid}`) for its own bottleneck"
+        return {"straggler": f"{s.label} (PID {s.pid})", "straggler_cause": cause,
+                "straggler_action": action}
+
+
+def judge_job(ranks: Sequence[RankView]) -> JobJudgement:
+    """Straggler scores, and the rank that waits least when others wait for it."""
+    known = [r for r in ranks if r.own_work is not None]
+    if len(known) < 2:
+        return JobJudgement(tuple(ranks), None, {})
+    fastest = min(r.own_work or 1.0 for r in known)
+    scores = {r.pid: fastest / (r.own_work or 1.0) for r in known}
+    straggler = min(known, key=lambda r: scores[r.pid])
+    return JobJudgement(tuple(ranks), straggler, scores)
