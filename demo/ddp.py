@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from aitop.demo.truth import Truth
+from torch.utils.data import DataLoader, Dataset
 
 #: Samples per batch.
 BATCH = 64
@@ -77,7 +79,7 @@ class StepClock:
         self.truth.maybe_write()
 
 
-class Samples:
+class Samples(Dataset[tuple[torch.Tensor, int]]):
     """Synthetic samples; on the slow rank each costs ``slow_ms / batch`` of CPU to make."""
 
     def __init__(self, cost_ms: float, length: int = 1 << 20) -> None:
@@ -87,16 +89,13 @@ class Samples:
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> Any:
-        import torch
-
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self.cost_ms:
             _spin(self.cost_ms)
         return torch.randn(256), index % 10
 
 
 def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
-    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -108,8 +107,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     cost = args.slow_ms / BATCH if rank == args.slow_rank else 0.0
-    loader = torch.utils.data.DataLoader(Samples(cost), batch_size=BATCH,
-                                         num_workers=args.workers)
+    loader = DataLoader(Samples(cost), batch_size=BATCH, num_workers=args.workers)
     if args.truth:
         args.truth.mkdir(parents=True, exist_ok=True)
     clock = StepClock(args.truth / f"rank{rank}.jsonl" if args.truth else None)

@@ -33,11 +33,20 @@ STRAGGLER_SCORE = 0.75
 WAITING_CATEGORIES = frozenset({"communication"})
 
 
+#: Metrics only the rank judging a whole job knows (None for every other session).
+JOB_METRICS = ("ranks_watched", "job_comm_share", "straggler_score", "straggler_rank_comm",
+               "job_wait_share", "straggler_excess")
+
+
 def comm_metrics(metrics: MutableMapping[str, float | None]) -> None:
     """``comm_hidden`` and ``comm_share`` from the phases and the training thread's clock.
 
-    Needs the phase, thread and process metrics computed first.
+    Needs the phase, thread and process metrics computed first. The job-level
+    metrics start unknown; the evaluator of a multi-rank job's lead rank fills them.
     """
+    for name in JOB_METRICS:
+        metrics[name] = None
+    metrics["ranks_watched"] = 1.0  # this rank alone, until a job is judged
     visible = metrics.get("phase_comm")
     hidden = hidden_comm(metrics)
     metrics["comm_hidden"] = hidden

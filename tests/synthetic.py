@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from aitop.knowledge.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.ranks import RankView, judge_job
 from aitop.knowledge.rules import RuleEngine, RuleSet
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
@@ -133,6 +134,9 @@ class Job:
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
     local_ranks: int = 1
+    #: The other ranks' communication shares, as their own evaluators saw them:
+    #: given, this session is judged as the lead rank of the whole job.
+    peer_comm: tuple[float, ...] = ()
     #: The hottest frame of the 'other' phase: (function, location, loop line).
     other_frame: tuple[str, str, str] | None = None
     #: Whether the pin-memory thread exists; None: thread names unreadable.
@@ -309,8 +313,14 @@ def step_sample(job: Job, i: int) -> StepCounterSample:
 # ----------------------------------------------------------------- sessions
 
 
+#: The other ranks' comm shares of each session judged as a job's lead rank.
+_PEERS: dict[int, tuple[float, ...]] = {}
+
+
 def extend(session: Session, job: Job, first: int, last: int) -> Session:
     """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
+    if job.peer_comm:
+        _PEERS[id(session)] = job.peer_comm
     if job.local_ranks > 1:
         session.job = RankJob(PID, PID - 1, "env", tuple(
             RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
@@ -358,8 +368,18 @@ def evaluate(
 ) -> Tick:
     """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
     metrics = compute_metrics(session, now, window_s)
+    words = compute_words(session, now, window_s)
+    peers = _PEERS.get(id(session))
+    if peers:
+        # As Evaluator._judge_job does with the other ranks' newest diagnoses.
+        own = RankView("rank 0", PID, metrics.get("comm_share"), None, None, None)
+        judgement = judge_job([own, *(RankView(f"rank {i + 1}", PID + 1000 * (i + 1), c,
+                                               None, None, "data wait 40%")
+                                      for i, c in enumerate(peers))])
+        metrics.update(judgement.metrics())
+        words.update(judgement.words())
     if isinstance(evaluator, Diagnoser):
-        diagnosis = evaluator.diagnose(metrics, now, compute_words(session, now, window_s))
+        diagnosis = evaluator.diagnose(metrics, now, words)
         return Tick(now, metrics, {f.id: f.fired_at for f in diagnosis.findings}, diagnosis)
     fired = evaluator.step(metrics, now)
     return Tick(now, metrics, {r.id: at for r, at in fired})

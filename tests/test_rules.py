@@ -143,17 +143,46 @@ RULE_CASES: dict[str, Cases] = {
               phases=mix(data_wait=0.6)),
         ),
     ),
-    # Rank 0 of two on two cores: its thread computes for 48 % of a core.
+    # Rank 0 of two on two cores: its thread computes for 48 % of a core while
+    # in backward 99 % of the time: blocked on the other rank (comm_hidden 0.52).
     "ranks_wait_for_each_other": Cases(
         fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
                  host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),),
         misses=(
             k(local_ranks=1, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
               host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
-            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=95.0,
+            # Computing 80 % of a core: 0.99 - 0.80 + 0.01 = 0.2 short of the wait.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=80.0,
               host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+            # A GPU rank's thread idles in backward while the device works.
+            k(local_ranks=2, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+        ),
+    ),
+    # The lead rank waits 52 % of its time; the other waits 10 %: score 0.53.
+    "straggler_holds_back_job": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.10,)),),
+        misses=(
+            # The other rank waits 40 %: score 0.48/0.60 = 0.80, no straggler.
             k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
-              host_cpu=99.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.40,)),
+            # Nobody waits much: 12 % vs 2 % is a score of 0.90.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=88.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.02,)),
+        ),
+    ),
+    # Both ranks wait about half their time: the exchange itself is the limit.
+    "communication_dominates": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.45,)),),
+        misses=(
+            # A straggler (score 0.53) explains the waits instead.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.10,)),
+            # 20 % each: under the 30 % line.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=80.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.20,)),
         ),
     ),
     "gil_contention": Cases(

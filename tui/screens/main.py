@@ -55,7 +55,8 @@ class MainScreen(ViewScreen):
         Binding("down", "focus_panel('down')", "Panel down", show=False),
         Binding("left", "focus_panel('left')", "Panel left", show=False),
         Binding("right", "focus_panel('right')", "Panel right", show=False),
-        Binding("escape", "app.view_rank(0)", "Lead rank"),
+        Binding("escape", "app.view_rank(0)", "Lead rank",
+                tooltip="multi-rank job: from another rank's view (Enter in Ranks) to the lead"),
     ]
 
     def compose(self) -> ComposeResult:

@@ -21,8 +21,9 @@ from .view import View
 HISTORY_S = 300.0
 
 
-#: Phases most loops never have: listed only when they took some time.
-SHOWN_WHEN_SEEN = frozenset({"eval"})
+#: Phases most loops never have (evaluation; communication, for one rank of several):
+#: listed only when they took some time.
+SHOWN_WHEN_SEEN = frozenset({"eval", "comm"})
 
 
 def ordered_phases(fractions: dict[str, float]) -> list[str]:
