@@ -239,6 +239,11 @@ class Diagnoser:
         self.facts = facts
         self.engine = RuleEngine(ruleset)
         self._previous: dict[str, Finding] = {}
+        #: Each firing rule's metrics and words from the last evaluation where its
+        #: condition held: a finding kept alive by ``keep_firing_for`` is told
+        #: with the numbers that made it fire, not today's ("data loading takes
+        #: 3 %, above target" was a held finding read with the current window).
+        self._last_held: dict[str, tuple[Mapping[str, float | None], Mapping[str, str]]] = {}
 
     def _reuse(self, finding: Finding) -> Finding:
         """The previous tick's finding when it reads the same.
@@ -261,24 +266,30 @@ class Diagnoser:
     ) -> Diagnosis:
         firing = self.engine.step(metrics, now)
         by_id = {rule.id: rule for rule, _ in firing}
-        # A symptom that a firing culprit explains is not listed as a rival: the
-        # culprit leads and carries it ("data wait 62 %") as its evidence.
-        explained = {name for rule, _ in firing for name in rule.explains if name in by_id}
-        built = [
-            (
-                self._reuse(build_finding(
-                    rule, fired_at, metrics, self.facts, words,
-                    tuple(render(by_id[n].title, metrics, words)
-                          for n in rule.explains if n in by_id),
-                )),
-                rule.bottleneck,
-            )
-            for rule, fired_at in firing
-            if rule.id not in explained
-        ]
         holding = frozenset(
             rule.id for rule, _ in firing if self.engine.state[rule.id].last_value is True
         )
+        for rule_id in holding:
+            self._last_held[rule_id] = (metrics, words or {})
+        for rule_id in set(self._last_held) - set(by_id):
+            del self._last_held[rule_id]
+
+        def values(rule_id: str) -> tuple[Mapping[str, float | None], Mapping[str, str] | None]:
+            return self._last_held.get(rule_id, (metrics, words))
+
+        # A symptom that a firing culprit explains is not listed as a rival: the
+        # culprit leads and carries it ("data wait 62 %") as its evidence.
+        explained = {name for rule, _ in firing for name in rule.explains if name in by_id}
+        built: list[tuple[Finding, bool]] = []
+        for rule, fired_at in firing:
+            if rule.id in explained:
+                continue
+            held_metrics, held_words = values(rule.id)
+            symptoms = tuple(render(by_id[n].title, *values(n))
+                             for n in rule.explains if n in by_id)
+            finding = build_finding(rule, fired_at, held_metrics, self.facts, held_words,
+                                    symptoms)
+            built.append((self._reuse(finding), rule.bottleneck))
         ranked = rank(built, holding)
         findings = tuple(f for f, _ in ranked)
         # The bottleneck: the first culprit in ranking order (most severe, then

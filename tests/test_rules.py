@@ -1207,3 +1207,20 @@ def test_a_user_file_is_read_once_for_rules_and_phases(
     assert reads == [path]
     assert "mine" in {r.id for r in knowledge.rules.rules}
     assert any(r.rank == 50 for r in knowledge.phases.rules)
+
+
+def test_a_finding_held_by_keep_firing_for_is_told_with_the_numbers_that_made_it_fire() -> None:
+    """Once the data wait falls below 30 %, data_wait_dominant fires on for 10 s: its
+    title must keep the share that fired it, not claim "waits 24 %" as dominant."""
+    diagnoser = Diagnoser(RULESET, Facts())
+    _session, ticks = run(diagnoser, (Job(phases=mix(data_wait=0.5)), 40),
+                          (Job(phases=mix(data_wait=0.02)), 60))
+    held = [t for t in ticks
+            if "data_wait_dominant" in t.firing
+            and (t.metrics["phase_data_wait"] or 0.0) < 0.30]
+    assert held, "the rule should be held by keep_firing_for after the drop"
+    for tick in held:
+        assert tick.diagnosis is not None
+        finding = next(f for f in tick.diagnosis.findings if f.id == "data_wait_dominant")
+        shown = int(finding.title.split("waits for data ")[1].split("%")[0])
+        assert shown >= 30, (finding.title, tick.metrics["phase_data_wait"])
