@@ -38,6 +38,20 @@ runs `--nonblocking` and never stops the job).
 """
 
 METHODS = {
+    "ranks": """### Every rank of a job (issue 9)
+
+For N = 1, 2 and 4 ranks of the DDP demo (`torchrun --nproc_per_node=N -m
+aitop.demo.ddp --truth DIR`, gloo on CPU; with N > 1 rank N-1 builds its batches
+in its training thread at 12 ms of CPU each, the straggler), aitop is pointed at
+the launcher: `aitop --pid LAUNCHER --headless --json --duration {duration_s:g}`,
+{rounds} round(s), the rank counts interleaved within each round. aitop's CPU is
+the report's own figure (py-spy included); N = 1 (one rank, no peers) is the
+single-process figure. The communication error is the worst rank's |aitop's
+comm share − the rank's own timer| (time inside forward/backward/optimizer off
+the CPU and not queued for one); "straggler named right" counts runs whose
+verdict names rank N-1. On 2 cores, 4 ranks oversubscribe the machine: aitop's
+peers sample at 2/N of the lead rank's rate (`peer_config`).
+""",
     "pyspy": """### What one py-spy call costs (the basis of aitop's cadences)
 
 py-spy dominates aitop's own CPU, so its unit costs are measured, with exactly
@@ -294,6 +308,20 @@ def pyspy_detail(section: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def ranks_detail(section: dict[str, Any]) -> str:
+    """Each multi-rank round: ranks found, CPU, worst comm error, straggler, verdict time."""
+    lines = ["| ranks | round | ranks found | aitop CPU | worst comm error | straggler right "
+             "| verdict after |", "|---|---|---|---|---|---|---|"]
+    for n, runs in sorted(section.get("runs", {}).items()):
+        for i, r in enumerate(runs, 1):
+            err = r.get("comm_error_max")
+            lines.append(
+                f"| {n} | {i} | {r.get('ranks_found', 1)} | {_f(r.get('cpu'), '.2f', ' %')} "
+                f"| {'—' if err is None else f'{err * 100:.1f} pp'} "
+                f"| {r.get('straggler_right', '—')} | {_f(r.get('verdict_s'), '.1f', ' s')} |")
+    return "\n".join(lines)
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else 1000.0 * value
 
@@ -324,7 +352,7 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
              "Verdicts judge the median, except key latency (its p95). "
              "\"not measured\" means that part did not run or failed; see its section.", "",
              "## How each figure was obtained, and the details", ""]
-    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui"):
+    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui", "ranks"):
         section = sections.get(name)
         if not section:
             continue
@@ -345,6 +373,8 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
             parts.append(session_detail(data))
         elif name == "pyspy":
             parts.append(pyspy_detail(data))
+        elif name == "ranks":
+            parts.append(ranks_detail(data))
         else:
             parts.append(tui_detail(data))
         parts.append("")

@@ -9,6 +9,7 @@ per-phase seconds and a step counter every 0.5 s (``--truth``).
 from __future__ import annotations
 
 import importlib.util
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +34,8 @@ def _demo_jobs() -> ModuleType:
     spec = importlib.util.spec_from_file_location("demo_jobs", REPO / "tests" / "demo_jobs.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up in sys.modules.
+    sys.modules.setdefault("demo_jobs", module)
     spec.loader.exec_module(module)
     return module
 

@@ -167,8 +167,28 @@ def tui_rows(section: dict[str, Any], tui_overhead: dict[str, Any] | None,
     return rows
 
 
+def ranks_rows(section: dict[str, Any]) -> list[Row]:
+    """Watching every rank (issue 9): its CPU against one process's, and how right it is."""
+    rows = [_row("R", f"aitop CPU, {n} rank(s) of a torchrun job", _s(section.get(f"cpu_{n}")),
+                 "—", lambda v: True, fmt=".2f", unit=" %") for n in (1, 2, 4)]
+    for n in (2, 4):
+        rows.append(_one("R", f"aitop CPU, {n} ranks / 1 rank (medians)",
+                         section.get(f"ratio_{n}"), "≤ 2×", lambda v: v <= 2.0, unit="×"))
+        runs = section.get("runs", {}).get(str(n), [])
+        errors = [r["comm_error_max"] for r in runs if r.get("comm_error_max") is not None]
+        rows.append(_row("R", f"communication share error, worst rank, {n} ranks",
+                         _s(Summary.of(errors).to_json() if errors else None), "≤ 5 pp",
+                         lambda v: v <= 5.0, fmt=".1f", unit=" pp", scale=100.0))
+        right = sum(1 for r in runs if r.get("straggler_right"))
+        rows.append(Row("R", f"straggler named right, {n} ranks", f"{right} of {len(runs)}",
+                        "—", "every run", "met" if runs and right == len(runs) else "MISSED"))
+    return rows
+
+
 def all_rows(sections: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
+    if "ranks" in sections:
+        rows += ranks_rows(sections["ranks"])
     if "overhead" in sections:
         rows += overhead_rows(sections["overhead"], "headless")
     if "tui_overhead" in sections:
@@ -180,7 +200,7 @@ def all_rows(sections: dict[str, Any]) -> list[Row]:
     if "tui" in sections or "tui_overhead" in sections or "session" in sections:
         rows += tui_rows(sections.get("tui", {}), sections.get("tui_overhead"),
                          sections.get("session"))
-    order = {"1": 0, "2": 1, "3": 2, "4": 3, "5": 4}
+    order = {"1": 0, "2": 1, "3": 2, "4": 3, "5": 4, "R": 5}
     return sorted(rows, key=lambda r: order.get(r.target, 9))
 
 

@@ -8,7 +8,9 @@ how each figure was obtained). Sections:
 * ``tui_overhead``: target 1 with the TUI in tmux, and the first frame a user sees;
 * ``session``: target 2 — CPU and memory of headless and TUI aitop over a session;
 * ``tui``: targets 4 and 5 — first frame and key latency with Textual's Pilot;
-* ``pyspy``: what one py-spy call costs (the unit costs behind aitop's cadences).
+* ``pyspy``: what one py-spy call costs (the unit costs behind aitop's cadences);
+* ``ranks``: aitop's CPU watching 1, 2 and 4 ranks of a torchrun job, with the
+  communication error and the straggler verdict on each multi-rank round.
 
 The full run takes ~30 minutes; ``--quick`` (~4-5 minutes) runs every section
 once, briefly, as a smoke test.
@@ -32,11 +34,13 @@ from .jobs import REPO, SCENARIOS
 from .machine import load_average, machine_info
 from .overhead import OverheadConfig, run_scenario
 from .pyspy_cost import run_pyspy_cost
+from .ranks import run_ranks
 from .report import all_rows, load_previous, text_table
 from .session import run_session
 from .tui_latency import run_tui_latency
 
-SECTIONS: tuple[str, ...] = ("pyspy", "overhead", "tui_overhead", "session", "tui")
+SECTIONS: tuple[str, ...] = ("pyspy", "overhead", "tui_overhead", "session", "tui",
+                             "ranks")
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 
 
@@ -52,6 +56,8 @@ class Plan:
     key_rounds: int
     first_frame_runs: int
     pyspy_reps: int
+    ranks_rounds: int = 3
+    ranks_duration_s: float = 30.0
 
 
 FULL = Plan(
@@ -74,6 +80,8 @@ QUICK = Plan(
     key_rounds=1,
     first_frame_runs=2,
     pyspy_reps=2,
+    ranks_rounds=1,
+    ranks_duration_s=15.0,
 )
 
 
@@ -101,6 +109,10 @@ def run_section(name: str, plan: Plan, workdir: Path) -> tuple[dict[str, Any], d
     if name == "session":
         log(f"session: {plan.session_s:.0f} s, headless and TUI side by side")
         return {"session_s": plan.session_s}, run_session(plan.session_s, workdir / name, log)
+    if name == "ranks":
+        log(f"ranks: 1, 2, 4 ranks, {plan.ranks_rounds} round(s)")
+        return ({"rounds": plan.ranks_rounds, "duration_s": plan.ranks_duration_s},
+                run_ranks(plan.ranks_rounds, plan.ranks_duration_s, workdir / name, log))
     if name == "pyspy":
         log(f"pyspy: unit costs, {plan.pyspy_reps} round(s)")
         return {"reps": plan.pyspy_reps}, run_pyspy_cost(plan.pyspy_reps, workdir / name, log)
