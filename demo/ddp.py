@@ -10,7 +10,9 @@ DDP's reducer all-reduces the gradients inside ``backward()``. ``--slow-rank R
 --slow-ms MS`` makes rank R's samples cost MS of CPU per batch to make (a
 straggler slowed by its own data loading, which the others wait for).
 ``--truth DIR`` writes each rank's own timers (data wait, compute, and the
-time it waited for the other ranks). SIGTERM/SIGINT end every rank with 130.
+time it waited for the other ranks). ``--fail-once-after S`` makes rank 0 fail
+once (an elastic restart under ``torchrun --max-restarts=1``). SIGTERM/SIGINT
+end every rank with 130.
 """
 
 from __future__ import annotations
@@ -112,6 +114,10 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         args.truth.mkdir(parents=True, exist_ok=True)
     clock = StepClock(args.truth / f"rank{rank}.jsonl" if args.truth else None)
     deadline = time.time() + args.duration
+    # torchrun counts its restarts: only the first attempt fails.
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    fail_at = (time.time() + args.fail_once_after
+               if args.fail_once_after is not None and first_attempt else None)
     step = 0
     while time.time() < deadline:
         clock.start()
@@ -126,6 +132,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
             step += 1
             if time.time() >= deadline:
                 break
+            if rank == 0 and fail_at is not None and time.time() >= fail_at:
+                raise SystemExit("rank 0 fails once, as asked (--fail-once-after)")
             clock.start()
     clock.truth.maybe_write(force=True)
     dist.destroy_process_group()
@@ -158,6 +166,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-ms", type=float, default=0.0, metavar="MS",
                         help="CPU per batch that rank R spends making its samples")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    parser.add_argument("--fail-once-after", type=float, metavar="S",
+                        help="rank 0 exits with an error after S s on torchrun's first attempt "
+                        "(with --max-restarts=1 torchrun then restarts every rank)")
     parser.add_argument("--truth", type=Path, metavar="DIR",
                         help="write each rank's own timers to DIR/rankN.jsonl")
     return parser.parse_args(argv)

@@ -202,7 +202,7 @@ def run_headless(
     try:
         deadline = time.time() + duration_s
         while time.time() < deadline and not stop.is_set():
-            if source.session.target_exited_at is not None:
+            if source.session.target_exited_at is not None and not source.awaiting_restart():
                 # Let the last stack window and one evaluation land, then stop.
                 stop.wait(1.5)
                 break

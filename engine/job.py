@@ -37,7 +37,9 @@ def peer_views(peers: Sequence[RankPeer], now: float | None = None) -> list[Rank
     """Each watched peer as its newest diagnosis (at ``now`` in a replay) sees it."""
     views = []
     for peer in peers:
-        diagnosis = diagnosis_at(peer.source, now) if peer.source is not None else None
+        # An exited rank keeps its last diagnosis for its own view, not for the job's.
+        watched = peer.source is not None and peer.status == "watched"
+        diagnosis = diagnosis_at(peer.source, now) if watched and peer.source else None
         views.append(rank_view(peer.label, peer.pid, diagnosis))
     return views
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
@@ -36,6 +37,7 @@ from aitop.probes.status import ProbeStatus
 from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
 
+from .follow import JobFollower, watched_peers
 from .job import peer_views
 from .source import RankPeer
 
@@ -75,6 +77,31 @@ def self_rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class SharedHost:
+    """The machine-wide host probe, sampled once for every rank's session.
+
+    Host samples (CPU per core, RAM, load) are the same for every rank on the
+    machine; the lead rank's collector samples them and each peer's session
+    receives the same sample.
+    """
+
+    def __init__(self, probe: HostProbe) -> None:
+        self.probe = probe
+        self._sessions: list[Session] = []
+
+    def subscribe(self, session: Session) -> None:
+        self._sessions = [*self._sessions, session]
+
+    def subscribe_all(self, sessions: Sequence[Session]) -> None:
+        self._sessions = [*self._sessions, *sessions]
+
+    def sample(self) -> object:
+        sample = self.probe.sample()
+        for session in self._sessions:
+            session.add(sample)
+        return sample
+
+
 class LiveSource:
     """Probes filling a session, plus a 1 Hz evaluator; the UI's live DataSource."""
 
@@ -98,6 +125,14 @@ class LiveSource:
         self._closed = False
         #: The job's other ranks, each watched by a LiveSource of its own.
         self.peers: list[RankPeer] = []
+        #: The host probe this source's collector samples (peers subscribe to it).
+        self.host: SharedHost | None = None
+        #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job.
+        self.follower: JobFollower | None = None
+        #: Builds a source for another PID of the job (a restarted lead rank).
+        self.rebuild: Callable[[int, Job], LiveSource] | None = None
+        #: Set on close: stops what outlives one collector (the follower).
+        self.closing = threading.Event()
 
         def evaluate_now() -> None:
             self.evaluator.evaluate(time.time())
@@ -127,10 +162,32 @@ class LiveSource:
         elapsed = max(time.time() - self.started_at, 1e-6)
         return 100.0 * (self_cpu_seconds() - self.cpu_at_start) / elapsed
 
+    def adopt_lead(self, pid: int, job: Job) -> None:
+        """Lead with another rank (the lead's successor after an elastic restart).
+
+        Its probes, session and evaluator replace the exited rank's; readers take
+        ``session``/``evaluator`` afresh each time, so the UI and a headless run
+        carry on with the new rank. The exited rank's samples are dropped.
+        """
+        assert self.rebuild is not None
+        new = self.rebuild(pid, job)
+        new.evaluator.peers = self.evaluator.peers
+        old_collector = self.collector
+        self.session, self.collector, self.evaluator = new.session, new.collector, new.evaluator
+        self._eval_loop = new._eval_loop
+        self.host = new.host
+        new.start()
+        old_collector.stop()
+
+    def awaiting_restart(self) -> bool:
+        """Whether the lead rank exited and its launcher may restart it (headless waits)."""
+        return self.follower is not None and self.follower.awaiting_restart()
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self.closing.set()
         for peer in self.peers:  # all stop together, then each is joined
             if isinstance(peer.source, LiveSource):
                 peer.source.collector.stop_event.set()
@@ -204,37 +261,65 @@ def attach(
                     warnings=[notice] if notice else [])
     if job.multi_rank:
         cfg = peer_config(options.collector, len(job.ranks))
-        peer_options = dataclasses.replace(options, collector=cfg, evaluate_every_s=2.0)
-        source.peers = [_peer(r.pid, job, peer_options, knowledge, facts)
+        peer_options = dataclasses.replace(options, collector=cfg,
+                                           evaluate_every_s=options.evaluate_every_s * 4)
+        host = source.host
+        assert host is not None  # _build always gives the lead its host probe
+        source.peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)
                         for r in job.ranks if r.pid != pid]
-        source.evaluator.peers = lambda: peer_views(source.peers)
-    return source.start()
+        source.evaluator.peers = lambda: peer_views(watched_peers(source.peers))
+
+        def rebuild(new_pid: int, new_job: Job) -> LiveSource:
+            lead = _build(new_pid, new_job, options, knowledge, facts=facts, warnings=[])
+            assert lead.host is not None
+            lead.host.subscribe_all([p.source.session for p in watched_peers(source.peers)
+                                     if p.source is not None])
+            return lead
+
+        def make_peer(new_pid: int, new_job: Job) -> RankPeer:
+            assert source.host is not None
+            return _peer(new_pid, new_job, peer_options, knowledge, facts, source.host)
+
+        source.rebuild = rebuild
+        if job.launcher_pid is not None:
+            source.follower = JobFollower(source, job.launcher_pid, make_peer, source.closing)
+    source.start()
+    if source.follower is not None:
+        source.follower.start()
+    return source
 
 
 def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     """Cadences for the ranks beside the lead one: N ranks must not cost N times one.
 
-    py-spy's samples are the part that grows with ranks, so a peer samples at
-    ``2/N`` of the lead rank's rate (at least 4 Hz: 40 samples in a 10 s
-    window still give a phase share to within ~8 points), reads its step counter
-    half as often, and its storage and environment rarely (they are the job's,
-    not the rank's). Measured in docs/benchmarks.md ("Every rank of a job").
+    Measured on a gloo rank (docs/benchmarks.md, "Every rank of a job"): one
+    py-spy sample costs ~0.35 ms and a ``record`` launch ~10 ms; a step-counter
+    read ~12 ms, a process-tree read a few ms. So the peers share the lead's
+    sampling rate between them (``rate / (N - 1)``, at least 2 Hz: a 20 s window
+    still holds 40 evenly spaced samples), launch py-spy half as often, read
+    their step counters every 30 s (DDP ranks step in lockstep: the lead's
+    counter is the job's pace), their process trees half as often, and storage
+    and environment rarely (they are the job's, not the rank's). The machine-wide
+    host sample is the lead's, shared (see ``attach``).
     """
     return dataclasses.replace(
         cfg,
-        stack_rate_hz=max(4, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz * 2 / ranks))),
-        steps_interval_s=cfg.steps_interval_s * 2,
-        storage_interval_s=cfg.storage_interval_s * 4,
-        environment_interval_s=cfg.environment_interval_s * 2,
+        stack_rate_hz=max(2, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz / (ranks - 1)))),
+        stack_window_s=cfg.stack_window_s * 2,
+        steps_interval_s=max(30.0, cfg.steps_interval_s),
+        steps_warmup_readings=2,
+        interval_s=cfg.interval_s * 2,
+        storage_interval_s=cfg.storage_interval_s * 8,
+        environment_interval_s=cfg.environment_interval_s * 4,
     )
 
 
 def _peer(pid: int, job: Job, options: AttachOptions, knowledge: Knowledge,
-          facts: Facts | None) -> RankPeer:
+          facts: Facts | None, host: SharedHost) -> RankPeer:
     """Watch one other rank; a rank that cannot be watched is listed with the reason."""
     label = job.label(pid)
     try:
-        source = _build(pid, job, options, knowledge, facts=facts, warnings=[])
+        source = _build(pid, job, options, knowledge, facts=facts, warnings=[], host=host)
     except AttachError as exc:
         return RankPeer(label, pid, None, status=str(exc))
     stacks = source.session.probe_status.get("stacks")
@@ -252,8 +337,13 @@ def _build(
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
     warnings: list[str],
+    host: SharedHost | None = None,
 ) -> LiveSource:
-    """The probes, session and evaluator for one process, not started."""
+    """The probes, session and evaluator for one process, not started.
+
+    ``host`` given: the machine-wide samples come from the lead rank's host
+    probe, shared, instead of a probe of this process's own.
+    """
     ruleset, phase_config = knowledge.rules, knowledge.phases
     session = Session(pid)
     def names_workers() -> bool:
@@ -285,10 +375,13 @@ def _build(
     def gpu_sample() -> object:
         return gpu_probe.sample(set(process.pids()))
 
+    shared = host or SharedHost(HostProbe())
+    if host is not None:
+        host.subscribe(session)
     collector = Collector(
         session,
         process=process,
-        host=HostProbe(),
+        host=None if host is not None else shared,
         gpu=gpu_sample,
         storage=StorageProbe(pid, process.pids),
         environment=EnvironmentProbe(pid),
@@ -301,11 +394,15 @@ def _build(
             "unavailable", warning.removeprefix("stacks off: ")
         )
         session.probe_status["steps"] = ProbeStatus("unavailable", "needs stacks")
+    if host is not None:
+        session.probe_status["host"] = ProbeStatus("ok", "shared with the lead rank")
     evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
-    return LiveSource(
+    source = LiveSource(
         session,
         collector,
         evaluator,
         evaluate_every_s=options.evaluate_every_s,
         warnings=[*warnings, warning] if warning else warnings,
     )
+    source.host = shared
+    return source

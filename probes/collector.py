@@ -72,6 +72,8 @@ class CollectorConfig:
     stack_window_s: int = 5
     first_stack_window_s: int = 3
     steps_interval_s: float = 5.0
+    #: Readings taken every ``STEPS_WARMUP_INTERVAL_S`` before settling.
+    steps_warmup_readings: int = STEPS_WARMUP_READINGS
 
     def stack_window(self, index: int) -> int:
         """Length of the index-th py-spy window: 3 s, 6 s, then the steady length.
@@ -274,7 +276,7 @@ class Collector:
             session.add(sample)
             readings += sample.value is not None
             # Read often until a rate is well established, then settle.
-            if readings >= STEPS_WARMUP_READINGS:
+            if readings >= cfg.steps_warmup_readings:
                 task.interval_s = cfg.steps_interval_s
             session.probe_status["steps"] = (
                 ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s")

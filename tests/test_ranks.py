@@ -318,3 +318,27 @@ async def test_the_ranks_panel_flags_the_straggler_and_opens_any_rank(
         await pilot.pause()
         assert app.viewed_pid is None
         assert f"PID {zero} rank 0 of 2" in screen_text(app)
+
+
+@pytest.mark.attach
+def test_an_elastic_restart_is_followed_to_the_new_ranks(workdir: Path) -> None:
+    """torchrun --max-restarts=1 restarts every rank when rank 0 fails: aitop follows."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--max-restarts=1", f"--master_port={free_port()}", "-m", "aitop.demo.ddp",
+               "--duration", "90", "--fail-once-after", "6"]
+    with started(command) as launcher:
+        first = wait_for(lambda: find_job(launcher.pid), 2)
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "28", timeout=120)
+        later = find_job(launcher.pid)
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    old = {r.pid for r in first.ranks}
+    new = [r.pid for r in later.ranks]
+    assert len(new) == 2 and not old & set(new), (first, later)
+    # The lead is the new rank 0, and every rank listed is of the second attempt.
+    assert report["target"]["pid"] == new[0]
+    assert any("restarted the job" in w for w in report["warnings"]), report["warnings"]
+    watched = [r["pid"] for r in report["ranks"] if r["status"] == "watched"]
+    assert watched == new, report["ranks"]
+    assert report["phases"] is not None
