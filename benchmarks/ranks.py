@@ -87,6 +87,8 @@ def one_round(ranks: int, duration_s: float, workdir: Path) -> dict[str, Any]:
         "ranks_found": len(report["ranks"]),
         "comm_error_max": max(errors) if errors else None,
         "straggler_right": verdict.get("straggler_pid") == slow_pid,
+        "straggler_score": verdict.get("straggler_score"),
+        "comm_shares": [r["comm_share"] for r in report["ranks"]],
         "verdict_s": fired[0] if fired else None,
     })
     return out

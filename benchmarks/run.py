@@ -57,7 +57,9 @@ class Plan:
     first_frame_runs: int
     pyspy_reps: int
     ranks_rounds: int = 3
-    ranks_duration_s: float = 30.0
+    #: Long enough that start-up (short first windows, warm-up reads) is not all
+    #: of it: a job is watched for minutes.
+    ranks_duration_s: float = 60.0
 
 
 FULL = Plan(

@@ -51,6 +51,7 @@ class JobFollower:
         self.launcher_pid = launcher_pid
         self.make_peer = make_peer
         self.restarts = 0
+        self._stop = stop
         self._task = PeriodicTask("ranks", self.rescan, RESCAN_S, lead.session.probe_status,
                                   stop, first_delay_s=RESCAN_S)
 
@@ -92,7 +93,13 @@ class JobFollower:
             lead.warnings.append(
                 f"the launcher (PID {self.launcher_pid}) restarted the job: now leading with "
                 f"{job.label(successor)} (PID {successor}); PID {old} exited")
-        lead.peers = [*peers, *(self.make_peer(pid, job) for pid in new)]
+        added = [self.make_peer(pid, job) for pid in new]
+        if self._stop.is_set():  # aitop closed meanwhile: nobody would stop these
+            for peer in added:
+                if peer.source is not None:
+                    peer.source.close()
+            return
+        lead.peers = [*peers, *added]
         lead.session.probe_status["ranks"] = ProbeStatus(
             "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
 

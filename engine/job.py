@@ -16,6 +16,7 @@ from typing import Any
 
 from aitop.knowledge.model import Diagnosis
 from aitop.knowledge.ranks import STRAGGLER_SCORE, JobJudgement, RankView, judge_job, rank_view
+from aitop.probes.session import Session
 
 from .source import DataSource, RankPeer
 
@@ -77,6 +78,8 @@ class RankRow:
     cpu_percent: float | None
     gpu_mem_percent: float | None
     gpu_util_percent: float | None
+    #: The GPUs the rank's processes hold memory on (NVML's per-process list), "0,1".
+    gpus: str
     straggler_score: float | None
     straggler: bool
     lead_finding: str | None
@@ -91,9 +94,12 @@ def rank_rows(source: DataSource, now: float, lead: Diagnosis | None,
         return []
     status = {p.pid: p.status for p in peers_of(source)}
     diagnoses = {source.session.target_pid: lead}
+    sessions = {source.session.target_pid: source.session}
     for peer in peers_of(source):
         diagnoses[peer.pid] = (diagnosis_at(peer.source, now)
                                if peer.source is not None else None)
+        if peer.source is not None:
+            sessions[peer.pid] = peer.source.session
     straggler = judgement.straggler
     flagged = (straggler is not None
                and judgement.scores.get(straggler.pid, 1.0) < STRAGGLER_SCORE)
@@ -108,12 +114,22 @@ def rank_rows(source: DataSource, now: float, lead: Diagnosis | None,
             cpu_percent=m.get("proc_cpu_mean"),
             gpu_mem_percent=m.get("gpu_mem_used_mean"),
             gpu_util_percent=m.get("gpu_util_mean"),
+            gpus=_gpus_used(sessions.get(view.pid)),
             straggler_score=judgement.scores.get(view.pid),
             straggler=flagged and straggler is not None and view.pid == straggler.pid,
             lead_finding=view.cause.id if view.cause is not None else None,
             cause=view.cause.title if view.cause is not None else view.top_phase,
         ))
     return rows
+
+
+def _gpus_used(session: Session | None) -> str:
+    """The indices of the GPUs the rank's own processes use, from its newest GPU sample."""
+    sample = session.gpu.last() if session is not None else None
+    if sample is None:
+        return ""
+    return ",".join(str(d.index) for d in sample.devices
+                    if any(p.in_target for p in d.processes))
 
 
 def ranks_json(rows: Sequence[RankRow]) -> list[dict[str, Any]]:
@@ -123,7 +139,7 @@ def ranks_json(rows: Sequence[RankRow]) -> list[dict[str, Any]]:
         "phases": {k: round(v, 4) for k, v in r.phases.items()} if r.phases else None,
         "comm_share": _round(r.comm_share), "steps_per_s": _round(r.steps_per_s),
         "cpu_percent": _round(r.cpu_percent), "gpu_mem_percent": _round(r.gpu_mem_percent),
-        "gpu_util_percent": _round(r.gpu_util_percent),
+        "gpu_util_percent": _round(r.gpu_util_percent), "gpus": r.gpus or None,
         "straggler_score": _round(r.straggler_score), "straggler": r.straggler,
         "lead_finding": r.lead_finding, "cause": r.cause,
     } for r in rows]

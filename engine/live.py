@@ -261,8 +261,9 @@ def attach(
                     warnings=[notice] if notice else [])
     if job.multi_rank:
         cfg = peer_config(options.collector, len(job.ranks))
+        # A peer's diagnosis feeds the job's judgement, which changes slowly.
         peer_options = dataclasses.replace(options, collector=cfg,
-                                           evaluate_every_s=options.evaluate_every_s * 4)
+                                           evaluate_every_s=options.evaluate_every_s * 5)
         host = source.host
         assert host is not None  # _build always gives the lead its host probe
         source.peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)
@@ -296,18 +297,21 @@ def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     py-spy sample costs ~0.35 ms and a ``record`` launch ~10 ms; a step-counter
     read ~12 ms, a process-tree read a few ms. So the peers share the lead's
     sampling rate between them (``rate / (N - 1)``, at least 2 Hz: a 20 s window
-    still holds 40 evenly spaced samples), launch py-spy half as often, read
-    their step counters every 30 s (DDP ranks step in lockstep: the lead's
-    counter is the job's pace), their process trees half as often, and storage
-    and environment rarely (they are the job's, not the rank's). The machine-wide
-    host sample is the lead's, shared (see ``attach``).
+    still holds 40 evenly spaced samples), launch py-spy half as often (its
+    first window 5 s, not 3: the job's verdict needs a few windows anyway), read
+    their step counters every 30 s after one early read (DDP ranks step in
+    lockstep: the lead's counter is the job's pace), their process trees half
+    as often, and storage and environment rarely (they are the job's, not the
+    rank's). The machine-wide host sample is the lead's, shared (see ``attach``);
+    a peer is judged every 5 evaluation periods.
     """
     return dataclasses.replace(
         cfg,
         stack_rate_hz=max(2, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz / (ranks - 1)))),
         stack_window_s=cfg.stack_window_s * 2,
+        first_stack_window_s=max(cfg.first_stack_window_s, 5),
         steps_interval_s=max(30.0, cfg.steps_interval_s),
-        steps_warmup_readings=2,
+        steps_warmup_readings=1,
         interval_s=cfg.interval_s * 2,
         storage_interval_s=cfg.storage_interval_s * 8,
         environment_interval_s=cfg.environment_interval_s * 4,
@@ -346,6 +350,7 @@ def _build(
     """
     ruleset, phase_config = knowledge.rules, knowledge.phases
     session = Session(pid)
+
     def names_workers() -> bool:
         env = session.environment
         return env is not None and torch_names_workers(env.torch_version)

@@ -102,10 +102,27 @@ class Panel(Widget, can_focus=True):
         self.border_title = self.TITLE
 
     def update_view(self, view: View) -> None:
-        """Draw from a new view (cheap: the work happens in ``render``)."""
+        """Take a new view; repaint only if what the panel shows changed.
+
+        Most ticks change a few panels (a sparkline moves, a number changes);
+        an unchanged panel is not repainted, which is most of a frame's cost in
+        Textual (measured in docs/benchmarks.md). Lines are compared as rich
+        Text (characters and styles), so any visible change repaints.
+        """
         self.view = view
-        self.border_subtitle = self.subtitle(view)
-        self.refresh()
+        subtitle = self.subtitle(view)
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
+        width = self.content_size.width
+        if width <= 0 or self._cached is None:
+            self.refresh()
+            return
+        key = (max(1, width), *self.cache_key())
+        lines = self.lines(view, key[0])
+        old = self._cached
+        self._cached = (view, key, lines)
+        if old[1] != key or old[2] != lines:
+            self.refresh()
 
     def _fit_height(self, wanted: int) -> None:
         """Ask for ``wanted`` rows (the CSS max-height still caps it)."""

@@ -112,7 +112,9 @@ class RanksPanel(Panel):
         sps = "   —" if row.steps_per_s is None else f"{row.steps_per_s:5.1f}"
         stats.append(f" {sps}/s CPU {_pct(row.cpu_percent)}")
         if row.gpu_mem_percent is not None or row.gpu_util_percent is not None:
-            stats.append(f"  GPU {_pct(row.gpu_util_percent)} mem {_pct(row.gpu_mem_percent)}")
+            which = f" {row.gpus}" if row.gpus else ""
+            stats.append(f"  GPU{which} {_pct(row.gpu_util_percent)} "
+                         f"mem {_pct(row.gpu_mem_percent)}")
         stats.append(f"  waits {_pct(row.comm_share, share=True)}")
         if row.straggler_score is not None:
             stats.append(f"  score {row.straggler_score:.2f}")

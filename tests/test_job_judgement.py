@@ -1,0 +1,75 @@
+"""The arithmetic of a rank's hidden wait and of the straggler (knowledge/ranks.py).
+
+The end-to-end checks against real torchrun/mp.spawn jobs are in test_ranks.py;
+these pin the rules of the reading on numbers small enough to check by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aitop.knowledge.ranks import STRAGGLER_SCORE, RankView, hidden_comm, judge_job
+
+
+def cpu_rank(**metrics: float | None) -> dict[str, float | None]:
+    base: dict[str, float | None] = {
+        "local_ranks": 2.0, "has_gpu": 0.0, "phase_compute": 0.9, "training_thread_cpu": 40.0,
+        "main_cpu_wait_mean": 0.0, "phase_other": 0.05, "phase_eval": 0.0,
+        "phase_checkpoint": 0.0, "phase_data_wait": 0.05, "num_workers": 2.0,
+        "data_from_queue": 0.0, "data_in_own_code": 0.0,
+    }
+    base.update(metrics)
+    return base
+
+
+def test_a_cpu_rank_in_backward_but_off_the_cpu_is_waiting() -> None:
+    # 90 % of samples in compute, 40 % of a core used, 5 % of it spent in 'other':
+    # compute ran 35 % of the time, so 55 % of it was waiting.
+    assert hidden_comm(cpu_rank()) == pytest.approx(0.55)
+
+
+def test_time_queued_for_a_cpu_is_not_a_wait_for_other_ranks() -> None:
+    assert hidden_comm(cpu_rank(main_cpu_wait_mean=30.0)) == pytest.approx(0.25)
+
+
+def test_loading_in_the_training_thread_takes_its_cpu_share_first() -> None:
+    # No workers: the 5 % of data wait was the thread working, not waiting.
+    assert hidden_comm(cpu_rank(num_workers=0.0)) == pytest.approx(0.60)
+
+
+def test_no_hidden_wait_on_gpu_ranks_or_single_processes() -> None:
+    assert hidden_comm(cpu_rank(has_gpu=1.0)) is None
+    assert hidden_comm(cpu_rank(local_ranks=1.0)) is None
+    assert hidden_comm(cpu_rank(training_thread_cpu=None)) is None
+
+
+def test_the_wait_is_never_more_than_the_compute_phases_nor_negative() -> None:
+    assert hidden_comm(cpu_rank(training_thread_cpu=0.0)) == pytest.approx(0.9)
+    assert hidden_comm(cpu_rank(training_thread_cpu=100.0)) == 0.0
+
+
+def view(label: str, comm: float | None) -> RankView:
+    return RankView(label, hash(label) % 10_000, comm, None, None, None)
+
+
+def test_the_rank_that_waits_least_is_the_straggler_with_nvidias_score() -> None:
+    judgement = judge_job([view("rank 0", 0.70), view("rank 1", 0.24), view("rank 2", 0.68)])
+    straggler = judgement.straggler
+    assert straggler is not None and straggler.label == "rank 1"
+    # Fastest own work 0.30 (rank 0) over rank 1's 0.76.
+    assert judgement.scores[straggler.pid] == pytest.approx(0.30 / 0.76)
+    assert judgement.scores[straggler.pid] < STRAGGLER_SCORE
+    m = judgement.metrics()
+    assert m["job_wait_share"] == pytest.approx(0.69)
+    assert m["straggler_excess"] == pytest.approx(0.45)
+    assert m["ranks_watched"] == 3
+
+
+def test_ranks_that_wait_alike_have_no_flagged_straggler() -> None:
+    judgement = judge_job([view("rank 0", 0.45), view("rank 1", 0.40)])
+    assert judgement.straggler is not None
+    assert judgement.scores[judgement.straggler.pid] >= STRAGGLER_SCORE
+
+
+def test_ranks_without_a_reading_are_not_judged() -> None:
+    judgement = judge_job([view("rank 0", 0.5), view("rank 1", None)])
+    assert judgement.straggler is None and judgement.metrics()["straggler_score"] is None
