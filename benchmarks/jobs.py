@@ -9,8 +9,8 @@ per-phase seconds and a step counter every 0.5 s (``--truth``).
 from __future__ import annotations
 
 import importlib.util
-import sys
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
