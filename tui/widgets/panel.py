@@ -117,8 +117,8 @@ class Panel(Widget, can_focus=True):
         if width <= 0 or self._cached is None:
             self.refresh()
             return
-        key = (max(1, width), *self.cache_key())
-        lines = self.lines(view, key[0])
+        key = (width, *self.cache_key())
+        lines = self.lines(view, width)
         old = self._cached
         self._cached = (view, key, lines)
         if old[1] != key or old[2] != lines:
