@@ -203,3 +203,53 @@ class TuiRun(AitopRun):
 
     def kill(self) -> None:
         self._tmux("kill-session", "-t", self.name)
+
+
+@dataclass
+class MonitorRun(AitopRun):
+    """Another full-screen monitor (glances, a bare Textual app) in tmux, under the wrapper.
+
+    Measured exactly as the aitop UI is (same terminal size, same wrapper, CPU
+    of its whole process tree), so the session benchmark can set them side by side.
+    """
+
+    command: tuple[str, ...] = ()
+    socket: str = ""
+
+    def _tmux(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+                              text=True, check=check, timeout=10)
+
+    def start(self) -> MonitorRun:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.socket = self.socket or f"aitop-bench-{os.getpid()}"
+        for path in (self.out, self.out.with_suffix(".pid")):
+            path.unlink(missing_ok=True)
+        inner = " ".join(["cd", str(REPO), "&&", "exec", "env", f"PYTHONPATH={REPO}",
+                          PYTHON, "-m", "benchmarks.wrap", "--out", str(self.out), "--",
+                          *self.command])
+        width, height = TMUX_SIZE
+        self.launched_at = time.time()
+        self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+                   inner, check=True)
+        self._wait_pid()
+        return self
+
+    def quit(self, timeout_s: float = 15.0) -> dict[str, Any]:
+        """Press q; end the tmux session if the monitor does not go."""
+        self._tmux("send-keys", "-t", self.name, "q")
+        try:
+            return self._collect(timeout_s)
+        except RuntimeError:
+            self._tmux("kill-session", "-t", self.name)
+            return self._collect(10.0)
+
+
+def glances_command() -> tuple[str, ...] | None:
+    """glances at a 1 s refresh (aitop's default), if installed (``.[bench]``)."""
+    binary = Path(sys.executable).with_name("glances")
+    return (str(binary), "--time", "1") if binary.exists() else None
+
+
+def bare_textual_command() -> tuple[str, ...]:
+    return (PYTHON, "-m", "benchmarks.bare_textual")

@@ -224,15 +224,18 @@ def overhead_detail(section: dict[str, Any], headless: bool) -> str:
 
 
 def session_detail(section: dict[str, Any]) -> str:
-    out = ["| | headless | TUI |", "|---|---|---|"]
-    h, t = section.get("headless", {}), section.get("tui", {})
+    modes = [m for m in ("headless", "tui", "glances", "bare_textual") if section.get(m)]
+    names = {"headless": "headless", "tui": "TUI", "glances": "glances",
+             "bare_textual": "bare Textual"}
+    out = ["| | " + " | ".join(names[m] for m in modes) + " |",
+           "|---|" + "---|" * len(modes)]
 
     def row(label: str, key: str, fmt: str = ".2f", unit: str = "") -> None:
-        out.append(f"| {label} | {_f(h.get(key), fmt, unit)} | {_f(t.get(key), fmt, unit)} |")
+        cells = " | ".join(_f(section[m].get(key), fmt, unit) for m in modes)
+        out.append(f"| {label} | {cells} |")
 
-    out.append(f"| CPU, steady state, median [min–max] | "
-               f"{_sj(h.get('steady_cpu_percent'), '.2f', ' %')} | "
-               f"{_sj(t.get('steady_cpu_percent'), '.2f', ' %')} |")
+    cells = " | ".join(_sj(section[m].get("steady_cpu_percent"), ".2f", " %") for m in modes)
+    out.append(f"| CPU, steady state, median [min–max] | {cells} |")
     row("CPU, first 60 s incl. startup", "first_60s_cpu_percent", unit=" %")
     row("CPU, whole session (getrusage)", "whole_run_cpu_percent", unit=" %")
     row("CPU, the report's own figure (since attach)", "report_cpu_percent", unit=" %")
@@ -244,9 +247,9 @@ def session_detail(section: dict[str, Any]) -> str:
     row("RSS growth, 60 s → end", "rss_growth_mb_from_60s", ".2f", " MB")
     row("RSS growth, 10 s → end", "rss_growth_mb_from_10s", ".2f", " MB")
     row("orphaned children reaped by the wrapper", "orphans_reaped", ".0f")
-    first = _f(t.get("first_frame_s"), ".2f", " s")
-    out.append(f"| TUI first frame (launch → header) | | {first} |")
-    for mode in ("headless", "tui"):
+    first = _f(section.get("tui", {}).get("first_frame_s"), ".2f", " s")
+    out.append(f"| TUI first frame (launch → header) | {first} |" + " |" * (len(modes) - 1))
+    for mode in modes:
         series = section.get(mode, {}).get("rss_series_mb")
         if series:
             out += ["", f"RSS of the {mode} aitop over the session (s, MB): "

@@ -138,6 +138,25 @@ def session_rows(section: dict[str, Any]) -> list[Row]:
                          f"({section['session_s']:.0f}-s session), {label}",
                          r.get("rss_growth_mb_from_60s" if long else "rss_growth_mb_from_10s"),
                          "≤ 5 MB", lambda v: v <= 5.0, fmt=".2f", unit=" MB"))
+    rows += comparison_rows(section)
+    return rows
+
+
+def comparison_rows(section: dict[str, Any]) -> list[Row]:
+    """The TUI beside glances and a bare Textual app, measured in the same session."""
+    rows: list[Row] = []
+    for name, label in (("glances", "glances --time 1"),
+                        ("bare_textual", "bare Textual app, six panels at 1 s (the floor)")):
+        r = section.get(name)
+        if r:
+            rows.append(_row("2", f"CPU, {label}, steady state", _s(r.get("steady_cpu_percent")),
+                             "—", lambda v: True, fmt=".2f", unit=" %"))
+    tui, glances = section.get("tui", {}), section.get("glances", {})
+    t = _s(tui.get("steady_cpu_percent"))
+    g = _s(glances.get("steady_cpu_percent"))
+    if t is not None and g is not None and g.median > 0:
+        rows.append(_one("2", "CPU, TUI / glances (steady medians, same session)",
+                         t.median / g.median, "≤ 0.5", lambda v: v <= 0.5, fmt=".2f", unit="×"))
     return rows
 
 

@@ -26,7 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .aitop_proc import AitopRun, HeadlessRun, TuiRun
+from .aitop_proc import (
+    AitopRun,
+    HeadlessRun,
+    MonitorRun,
+    TuiRun,
+    bare_textual_command,
+    glances_command,
+)
 from .jobs import DemoJob
 from .stats import Summary
 
@@ -116,12 +123,23 @@ def analyse(points: list[dict[str, Any]], run: AitopRun, session_s: float) -> di
 
 
 def run_session(session_s: float, workdir: Path, log: Log) -> dict[str, Any]:
-    """Headless and TUI aitop on one data job for ``session_s`` seconds."""
+    """Headless and TUI aitop on one data job for ``session_s`` seconds, beside
+    glances (if installed) and a bare Textual app at the same refresh."""
     with DemoJob("data", workdir, duration_s=session_s + 600.0) as job:
         time.sleep(3.0)
         headless = HeadlessRun(workdir, "session-headless").start(job.pid, session_s + 5.0)
         tui = TuiRun(workdir, "session-tui").start(job.pid)
-        samplers = [Sampler(headless), Sampler(tui)]
+        others: dict[str, MonitorRun] = {
+            "bare_textual": MonitorRun(workdir, "session-bare", command=bare_textual_command())}
+        glances = glances_command()
+        if glances is not None:
+            others["glances"] = MonitorRun(workdir, "session-glances", command=glances)
+        else:
+            log("  session: glances is not installed (pip install -e '.[bench]'): not compared")
+        for other in others.values():
+            other.start()
+        samplers = [Sampler(headless), Sampler(tui),
+                    *(Sampler(other) for other in others.values())]
         for s in samplers:
             s.start()
         first_frame = tui.wait_first_frame(deadline=time.time() + 30.0)
@@ -141,8 +159,12 @@ def run_session(session_s: float, workdir: Path, log: Log) -> dict[str, Any]:
             s.halt.set()
             s.join()
         tui.quit()
+        for other in others.values():
+            other.quit()
         headless.wait(timeout_s=60.0)
-    return {
+    compared = {name: analyse(samplers[2 + i].points, other, session_s)
+                for i, (name, other) in enumerate(others.items())}
+    return compared | {
         "session_s": session_s,
         "headless": analyse(samplers[0].points, headless, session_s)
         | {"report_cpu_percent": headless.report["aitop"]["cpu_percent_of_one_core"],

@@ -107,6 +107,11 @@ def read_worker_index(dump: Sequence[dict[str, Any]]) -> int | None:
     return None
 
 
+#: Reads of the workers per step-counter sample when none is fetching a batch.
+WORKER_INDEX_TRIES = 3
+WORKER_INDEX_RETRY_S = 0.3
+
+
 class StepProbe:
     """Reads the loop counter with one ``py-spy dump --locals`` per call."""
 
@@ -134,20 +139,30 @@ class StepProbe:
         return from_workers if from_workers.value is not None else counted
 
     def _worker_index(self, worker_pids: Sequence[int]) -> StepCounterSample:
+        """The highest batch index a worker is fetching; tried again shortly when
+        none is (all parked on a full prefetch queue, or a dump failed under load:
+        a 15 s CI report once got one reading of five)."""
         t = time.time()
-        values = []
-        for pid in worker_pids:
-            try:
-                dump = json.loads(run_dump(self.binary, pid, locals_=True))
-            except (PySpyError, json.JSONDecodeError):
-                continue  # a worker that just exited or restarted; the others count
-            value = read_worker_index(dump)
-            if value is not None:
-                values.append(value)
+        values: list[int] = []
+        for attempt in range(WORKER_INDEX_TRIES):
+            if attempt:
+                time.sleep(WORKER_INDEX_RETRY_S)
+            t = time.time()
+            values = [v for v in (self._one_worker_index(pid) for pid in worker_pids)
+                      if v is not None]
+            if values:
+                break
         if not values:
             return StepCounterSample(t, None, None, error="no worker was fetching a batch")
         frame = f"{WORKER_FRAME} (torch/utils/data/_utils/worker.py)"
         return StepCounterSample(t, WORKER_COUNTER, max(values), frame=frame)
+
+    def _one_worker_index(self, pid: int) -> int | None:
+        try:
+            dump = json.loads(run_dump(self.binary, pid, locals_=True))
+        except (PySpyError, json.JSONDecodeError):
+            return None  # a worker that just exited or restarted; the others count
+        return read_worker_index(dump)
 
     def _loop_counter(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample:
         t = time.time()

@@ -342,3 +342,27 @@ def test_an_elastic_restart_is_followed_to_the_new_ranks(workdir: Path) -> None:
     watched = [r["pid"] for r in report["ranks"] if r["status"] == "watched"]
     assert watched == new, report["ranks"]
     assert report["phases"] is not None
+
+
+@pytest.mark.attach
+def test_a_rank_that_cannot_be_watched_is_listed_with_the_reason() -> None:
+    """Rank 1 is not a Python process: listed with why, while rank 0 is diagnosed."""
+    parent = ("import os, subprocess, sys, time\n"
+              "def env(r):\n"
+              "    return dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE='2',\n"
+              "                TORCHELASTIC_RUN_ID='t')\n"
+              "subprocess.Popen([sys.executable, '-c', 'while True: sum(range(10000))'],\n"
+              "                 env=env(0))\n"
+              "subprocess.Popen(['sleep', '120'], env=env(1))\n"
+              "time.sleep(120)\n")
+    with started([sys.executable, "-c", parent]) as launcher:
+        job = wait_for(lambda: find_job(launcher.pid), 2, timeout=30)
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "6")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["target"]["pid"] == job.ranks[0].pid
+    ranks = {r["label"]: r for r in report["ranks"]}
+    assert ranks["rank 0"]["status"] == "watched"
+    assert "not look like a Python process" in ranks["rank 1"]["status"], ranks
+    assert report["phases"] is not None  # rank 0 is diagnosed all the same
