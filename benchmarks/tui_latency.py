@@ -146,7 +146,8 @@ async def _measure(job_pid: int, rounds: int, first_frame_runs: int, log: Log) -
                     for key, _char, expect in KEYS[:2]:
                         await asyncio.sleep(rng.uniform(0.1, 0.5))
                         pilot_latencies.append(await _pilot_press(pilot, app, key, expect))
-                stacks_status = source.session.probe_status.get("stacks")
+                status = source.session.probe_status.get("stacks")
+                stacks_status = status.text if status is not None else None
     finally:
         source.close()
     values = [x["s"] for x in latencies]

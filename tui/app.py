@@ -32,7 +32,6 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from .screens import REUSABLE_SCREENS, make_screen
@@ -41,6 +40,7 @@ from .screens.export_path import ExportPathScreen
 from .screens.knowledge import load_knowledge
 from .screens.main import MainScreen
 from .widgets.baseline_bar import BaselineBar
+from .widgets.key_bar import KeyBar
 from .widgets.panel import Panel
 from .widgets.ranks_panel import RanksPanel
 from .widgets.view import View
@@ -193,7 +193,7 @@ class AitopApp(App[int]):
         """The baseline bar, above the main screen's footer (once it is composed)."""
         assert self.baseline is not None
         screen = self.screen
-        footers = screen.query(Footer)
+        footers = screen.query(KeyBar)
         screen.mount(BaselineBar(self.baseline, id="baseline"),
                      before=footers.first() if footers else None)
 

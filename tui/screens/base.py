@@ -12,9 +12,9 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from ..widgets.header import ExitBanner, StatusHeader
+from ..widgets.key_bar import KeyBar
 from ..widgets.view import View
 
 
@@ -60,7 +60,7 @@ class DetailScreen(ViewScreen):
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         yield from self.compose_body()
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         # The arrow and page keys scroll the body, so it has the focus; a screen

@@ -12,12 +12,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Region
-from textual.widgets import Footer
 
 from ..widgets.advisor_panel import AdvisorPanel
 from ..widgets.gpu_panel import GpuPanel
 from ..widgets.host_panel import HostPanel
 from ..widgets.io_panel import IoPanel
+from ..widgets.key_bar import KeyBar
 from ..widgets.panel import Panel
 from ..widgets.ranks_panel import RanksPanel
 from ..widgets.step_panel import StepPanel
@@ -70,7 +70,7 @@ class MainScreen(ViewScreen):
                 yield StepPanel(id="step")
                 yield RanksPanel(id="ranks")
                 yield AdvisorPanel(id="advisor")
-        yield Footer()
+        yield KeyBar()
 
     def on_resize(self) -> None:
         # Small terminals: panels keep only their title line (see app.tcss).
