@@ -53,9 +53,6 @@ class UiRunner(Protocol):
         export_on_exit: bool, baseline: Run | None = None,
     ) -> int: ...
 
-    def prepare(self) -> None:
-        """Start loading the UI's code now: it will open once the source is ready."""
-
 
 class CliError(Exception):
     """An expected failure: printed as one line, exit status ``code``."""
@@ -264,8 +261,6 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         raise CliError(NO_UI, EXIT_USAGE)
     if not args.headless:
         require_terminal()
-        if run_ui is not None:
-            run_ui.prepare()  # Textual loads while attaching waits on py-spy
     from .diff import baseline_of
 
     baseline = baseline_of(args.baseline)
@@ -331,8 +326,6 @@ def run_demo(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
 
 
 def run_replay(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
-    if run_ui is not None and not args.headless:
-        run_ui.prepare()  # Textual loads while the snapshot is read
     try:
         source = load_snapshot(args.file)
     except SnapshotError as exc:
