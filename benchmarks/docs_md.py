@@ -17,11 +17,13 @@ HEADER = """# Benchmarks
 python -m benchmarks.run            # full run (~30 min): writes this file
 python -m benchmarks.run --quick    # ~4-5 min smoke run: one pair, a 1-min session
 python -m benchmarks.run --only overhead   # one section (repeatable):
-                                           #   pyspy | overhead | tui_overhead | session | tui
+                                           #   pyspy | overhead | tui_overhead | session |
+                                           #   tui | ranks
 ```
 
 Run from the repository root with the virtual environment active (`tmux` and
-`py-spy` must be installed; the demo jobs need torch). The command prints the table
+`py-spy` must be installed; the demo jobs need torch; `pip install -e '.[bench]'`
+adds glances, which the session section measures beside aitop's UI). The command prints the table
 below and rewrites this file; everything in it is measured by that run (the raw
 results are embedded at the end of this file). A `--only` run refreshes its
 section and keeps the others, each stamped with its own date, mode and commit.
@@ -112,6 +114,12 @@ and RSS are read from /proc. Reported: the first 60 s (start-up included), the
 steady state ({steady}), and the whole session from `getrusage` after exit. RSS is
 aitop's own process (py-spy's is listed separately as "tree peak"); growth is
 the end minus the value at 60 s (the value at 10 s is shown too).
+
+Beside them, in the same session and measured the same way (tmux at the same
+size, the same wrapper, CPU of the whole process tree): `glances --time 1`
+(installed by `pip install -e '.[bench]'`; skipped with a note when absent) and
+`benchmarks/bare_textual.py`, a bare Textual app repainting six bordered panels
+of text once a second: the floor any Textual UI at this refresh pays here.
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
