@@ -260,10 +260,7 @@ def attach(
     source = _build(pid, job, options, knowledge, popen=popen, facts=facts,
                     warnings=[notice] if notice else [])
     if job.multi_rank:
-        cfg = peer_config(options.collector, len(job.ranks))
-        # A peer's diagnosis feeds the job's judgement, which changes slowly.
-        peer_options = dataclasses.replace(options, collector=cfg,
-                                           evaluate_every_s=options.evaluate_every_s * 5)
+        peer_options = options_for_peers(options, len(job.ranks))
         host = source.host
         assert host is not None  # _build always gives the lead its host probe
         source.peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)
@@ -290,27 +287,42 @@ def attach(
     return source
 
 
+def options_for_peers(options: AttachOptions, ranks: int) -> AttachOptions:
+    """How the ranks beside the lead one are watched and judged.
+
+    A peer's diagnosis feeds the job's judgement, which changes slowly, so it is
+    judged less often; its window spans two of its stack windows (a 20 s window
+    could hold none of a peer's 20 s stack windows, and the straggler then went
+    unjudged at the end of a run).
+    """
+    cfg = peer_config(options.collector, ranks)
+    return dataclasses.replace(
+        options, collector=cfg, evaluate_every_s=options.evaluate_every_s * 5,
+        window_s=max(options.window_s, 2.0 * cfg.stack_window_s))
+
+
 def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     """Cadences for the ranks beside the lead one: N ranks must not cost N times one.
 
     Measured on a gloo rank (docs/benchmarks.md, "Every rank of a job"): one
     py-spy sample costs ~0.35 ms and a ``record`` launch ~10 ms; a step-counter
-    read ~12 ms, a process-tree read a few ms. So the peers share the lead's
-    sampling rate between them (``rate / (N - 1)``, at least 2 Hz: a 20 s window
-    still holds 40 evenly spaced samples), launch py-spy half as often (its
-    first window 5 s, not 3: the job's verdict needs a few windows anyway), read
-    their step counters every 30 s after one early read (DDP ranks step in
-    lockstep: the lead's counter is the job's pace), their process trees half
-    as often, and storage and environment rarely (they are the job's, not the
-    rank's). The machine-wide host sample is the lead's, shared (see ``attach``);
-    a peer is judged every 5 evaluation periods.
+    read ~12 ms, a process-tree read 0.25 ms; py-spy is three quarters of
+    aitop's CPU on a 4-rank job. So each peer samples at ``rate / N`` (at
+    least 2 Hz: the 20 s evaluation window still holds 40 evenly spaced
+    samples, and the ranks' waits stayed within 2 points of their timers),
+    launches py-spy half as often (its first window 5 s, not 3: the job's
+    verdict needs a few windows anyway), reads its step counter every 60 s after
+    one early read (DDP ranks step in lockstep: the lead's counter is the job's
+    pace), its process tree half as often, and storage and environment rarely
+    (they are the job's, not the rank's). The machine-wide host sample is the
+    lead's, shared (see ``attach``); a peer is judged every 5 evaluation periods.
     """
     return dataclasses.replace(
         cfg,
-        stack_rate_hz=max(2, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz / (ranks - 1)))),
+        stack_rate_hz=max(2, min(cfg.stack_rate_hz, round(cfg.stack_rate_hz / ranks))),
         stack_window_s=cfg.stack_window_s * 2,
         first_stack_window_s=max(cfg.first_stack_window_s, 5),
-        steps_interval_s=max(30.0, cfg.steps_interval_s),
+        steps_interval_s=max(60.0, cfg.steps_interval_s),
         steps_warmup_readings=1,
         interval_s=cfg.interval_s * 2,
         storage_interval_s=cfg.storage_interval_s * 8,

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aitop.engine.live import job_notice
+from aitop.engine.live import AttachOptions, job_notice, options_for_peers
+from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from demo_jobs import run_aitop
 
@@ -62,6 +63,20 @@ def started(command: list[str], env: dict[str, str] | None = None,
 def torchrun(port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
             f"--master_port={port}", "-m", "aitop.demo.ddp", "--duration", "90"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.parametrize("config", [CollectorConfig(), CollectorConfig.headless()],
+                         ids=["ui", "headless"])
+def test_a_peers_window_always_holds_its_stack_windows(config: CollectorConfig,
+                                                       ranks: int) -> None:
+    """A peer judged on a window shorter than its py-spy windows has no phases at
+    times (the job's straggler then vanished from the final report)."""
+    peer = options_for_peers(AttachOptions(collector=config), ranks)
+    assert peer.window_s >= 2 * peer.collector.stack_window_s
+    # N ranks must not cost N times one: the peers share the lead's sampling.
+    total = config.stack_rate_hz + (ranks - 1) * peer.collector.stack_rate_hz
+    assert total <= max(2 * config.stack_rate_hz, config.stack_rate_hz + 2 * (ranks - 1))
 
 
 def test_rank_variables_from_the_environment() -> None:
