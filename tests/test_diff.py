@@ -179,7 +179,7 @@ def test_baseline_comparison_in_the_ui(
         line = " ".join(rows[at:at + 2])  # the bar may wrap onto a second row
         print(line)
         # Above the footer, under the panels.
-        assert any("Quit" in x for x in rows[at + 1:]), screen
+        assert any("Quit" in x for x in rows[at + 1:]), "\n".join(rows[at - 2:])
         assert "vs baseline: steps/s" in line, screen
         assert "resolved" in line and "still" in line and "new" in line
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], timeout=10)

@@ -23,7 +23,6 @@ class KeyBar(Widget):
 
     DEFAULT_CSS = """
     KeyBar {
-        dock: bottom;
         height: 1;
         background: $panel;
         color: $text-muted;
@@ -56,16 +55,37 @@ class KeyBar(Widget):
         return out
 
     def render(self) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        spans = []
-        for binding, enabled in self.entries():
-            start = text.cell_len
-            key = self.app.get_key_display(binding)
-            text.append(f" {key} ", style="bold reverse" if enabled else "dim reverse")
-            text.append(f" {binding.description} ", style="" if enabled else "dim")
-            spans.append((start, text.cell_len, binding.key))
+        """Every entry if it fits; else tighter; else the first ones and the last (quit)."""
+        width = max(1, self.content_size.width)
+        entries = self.entries()
+        for pad in (1, 0):
+            text, spans = self._line(entries, pad)
+            if text.cell_len <= width:
+                break
+        if text.cell_len > width and len(entries) > 1:
+            last = self._line(entries[-1:], 0)[0].cell_len
+            kept: list[tuple[Binding, bool]] = []
+            for entry in entries[:-1]:
+                if self._line([*kept, entry], 0)[0].cell_len + last > width:
+                    break
+                kept.append(entry)
+            text, spans = self._line([*kept, entries[-1]], 0)
         self._spans = spans
         return text
+
+    def _line(self, entries: list[tuple[Binding, bool]], pad: int,
+              ) -> tuple[Text, list[tuple[int, int, str]]]:
+        """The entries as one line, ``pad`` spaces around each key, and each one's cells."""
+        text = Text(no_wrap=True, overflow="ellipsis")
+        spans = []
+        space = " " * pad
+        for binding, enabled in entries:
+            start = text.cell_len
+            key = self.app.get_key_display(binding)
+            text.append(f"{space}{key}{space}", style="bold reverse" if enabled else "dim reverse")
+            text.append(f" {binding.description} ", style="" if enabled else "dim")
+            spans.append((start, text.cell_len, binding.key))
+        return text, spans
 
     def on_click(self, event: events.Click) -> None:
         for start, end, key in self._spans:
