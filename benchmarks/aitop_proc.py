@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,53 +145,35 @@ class HeadlessRun(AitopRun):
 
 
 @dataclass
-class TuiRun(AitopRun):
-    """``aitop --pid N`` in a detached tmux session of a fixed size."""
+class TmuxRun(AitopRun):
+    """A full-screen program in a detached tmux session of a fixed size, under the wrapper."""
 
     socket: str = ""
-    target_pid: int = 0
-    first_frame_s: float | None = None
-    refresh_s: float | None = None
 
     def _tmux(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
                               text=True, check=check, timeout=10)
 
-    def start(self, target_pid: int) -> TuiRun:
+    def _launch(self, command: Sequence[str]) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.socket = self.socket or f"aitop-bench-{os.getpid()}"
-        self.target_pid = target_pid
         for path in (self.out, self.out.with_suffix(".pid")):
             path.unlink(missing_ok=True)
-        refresh = [] if self.refresh_s is None else ["--refresh", f"{self.refresh_s:g}"]
-        inner = " ".join([
-            "cd", str(REPO), "&&", "exec", "env", f"PYTHONPATH={REPO}",
-            PYTHON, "-m", "benchmarks.wrap", "--out", str(self.out), "--",
-            AITOP_BIN, "--pid", str(target_pid), *refresh,
-        ])
+        inner = " ".join(["cd", str(REPO), "&&", "exec", "env", f"PYTHONPATH={REPO}",
+                          PYTHON, "-m", "benchmarks.wrap", "--out", str(self.out), "--",
+                          *command])
         width, height = TMUX_SIZE
         self.launched_at = time.time()
         self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
                    inner, check=True)
         self._wait_pid()
-        return self
 
     def screen(self) -> str:
         result = self._tmux("capture-pane", "-p", "-t", self.name)
         return result.stdout if result.returncode == 0 else ""
 
-    def wait_first_frame(self, deadline: float) -> float | None:
-        """Seconds from launch until the header (``PID N``) is on the terminal."""
-        marker = f"PID {self.target_pid}"
-        while time.time() < deadline:
-            if marker in self.screen():
-                self.first_frame_s = time.time() - self.launched_at
-                return self.first_frame_s
-            time.sleep(0.02)
-        return None
-
     def quit(self, timeout_s: float = 15.0) -> dict[str, Any]:
-        """Press q, as a person would; SIGTERM if the UI does not go."""
+        """Press q, as a person would; SIGTERM if the program does not go."""
         self._tmux("send-keys", "-t", self.name, "q")
         try:
             return self._collect(timeout_s)
@@ -206,43 +189,43 @@ class TuiRun(AitopRun):
 
 
 @dataclass
-class MonitorRun(AitopRun):
-    """Another full-screen monitor (glances, a bare Textual app) in tmux, under the wrapper.
+class TuiRun(TmuxRun):
+    """``aitop --pid N`` in tmux."""
+
+    target_pid: int = 0
+    first_frame_s: float | None = None
+    refresh_s: float | None = None
+
+    def start(self, target_pid: int) -> TuiRun:
+        self.target_pid = target_pid
+        refresh = [] if self.refresh_s is None else ["--refresh", f"{self.refresh_s:g}"]
+        self._launch([AITOP_BIN, "--pid", str(target_pid), *refresh])
+        return self
+
+    def wait_first_frame(self, deadline: float) -> float | None:
+        """Seconds from launch until the header (``PID N``) is on the terminal."""
+        marker = f"PID {self.target_pid}"
+        while time.time() < deadline:
+            if marker in self.screen():
+                self.first_frame_s = time.time() - self.launched_at
+                return self.first_frame_s
+            time.sleep(0.02)
+        return None
+
+
+@dataclass
+class MonitorRun(TmuxRun):
+    """Another full-screen monitor (glances, a bare Textual app), in tmux like the UI.
 
     Measured exactly as the aitop UI is (same terminal size, same wrapper, CPU
     of its whole process tree), so the session benchmark can set them side by side.
     """
 
     command: tuple[str, ...] = ()
-    socket: str = ""
-
-    def _tmux(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
-                              text=True, check=check, timeout=10)
 
     def start(self) -> MonitorRun:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.socket = self.socket or f"aitop-bench-{os.getpid()}"
-        for path in (self.out, self.out.with_suffix(".pid")):
-            path.unlink(missing_ok=True)
-        inner = " ".join(["cd", str(REPO), "&&", "exec", "env", f"PYTHONPATH={REPO}",
-                          PYTHON, "-m", "benchmarks.wrap", "--out", str(self.out), "--",
-                          *self.command])
-        width, height = TMUX_SIZE
-        self.launched_at = time.time()
-        self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
-                   inner, check=True)
-        self._wait_pid()
+        self._launch(self.command)
         return self
-
-    def quit(self, timeout_s: float = 15.0) -> dict[str, Any]:
-        """Press q; end the tmux session if the monitor does not go."""
-        self._tmux("send-keys", "-t", self.name, "q")
-        try:
-            return self._collect(timeout_s)
-        except RuntimeError:
-            self._tmux("kill-session", "-t", self.name)
-            return self._collect(10.0)
 
 
 def glances_command() -> tuple[str, ...] | None:

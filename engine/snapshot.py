@@ -120,43 +120,37 @@ class _Header(msgspec.Struct):
 
 def snapshot_of(source: DataSource, *, written_at: float | None = None) -> Snapshot:
     """A consistent copy of everything the source holds now."""
-    s = source.session
     return Snapshot(
         schema=SCHEMA,
         aitop_version=aitop_version(),
         written_at=time.time() if written_at is None else written_at,
         live=bool(source.live),
-        target_pid=s.target_pid,
-        capacity=s.capacity,
-        started_at=s.started_at,
-        environment=s.environment,
-        probe_status=dict(s.probe_status),
-        target_exited_at=s.target_exited_at,
-        target_exit_status=s.target_exit_status,
-        samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
-        diagnoses=list(source.history()),
-        job=s.job,
+        job=source.session.job,
         ranks=[_rank_recording(peer) for peer in peers_of(source)],
+        **_recorded(source),
     )
+
+
+def _recorded(source: DataSource) -> dict[str, Any]:
+    """What a snapshot and each of its ranks record of one source's session."""
+    s = source.session
+    return {
+        "target_pid": s.target_pid,
+        "capacity": s.capacity,
+        "started_at": s.started_at,
+        "environment": s.environment,
+        "probe_status": dict(s.probe_status),
+        "target_exited_at": s.target_exited_at,
+        "target_exit_status": s.target_exit_status,
+        "samples": Samples(**{name: ring.items() for name, ring in s.rings().items()}),
+        "diagnoses": list(source.history()),
+    }
 
 
 def _rank_recording(peer: RankPeer) -> RankRecording:
     if peer.source is None:
         return RankRecording(label=peer.label, target_pid=peer.pid, status=peer.status)
-    s = peer.source.session
-    return RankRecording(
-        label=peer.label,
-        target_pid=peer.pid,
-        status=peer.status,
-        capacity=s.capacity,
-        started_at=s.started_at,
-        environment=s.environment,
-        probe_status=dict(s.probe_status),
-        target_exited_at=s.target_exited_at,
-        target_exit_status=s.target_exit_status,
-        samples=Samples(**{name: ring.items() for name, ring in s.rings().items()}),
-        diagnoses=list(peer.source.history()),
-    )
+    return RankRecording(label=peer.label, status=peer.status, **_recorded(peer.source))
 
 
 def encode(snapshot: Snapshot) -> bytes:
