@@ -432,3 +432,42 @@ async def test_detail_screens_are_kept_and_the_gpu_screen_follows_new_gpus() -> 
         await wait_for(pilot, lambda: "GPU 0 · NVIDIA H100" in screen_text(app))
         assert first.indices == [0, 1]
         assert len(first.query("#gpu1-util")) == 1  # charts for the second GPU too
+
+
+async def test_a_tick_repaints_only_the_rows_that_changed() -> None:
+    """A new view re-renders exactly the panel rows whose text changed, and the
+    screen shows the new text; an unchanged view re-renders nothing."""
+    t = {"now": NOW - 60.0}
+    app = make_app(clock=lambda: t["now"])
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        panels = [p for p in app.screen.query(Panel) if p.display]
+        rendered: dict[str, list[int]] = {}
+        for panel in panels:
+            original = panel.render_line
+
+            def spy(y: int, _p: Panel = panel, _orig: Any = original) -> Any:
+                rendered.setdefault(_p.id or "", []).append(y)
+                return _orig(y)
+
+            panel.render_line = spy  # type: ignore[method-assign]
+        app.redraw()
+        await pilot.pause()
+        assert rendered == {}, "an unchanged view repainted rows"
+        before = {p.id: [line.text.plain for line in p._layout()] for p in panels}
+        t["now"] += 5.0
+        app.redraw()
+        await pilot.pause()
+        after = {p.id: [line.text.plain for line in p._layout()] for p in panels}
+        changed = {pid: sorted(y for y in range(len(after[pid]))
+                               if y >= len(before[pid]) or before[pid][y] != after[pid][y])
+                   for pid in after}
+        assert any(changed.values()), "five seconds on, nothing changed: no test"
+        partial = [pid for pid in changed if 0 < len(changed[pid]) < len(after[pid])]
+        assert partial, changed  # some panel changed only in part
+        for pid in partial:
+            assert sorted(set(rendered.get(pid or "", []))) == changed[pid], pid
+        text = screen_text(app)
+        for pid in partial:
+            for y in changed[pid]:
+                assert after[pid][y].strip()[:30] in text, (pid, after[pid][y])

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.console import RenderableType
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size, Spacing
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 
 from . import fmt
@@ -96,33 +98,64 @@ class Panel(Widget, can_focus=True):
         self.view: View | None = None
         #: The tag of each line as last drawn, so clicks map to what is on screen.
         self.drawn_tags: list[object] = []
-        # Textual renders a widget again on focus changes and layout passes; the
-        # lines only change with the view and the width (and ``cache_key``).
+        # The lines only change with the view and the width (and ``cache_key``);
+        # what is shown of them, with the height too.
         self._cached: tuple[View, tuple[object, ...], list[Line]] | None = None
+        self._shown: tuple[list[Line], int, list[Line]] | None = None
+        self._line_style: Style | None = None
+        self._gutter: Spacing | None = None
         self.border_title = self.TITLE
 
     def update_view(self, view: View) -> None:
-        """Take a new view; repaint only if what the panel shows changed.
+        """Take a new view; repaint only the rows whose text changed.
 
-        Most ticks change a few panels (a sparkline moves, a number changes);
-        an unchanged panel is not repainted, which is most of a frame's cost in
-        Textual (measured in docs/benchmarks.md). Lines are compared as rich
-        Text (characters and styles), so any visible change repaints.
+        Most ticks change a few lines (a sparkline moves, a number changes).
+        Textual's cost of a frame is mostly rendering widgets' lines into
+        segments and compositing them, so an unchanged panel is not repainted
+        and a changed one repaints only its changed rows (docs/benchmarks.md).
+        Lines are compared as rich Text (characters and styles), so any visible
+        change is repainted.
         """
         self.view = view
         subtitle = self.subtitle(view)
         if subtitle != self.border_subtitle:
             self.border_subtitle = subtitle
-        width = self.content_size.width
-        if width <= 0 or self._cached is None:
+        width = self._inner_size().width
+        if width <= 0 or self._cached is None or self._shown is None:
             self.refresh()
             return
-        key = (width, *self.cache_key())
-        lines = self.lines(view, width)
-        old = self._cached
-        self._cached = (view, key, lines)
-        if old[1] != key or old[2] != lines:
+        old_key, before = self._cached[1], self._shown[2]
+        after = self._layout()
+        if self._cached[1] != old_key:
             self.refresh()
+            return
+        rows = max(len(before), len(after))
+        changed = [
+            y for y in range(rows)
+            if y >= len(before) or y >= len(after) or before[y].text != after[y].text
+        ]
+        if len(changed) == rows and rows:
+            self.refresh()
+        elif changed:
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def _layout(self) -> list[Line]:
+        """The lines on screen for the current view and size, computed once each."""
+        if self.view is None:
+            return []
+        width, height = self._inner_size()
+        key = (width, *self.cache_key())
+        if self._cached is None or self._cached[0] is not self.view or self._cached[1] != key:
+            self._cached = (self.view, key, self.lines(self.view, width))
+        lines = self._cached[2]
+        if self._shown is None or self._shown[0] is not lines or self._shown[1] != height:
+            if self.FIT_CONTENT:
+                # Measured here, after styles (borders differ when compact) are applied.
+                self.call_after_refresh(self._fit_height, self.wanted_height(lines))
+            kept = self.fit_lines(lines, height)
+            self.drawn_tags = [line.tag for line in kept]
+            self._shown = (lines, height, kept)
+        return self._shown[2]
 
     def _fit_height(self, wanted: int) -> None:
         """Ask for ``wanted`` rows (the CSS max-height still caps it)."""
@@ -150,31 +183,38 @@ class Panel(Widget, can_focus=True):
         """What, besides the view and the width, the lines depend on."""
         return ()
 
-    def render(self) -> RenderableType:
-        width = max(1, self.content_size.width)
-        height = max(1, self.content_size.height)
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._line_style = None
+        self._gutter = None
+
+    def _inner_size(self) -> Size:
+        """The content's size from the widget's own size: ``content_size`` asks the
+        screen where the widget is, which cost a third of a frame when asked per line."""
+        if self._gutter is None:
+            self._gutter = self.styles.gutter  # border + padding: they change with styles
+        outer, gutter = self.outer_size, self._gutter
+        return Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
+
+    def render_line(self, y: int) -> Strip:
+        """Row ``y`` of the content (Textual's line API: only dirty rows are asked for)."""
+        width = max(1, self._inner_size().width)
+        if self._line_style is None:
+            # Walks every ancestor's styles; they change only with a style update.
+            self._line_style = self.rich_style
+        style = self._line_style
         if self.view is None:
-            self.drawn_tags = []
-            return Text("waiting for the first samples…", style="dim")
-        key = (width, *self.cache_key())
-        if self._cached is not None and self._cached[0] is self.view and self._cached[1] == key:
-            lines = self._cached[2]
+            text = Text("waiting for the first samples…", style="dim") if y == 0 else None
         else:
-            lines = self.lines(self.view, width)
-            self._cached = (self.view, key, lines)
-        if self.FIT_CONTENT:
-            # Measured here, after styles (borders differ when compact) are applied.
-            self.call_after_refresh(self._fit_height, self.wanted_height(lines))
-        kept = self.fit_lines(lines, height)
-        self.drawn_tags = [line.tag for line in kept]
-        out = Text(no_wrap=True, overflow="ellipsis")
-        for i, line in enumerate(kept):
-            if i:
-                out.append("\n")
-            text = line.text.copy()
-            text.truncate(width, overflow="ellipsis")
-            out.append_text(text)
-        return out
+            kept = self._layout()
+            text = kept[y].text if y < len(kept) else None
+        if text is None:
+            return Strip.blank(width, style)
+        line = text.copy()
+        line.no_wrap = True
+        line.truncate(width, overflow="ellipsis")
+        line.stylize_before(style)
+        return Strip(line.render(self.app.console, end=""), line.cell_len)
 
     def action_open_detail(self) -> None:
         self.post_message(self.OpenDetail(self.DETAIL))
