@@ -42,6 +42,9 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 #: Signals that stop aitop the way Ctrl-C does (a closed terminal, `kill`).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: The UI's default refresh: glances' and btop's default too. At 1 s, painting
+#: cost the UI ~0.5 % of a core more (docs/benchmarks.md); keys never wait for it.
+DEFAULT_REFRESH_S = 2.0
 NO_UI = "the terminal UI is not installed here: add --headless (or run the `aitop` command)"
 
 
@@ -86,8 +89,9 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write a session snapshot (JSON + Markdown + SVG) here at exit")
     parser.add_argument("--export-on-exit", action="store_true",
                         help="TUI: also export on Ctrl-C/SIGTERM (needs --export)")
-    parser.add_argument("--refresh", type=positive_float, default=1.0,
-                        help="TUI refresh interval in seconds (default 1)")
+    parser.add_argument("--refresh", type=positive_float, default=DEFAULT_REFRESH_S,
+                        help="TUI refresh interval in seconds (default %(default)g; "
+                        "keys are answered at once whatever it is)")
     parser.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S,
                         help=f"evaluation window in seconds (default {DEFAULT_WINDOW_S:g})")
     parser.add_argument("--stack-rate", type=int, default=CollectorConfig.stack_rate_hz,
@@ -153,7 +157,6 @@ def options_from(args: argparse.Namespace) -> AttachOptions:
         rule_files=tuple(args.rules),
         window_s=args.window,
         collector=dataclasses.replace(base, stack_rate_hz=max(1, min(args.stack_rate, 200))),
-        evaluate_every_s=1.0,
     )
 
 
