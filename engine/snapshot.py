@@ -21,7 +21,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,14 @@ def _rank_recording(peer: RankPeer) -> RankRecording:
 
 def encode(snapshot: Snapshot) -> bytes:
     """The JSON bytes of a snapshot (NaN/inf become null: they are unknowns)."""
-    return msgspec.json.encode(snapshot) + b"\n"
+    return msgspec.json.encode(snapshot, enc_hook=_encode_other) + b"\n"
+
+
+def _encode_other(obj: object) -> object:
+    """History's packed metrics are written as the object they read as."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
 def companion_paths(path: Path) -> tuple[Path, Path]:

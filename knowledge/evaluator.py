@@ -14,6 +14,7 @@ from .diagnosis import Diagnoser
 from .facts import Facts
 from .metrics import SCALARS, SERIES, compute_metrics, compute_words
 from .model import COLLECTING, UNKNOWN, Diagnosis
+from .packed_metrics import PackedMetrics
 from .ranks import JobJudgement, RankView, judge_job, rank_view
 from .rules import RuleSet
 
@@ -25,8 +26,8 @@ DEFAULT_WINDOW_S = 20.0
 EXIT_GRACE_S = 3.0
 #: Full diagnoses kept beside the compact history: more than the grace period's.
 RECENT_FULL = 16
-#: Diagnoses kept for export (one a second: two hours).
-HISTORY = 7200
+#: Diagnoses kept for export (one every 2 s: two hours).
+HISTORY = 3600
 
 #: Metrics a diagnosis keeps once it is history: every scalar and each series'
 #: window mean. The newest diagnosis keeps all ~200; keeping all in every
@@ -37,9 +38,9 @@ HISTORY_METRICS: frozenset[str] = frozenset(
 
 
 def compact(diagnosis: Diagnosis) -> Diagnosis:
-    """The diagnosis as history keeps it: the same, with fewer metrics."""
+    """The diagnosis as history keeps it: the same, with fewer metrics, packed."""
     kept = {k: v for k, v in diagnosis.metrics.items() if k in HISTORY_METRICS}
-    return dataclasses.replace(diagnosis, metrics=kept)
+    return dataclasses.replace(diagnosis, metrics=PackedMetrics(kept))
 
 
 @dataclass(frozen=True)

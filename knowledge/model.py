@@ -6,6 +6,7 @@ diagnosis can be drawn, exported and replayed without anyone changing it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 #: The bottleneck categories, after the documents' bottleneck-location table
@@ -111,7 +112,9 @@ class Diagnosis:
     findings: tuple[Finding, ...] = ()
     phases: dict[str, float] | None = None
     steps_per_s: float | None = None
-    metrics: dict[str, float | None] = field(default_factory=dict)
+    #: Every metric for the newest diagnosis; a history entry keeps fewer, packed
+    #: (``PackedMetrics``). Read-only either way.
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
     #: Rules that could not be evaluated for lack of data, with the missing metric.
     waiting_for: tuple[str, ...] = ()
     #: Bottleneck rules whose condition holds but whose ``for:`` has not elapsed:

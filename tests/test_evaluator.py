@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator
+import tracemalloc
+from pathlib import Path
+
+from aitop.engine.snapshot import encode, load_snapshot, snapshot_of
+from aitop.engine.source import ReplaySource
+from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator, compact
 from aitop.knowledge.facts import load_facts
 from aitop.knowledge.metrics import CATALOGUE
+from aitop.knowledge.packed_metrics import PackedMetrics
 from aitop.knowledge.rules import load_rules
 from aitop.probes.session import Session
 from synthetic import T0, Job, extend, mix
@@ -40,3 +46,48 @@ def test_a_steady_finding_is_one_object_across_the_history() -> None:
     # The job does not change, so neither does what the finding says: one object.
     assert len({id(f) for f in tops}) < len(tops) / 5
     assert all(f.title == tops[0].title for f in tops)
+
+
+def test_history_packs_its_metrics_and_reads_them_back() -> None:
+    evaluator = run_starved_job(40)
+    full = evaluator.latest()
+    assert full is not None
+    evaluator.evaluate(T0 + 41)
+    kept = evaluator.history()[-2]
+    assert kept.t == full.t and isinstance(kept.metrics, PackedMetrics)
+    expected = {k: None if v is None else float(v)
+                for k, v in full.metrics.items() if k in HISTORY_METRICS}
+    assert None in expected.values()  # unknowns stay unknown, not 0 or NaN
+    assert dict(kept.metrics) == expected
+    assert kept.metrics.get("no_such_metric") is None and "phase_data_wait" in kept.metrics
+
+
+def test_packed_history_is_a_fraction_of_the_dicts_it_replaces() -> None:
+    evaluator = run_starved_job(30)
+    latest = evaluator.latest()
+    assert latest is not None
+    dicts = {k: v for k, v in latest.metrics.items() if k in HISTORY_METRICS}
+
+    def traced(build: object) -> int:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [build() for _ in range(200)]  # type: ignore[operator]
+        size = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert len(kept) == 200
+        return size
+
+    as_dicts = traced(lambda: {k: None if v is None else float(v) + 0.5 for k, v in dicts.items()})
+    packed = traced(lambda: compact(latest).metrics)
+    assert packed < as_dicts / 3, (packed, as_dicts)
+
+
+def test_a_snapshot_writes_packed_metrics_as_the_mapping_they_read_as(tmp_path: Path) -> None:
+    evaluator = run_starved_job(25)
+    history = list(evaluator.history())
+    assert isinstance(history[0].metrics, PackedMetrics)
+    path = tmp_path / "run.json"
+    path.write_bytes(encode(snapshot_of(ReplaySource(evaluator.session, history))))
+    back = load_snapshot(path).history()
+    assert [d.t for d in back] == [d.t for d in history]
+    assert [dict(d.metrics) for d in back] == [dict(d.metrics) for d in history]
