@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aitop.engine.cli import DEFAULT_REFRESH_S
+
 from .jobs import REPO
 from .procs import rss_bytes, tree_cpu_seconds, tree_rss_bytes
 
@@ -194,6 +196,7 @@ class TuiRun(TmuxRun):
 
     target_pid: int = 0
     first_frame_s: float | None = None
+    first_data_s: float | None = None
     refresh_s: float | None = None
 
     def start(self, target_pid: int) -> TuiRun:
@@ -204,11 +207,19 @@ class TuiRun(TmuxRun):
 
     def wait_first_frame(self, deadline: float) -> float | None:
         """Seconds from launch until the header (``PID N``) is on the terminal."""
-        marker = f"PID {self.target_pid}"
+        self.first_frame_s = self._wait_for(f"PID {self.target_pid}", deadline)
+        return self.first_frame_s
+
+    def wait_first_data(self, deadline: float) -> float | None:
+        """Seconds from launch until a panel shows live data: the process panel's
+        row for the target (``main N``), drawn from the first process-tree sample."""
+        self.first_data_s = self._wait_for(f"main {self.target_pid}", deadline)
+        return self.first_data_s
+
+    def _wait_for(self, marker: str, deadline: float) -> float | None:
         while time.time() < deadline:
             if marker in self.screen():
-                self.first_frame_s = time.time() - self.launched_at
-                return self.first_frame_s
+                return time.time() - self.launched_at
             time.sleep(0.02)
         return None
 
@@ -229,10 +240,12 @@ class MonitorRun(TmuxRun):
 
 
 def glances_command() -> tuple[str, ...] | None:
-    """glances at a 1 s refresh (aitop's default), if installed (``.[bench]``)."""
+    """glances at aitop's default refresh (2 s, glances' own default too), if
+    installed (``.[bench]``)."""
     binary = Path(sys.executable).with_name("glances")
-    return (str(binary), "--time", "1") if binary.exists() else None
+    return (str(binary), "--time", f"{DEFAULT_REFRESH_S:g}") if binary.exists() else None
 
 
 def bare_textual_command() -> tuple[str, ...]:
-    return (PYTHON, "-m", "benchmarks.bare_textual")
+    """The bare Textual app at aitop's default refresh."""
+    return (PYTHON, "-m", "benchmarks.bare_textual", f"{DEFAULT_REFRESH_S:g}")

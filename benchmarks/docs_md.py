@@ -98,8 +98,9 @@ it exists): launch / window + rate × threads × per-sample, plus one
 """,
     "tui_overhead": """### Overhead — TUI (target 1) and first frame in a real terminal (target 4)
 
-As above, but the "on" period runs the real UI: `aitop --pid N` (default refresh
-1 s) in a detached tmux session of 200x50 (`tmux new-session -d -x 200 -y 50`),
+As above, but the "on" period runs the real UI: `aitop --pid N` at its default
+refresh (1 s until 2026-12-01, 2 s since: see the section's date) in a detached
+tmux session of 200x50 (`tmux new-session -d -x 200 -y 50`),
 quit with the `q` key afterwards. First frame: from launching the tmux session to
 `PID N` (the UI's header) appearing in `tmux capture-pane`, polled every 20 ms —
 this is what a user sees: interpreter start, imports, attach and the first
@@ -108,7 +109,7 @@ paint. Polling stops before the measured period starts.
     "session": """### aitop's own cost over a session (target 2)
 
 One `data` demo job with two aitops attached for {session_s:.0f} s: the headless CLI
-(`--duration {session_s:.0f}`) and the TUI (default refresh) in tmux. Every second,
+(`--duration {session_s:.0f}`) and the TUI (default refresh, 2 s) in tmux. Every second,
 each aitop's cumulative CPU (itself + live and reaped children: py-spy included)
 and RSS are read from /proc. Reported: the first 60 s (start-up included), the
 steady state ({steady}), and the whole session from `getrusage` after exit. RSS is
@@ -116,10 +117,12 @@ aitop's own process (py-spy's is listed separately as "tree peak"); growth is
 the end minus the value at 60 s (the value at 10 s is shown too).
 
 Beside them, in the same session and measured the same way (tmux at the same
-size, the same wrapper, CPU of the whole process tree): `glances --time 1`
-(installed by `pip install -e '.[bench]'`; skipped with a note when absent) and
-`benchmarks/bare_textual.py`, a bare Textual app repainting six bordered panels
-of text once a second: the floor any Textual UI at this refresh pays here.
+size, the same wrapper, CPU of the whole process tree), at the UI's default
+refresh: `glances --time 2` (glances' own default; installed by `pip install -e
+'.[bench]'`; skipped with a note when absent) and `benchmarks/bare_textual.py`,
+a bare Textual app repainting six bordered panels of text every 2 s: the floor
+any Textual UI at this refresh pays here. First data: launch until the process
+panel shows the job's row (`main N`), drawn from the first process-tree sample.
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
@@ -257,6 +260,8 @@ def session_detail(section: dict[str, Any]) -> str:
     row("orphaned children reaped by the wrapper", "orphans_reaped", ".0f")
     first = _f(section.get("tui", {}).get("first_frame_s"), ".2f", " s")
     out.append(f"| TUI first frame (launch → header) | {first} |" + " |" * (len(modes) - 1))
+    data = _f(section.get("tui", {}).get("first_data_s"), ".2f", " s")
+    out.append(f"| TUI first data (launch → `main N` row) | {data} |" + " |" * (len(modes) - 1))
     for mode in modes:
         series = section.get(mode, {}).get("rss_series_mb")
         if series:

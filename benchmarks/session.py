@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aitop.engine.cli import DEFAULT_REFRESH_S
+
 from .aitop_proc import (
     AitopRun,
     HeadlessRun,
@@ -143,8 +145,10 @@ def run_session(session_s: float, workdir: Path, log: Log) -> dict[str, Any]:
         for s in samplers:
             s.start()
         first_frame = tui.wait_first_frame(deadline=time.time() + 30.0)
+        first_data = tui.wait_first_data(deadline=time.time() + 30.0)
         log(f"  session: headless and TUI attached to PID {job.pid}; TUI first frame after "
-            f"{first_frame if first_frame is None else round(first_frame, 2)} s; "
+            f"{first_frame if first_frame is None else round(first_frame, 2)} s, first data "
+            f"after {first_data if first_data is None else round(first_data, 2)} s; "
             f"running {session_s:.0f} s")
         # A few seconds past the session, so the 60-s marks are sampled.
         end = tui.launched_at + session_s + 5.0
@@ -171,6 +175,7 @@ def run_session(session_s: float, workdir: Path, log: Log) -> dict[str, Any]:
            "report_rss_mb": headless.report["aitop"]["rss_mb"],
            "orphans_reaped": headless.wrap_result.get("orphans_reaped")},
         "tui": analyse(samplers[1].points, tui, session_s)
-        | {"first_frame_s": first_frame,
+        | {"first_frame_s": first_frame, "first_data_s": first_data,
+           "refresh_s": DEFAULT_REFRESH_S,
            "orphans_reaped": tui.wrap_result.get("orphans_reaped")},
     }
