@@ -133,9 +133,11 @@ loop exactly as in `aitop --pid`. First frame: from entering `run_test` to the
 app's `first_frame_at` (after the first refresh following mount). Keys, once a
 stack window and a diagnosis exist: each key is injected as a terminal's input
 thread does (`driver.send_message(events.Key(...))`) and timed until the expected
-change (detail screen on top, display paused, refresh rate changed) *and* the
-next refresh after it completed. Keys: g, f, w, i, ? (each followed by Escape),
-p twice, + and −, separated by random 0.1–0.5 s gaps. The event-loop thread's CPU
+change (focus moved, detail screen on top, display paused, refresh rate changed,
+export written and notified) *and* the next refresh after it completed, at the
+default refresh (2 s). Keys: Tab, Enter (the focused panel's detail), Escape,
+Shift-Tab, g, f, w, i, k, ? (each followed by Escape), s (export), p twice, +
+and −, separated by random 0.1–0.5 s gaps. The event-loop thread's CPU
 time over the same interval (`time.thread_time`) is shown beside: it is the UI's
 own work per key, which the machine's load cannot inflate. `pilot.press()` is
 timed as well, but it also waits for the process to go idle, so it overstates.

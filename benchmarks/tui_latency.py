@@ -36,8 +36,14 @@ from .stats import Summary
 Log = Callable[[str], None]
 
 #: (key, character, what must be true afterwards): a round trip that ends on
-#: the main screen, unpaused, at the default refresh.
-KEYS: tuple[tuple[str, str, str], ...] = (
+#: the main screen, unpaused, at the default refresh (2 s), with the advisor
+#: focused. Every key of the main screen and drill-down the issue names (Tab,
+#: Enter, Escape, k, ?, s) and the other single-key screens.
+KEYS: tuple[tuple[str, str | None, str], ...] = (
+    ("tab", "\t", "focus:moved"),
+    ("enter", "\r", "screen-not:MainScreen"),
+    ("escape", "\x1b", "screen:MainScreen"),
+    ("shift+tab", None, "focus:moved"),
     ("g", "g", "screen:GpuScreen"),
     ("escape", "\x1b", "screen:MainScreen"),
     ("f", "f", "screen:StacksScreen"),
@@ -46,12 +52,15 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("escape", "\x1b", "screen:MainScreen"),
     ("i", "i", "screen:IoScreen"),
     ("escape", "\x1b", "screen:MainScreen"),
+    ("k", "k", "screen:KnowledgeScreen"),
+    ("escape", "\x1b", "screen:MainScreen"),
     ("question_mark", "?", "screen:HelpScreen"),
     ("escape", "\x1b", "screen:MainScreen"),
+    ("s", "s", "exports:more"),
     ("p", "p", "paused:True"),
     ("p", "p", "paused:False"),
-    ("plus", "+", "refresh:0.5"),
-    ("minus", "-", "refresh:1.0"),
+    ("plus", "+", "refresh:1.0"),
+    ("minus", "-", "refresh:2.0"),
 )
 TIMEOUT_S = 2.0
 #: How often the change is looked for: fine enough for a 100 ms target, coarse
@@ -62,15 +71,25 @@ IDLE_S = 10.0
 
 
 def _condition(app: Any, expect: str) -> Callable[[], bool]:
+    """What must hold once the key is answered; taken before the key is sent."""
     kind, _, value = expect.partition(":")
     if kind == "screen":
         return lambda: type(app.screen).__name__ == value
+    if kind == "screen-not":
+        return lambda: type(app.screen).__name__ != value
+    if kind == "focus":
+        before = app.screen.focused
+        return lambda: app.screen.focused is not before
+    if kind == "exports":
+        # The "Saved ..." notification: snapshot, report and screenshot written.
+        count = len(app.exports)
+        return lambda: len(app.exports) > count
     if kind == "paused":
         return lambda: bool(app.paused) == (value == "True")
     return lambda: abs(float(app.refresh_s) - float(value)) < 1e-9
 
 
-async def _key_latency(app: Any, key: str, char: str, expect: str) -> dict[str, Any]:
+async def _key_latency(app: Any, key: str, char: str | None, expect: str) -> dict[str, Any]:
     """Wall time from injection to the change, and to the refresh after it.
 
     ``cpu_s`` is the CPU time of the event-loop thread over the same interval:
@@ -103,7 +122,9 @@ async def _pilot_press(pilot: Any, app: Any, key: str, expect: str) -> float | N
     return time.perf_counter() - t0
 
 
-async def _measure(job_pid: int, rounds: int, first_frame_runs: int, log: Log) -> dict[str, Any]:
+async def _measure(job_pid: int, rounds: int, first_frame_runs: int, workdir: Path,
+                   log: Log) -> dict[str, Any]:
+    from aitop.engine.cli import DEFAULT_REFRESH_S
     from aitop.engine.live import AttachOptions, attach
     from aitop.tui.app import AitopApp
 
@@ -118,7 +139,8 @@ async def _measure(job_pid: int, rounds: int, first_frame_runs: int, log: Log) -
     rng = random.Random(1234)
     try:
         for i in range(first_frame_runs):
-            app = AitopApp(source, refresh_s=1.0)
+            app = AitopApp(source, refresh_s=DEFAULT_REFRESH_S,
+                           export_path=workdir / "key-export.json")
             t0 = time.monotonic()
             async with app.run_test(size=(200, 50)) as pilot:
                 while app.first_frame_at is None and time.monotonic() - t0 < 30:
@@ -184,4 +206,4 @@ def run_tui_latency(rounds: int, first_frame_runs: int, workdir: Path, log: Log)
     """Attach to a data job and drive the real app with Pilot."""
     with DemoJob("data", workdir, duration_s=900.0) as job:
         time.sleep(3.0)
-        return asyncio.run(_measure(job.pid, rounds, first_frame_runs, log))
+        return asyncio.run(_measure(job.pid, rounds, first_frame_runs, workdir, log))

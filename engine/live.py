@@ -49,6 +49,12 @@ class AttachError(Exception):
     """Attaching failed for an expected reason; the message says what to do."""
 
 
+#: Seconds after attach during which rules are evaluated every second: the
+#: time to the first verdict (a healthy job's compute verdict: 9 s, not 10 s)
+#: is the evaluation cadence's too.
+EVALUATE_WARMUP_S = 30.0
+
+
 @dataclass(frozen=True)
 class AttachOptions:
     rule_files: Sequence[Path] = ()
@@ -58,6 +64,8 @@ class AttachOptions:
     #: evaluation costs ~3 ms and keeps a diagnosis in the history: every 2 s,
     #: not 1 s, saved ~0.15 % of a core and half of the history's growth.
     evaluate_every_s: float = 2.0
+    #: Seconds after attach during which rules are evaluated every second.
+    evaluate_warmup_s: float = EVALUATE_WARMUP_S
     #: An NVML module to use instead of the real one (tests pass the fake).
     nvml: Any = None
 
@@ -105,7 +113,7 @@ class SharedHost:
 
 
 class LiveSource:
-    """Probes filling a session, plus a 1 Hz evaluator; the UI's live DataSource."""
+    """Probes filling a session, plus a periodic evaluator; the UI's live DataSource."""
 
     live = True
 
@@ -116,6 +124,7 @@ class LiveSource:
         evaluator: Evaluator,
         *,
         evaluate_every_s: float = 2.0,
+        evaluate_warmup_s: float = EVALUATE_WARMUP_S,
         warnings: Sequence[str] = (),
     ) -> None:
         self.session = session
@@ -137,12 +146,17 @@ class LiveSource:
         self.closing = threading.Event()
 
         def evaluate_now() -> None:
-            self.evaluator.evaluate(time.time())
+            now = time.time()
+            self.evaluator.evaluate(now)
+            if now - self.started_at >= evaluate_warmup_s:
+                self._eval_loop.interval_s = evaluate_every_s
 
+        # Every second while the first verdict forms (a rule's ``for:`` is
+        # confirmed a second sooner), then at the steady cadence.
         self._eval_loop = PeriodicTask(
             "diagnosis",
             evaluate_now,
-            evaluate_every_s,
+            min(1.0, evaluate_every_s) if evaluate_warmup_s > 0 else evaluate_every_s,
             session.probe_status,
             collector.stop_event,
         )
@@ -299,7 +313,7 @@ def options_for_peers(options: AttachOptions, ranks: int) -> AttachOptions:
     """
     cfg = peer_config(options.collector, ranks)
     return dataclasses.replace(
-        options, collector=cfg, evaluate_every_s=PEER_EVALUATE_EVERY_S,
+        options, collector=cfg, evaluate_every_s=PEER_EVALUATE_EVERY_S, evaluate_warmup_s=0.0,
         window_s=max(options.window_s, 2.0 * cfg.stack_window_s))
 
 
@@ -427,6 +441,7 @@ def _build(
         collector,
         evaluator,
         evaluate_every_s=options.evaluate_every_s,
+        evaluate_warmup_s=options.evaluate_warmup_s,
         warnings=[*warnings, warning] if warning else warnings,
     )
     source.host = shared

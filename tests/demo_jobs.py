@@ -123,8 +123,9 @@ _WATCHED: dict[tuple[str, tuple[str, ...]], Watched] = {}
 
 
 #: Seconds each watched run is attached: aitop's lead finding is confirmed after
-#: 6-10 s on these jobs (its rules' for: durations), so 15 s leaves room.
-WATCH_S = 15.0
+#: 6-9 s on these jobs (its rules' for: durations; rules are evaluated every
+#: second for the first 30 s), so 13 s leaves room.
+WATCH_S = 13.0
 
 
 def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),

@@ -9,6 +9,7 @@ the real app keeps answering keys, drawing and exporting.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -90,3 +91,23 @@ async def test_app_answers_keys_and_exports_while_evaluation_hangs(
         assert written[0].exists()
         assert not hang.release.is_set()  # all of the above happened during the hang
         await pilot.press("q")
+
+
+def test_rules_are_evaluated_every_second_while_the_first_verdict_forms() -> None:
+    """Every second during the warm-up (a rule's for: is confirmed a second
+    sooner), then at the steady cadence (each evaluation costs CPU and memory)."""
+    session = build_session()
+    collector = Collector(session, process=None, host=None, gpu=None, storage=None,
+                          environment=None, stacks=None, steps=None)
+    evaluator = Evaluator(session, load_rules(), load_facts())
+    source = LiveSource(session, collector, evaluator, evaluate_every_s=3.0,
+                        evaluate_warmup_s=1.5).start()
+    try:
+        time.sleep(5.5)
+    finally:
+        source.close()
+    times = [d.t for d in source.history()]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) == 4, gaps  # at 0, 1, 2 (warm-up over), then 5
+    assert all(0.8 < g < 1.5 for g in gaps[:2]), gaps
+    assert 2.5 < gaps[2] < 3.5, gaps
