@@ -154,7 +154,7 @@ def test_healthy_demo_fires_no_data_loading_alert(tmp_path: Path) -> None:
         prometheus = PrometheusServer(tmp_path, [address], [rules_file(tmp_path)])
         prometheus.wait_for("aitop_phase_samples >= 20")
         agreed = None
-        deadline = time.time() + 45
+        deadline = time.time() + 42
         while time.time() < deadline:
             alerts = firing(prometheus, address)
             # Compare with aitop's own findings (minus their for: delays) once stable.
