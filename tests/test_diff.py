@@ -115,9 +115,9 @@ def test_same_job_twice_is_no_significant_change(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     job = start_job("data", truth, duration_s=150)
     try:
-        first = headless(job.pid, tmp_path / "first-report.json", 10,
+        first = headless(job.pid, tmp_path / "first-report.json", 12,
                          "--export", str(tmp_path / "first.json"))
-        second = headless(job.pid, tmp_path / "second-report.json", 10,
+        second = headless(job.pid, tmp_path / "second-report.json", 12,
                           "--export", str(tmp_path / "second.json"),
                           "--baseline", str(tmp_path / "first.json"))
     finally:
