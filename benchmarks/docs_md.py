@@ -123,6 +123,7 @@ refresh: `glances --time 2` (glances' own default; installed by `pip install -e
 a bare Textual app repainting six bordered panels of text every 2 s: the floor
 any Textual UI at this refresh pays here. First data: launch until the process
 panel shows the job's row (`main N`), drawn from the first process-tree sample.
+Where the UI's CPU and memory go, and what was changed: docs/ui-cost.md.
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 

@@ -303,6 +303,12 @@ def attach(
     return source
 
 
+#: A peer's py-spy windows and judgements: the cadences the straggler verdict
+#: was measured with (8-10 s to the verdict, docs/benchmarks.md).
+PEER_MAX_STACK_WINDOW_S = 20
+PEER_EVALUATE_EVERY_S = 5.0
+
+
 def options_for_peers(options: AttachOptions, ranks: int) -> AttachOptions:
     """How the ranks beside the lead one are watched and judged.
 
@@ -317,12 +323,6 @@ def options_for_peers(options: AttachOptions, ranks: int) -> AttachOptions:
         window_s=max(options.window_s, 2.0 * cfg.stack_window_s))
 
 
-#: A peer's py-spy windows and judgements: the cadences the straggler verdict
-#: was measured with (8-10 s to the verdict, docs/benchmarks.md).
-PEER_MAX_STACK_WINDOW_S = 20
-PEER_EVALUATE_EVERY_S = 5.0
-
-
 def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     """Cadences for the ranks beside the lead one: N ranks must not cost N times one.
 
@@ -333,11 +333,12 @@ def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     least 2 Hz: the 20 s evaluation window still holds 40 evenly spaced
     samples, and the ranks' waits stayed within 2 points of their timers),
     launches py-spy half as often, at most every 20 s (its first window 5 s,
-    not 3: the job's verdict needs a few windows anyway), reads its step counter every 60 s after
-    one early read (DDP ranks step in lockstep: the lead's counter is the job's
-    pace), its process tree half as often, and storage and environment rarely
-    (they are the job's, not the rank's). The machine-wide host sample is the
-    lead's, shared (see ``attach``); a peer is judged every 5 s.
+    not 3: the job's verdict needs a few windows anyway), reads its step
+    counter every 60 s after one early read (DDP ranks step in lockstep: the
+    lead's counter is the job's pace), its process tree half as often, and
+    storage and environment rarely (they are the job's, not the rank's). The
+    machine-wide host sample is the lead's, shared (see ``attach``); a peer is
+    judged every 5 s.
     """
     return dataclasses.replace(
         cfg,
