@@ -109,14 +109,18 @@ def accuracy_rows(section: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _tui_refresh(section: dict[str, Any]) -> float:
+    """The UI's refresh in a session run (1 s in runs that did not record it)."""
+    return float(section.get("tui", {}).get("refresh_s", 1.0))
+
+
 def session_rows(section: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for mode, limit in (("headless", 1.0), ("tui", 2.0)):
         r = section.get(mode)
         if not r:
             continue
-        label = (f"TUI (refresh {section.get('tui', {}).get('refresh_s', 1.0):g} s)"
-                 if mode == "tui" else "headless")
+        label = f"TUI (refresh {_tui_refresh(section):g} s)" if mode == "tui" else "headless"
         goal = f"≤ {limit:g} %"
 
         def within(v: float, lim: float = limit) -> bool:
@@ -146,7 +150,7 @@ def session_rows(section: dict[str, Any]) -> list[Row]:
 def comparison_rows(section: dict[str, Any]) -> list[Row]:
     """The TUI beside glances and a bare Textual app, measured in the same session."""
     rows: list[Row] = []
-    refresh = section.get("tui", {}).get("refresh_s", 1.0)
+    refresh = _tui_refresh(section)
     for name, label in (("glances", f"glances --time {refresh:g}"),
                         ("bare_textual",
                          f"bare Textual app, six panels at {refresh:g} s (the floor)")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 from aitop.engine.snapshot import encode, load_snapshot, snapshot_of
@@ -68,10 +69,10 @@ def test_packed_history_is_a_fraction_of_the_dicts_it_replaces() -> None:
     assert latest is not None
     dicts = {k: v for k, v in latest.metrics.items() if k in HISTORY_METRICS}
 
-    def traced(build: object) -> int:
+    def traced(build: Callable[[], object]) -> int:
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        kept = [build() for _ in range(200)]  # type: ignore[operator]
+        kept = [build() for _ in range(200)]
         size = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         assert len(kept) == 200
