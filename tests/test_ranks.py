@@ -344,7 +344,7 @@ def test_an_elastic_restart_is_followed_to_the_new_ranks(workdir: Path) -> None:
     with started(command) as launcher:
         first = wait_for(lambda: find_job(launcher.pid), 2)
         result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
-                           "--duration", "24", timeout=120)
+                           "--duration", "30", timeout=120)
         # Under load the second attempt's ranks may still be starting: wait for them.
         later = wait_for(lambda: find_job(launcher.pid), 2, timeout=30)
     assert result.returncode in (0, 3), result.stderr
