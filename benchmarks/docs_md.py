@@ -127,7 +127,7 @@ Where the UI's CPU and memory go, and what was changed: docs/ui-cost.md.
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
-In-process: a real `LiveSource` (`aitop.engine.live.attach`) on a `data` demo job,
+In-process: a real `LiveSource` (`aitop.engine.live.attach.attach`) on a `data` demo job,
 and the real `AitopApp` under `App.run_test(size=(200, 50))`, so the probe threads
 (py-spy windows, step dumps, the evaluator) share the interpreter with the event
 loop exactly as in `aitop --pid`. First frame: from entering `run_test` to the
@@ -282,7 +282,7 @@ def tui_detail(section: dict[str, Any]) -> str:
         return _sj(section.get(key), ".0f", " ms", 1000)
 
     p95 = (section.get("key_latency_s") or {}).get("p95")
-    out = [f"* attach (`aitop.engine.live.attach`, in-process): "
+    out = [f"* attach (`aitop.engine.live.attach.attach`, in-process): "
            f"{_f(section.get('attach_s'), '.2f', ' s')}",
            "* first frame per app start: "
            + ", ".join(f"{v:.3f} s" for v in section.get("first_frame_runs", [])),

@@ -41,7 +41,7 @@ def test_mypy_sees_across_rooms(tmp_path: Path) -> None:
     """
     bad = tmp_path / "cross_room_misuse.py"
     bad.write_text(textwrap.dedent("""\
-        from aitop.engine.live import AttachOptions
+        from aitop.engine.live.attach import AttachOptions
         from aitop.knowledge.model import Diagnosis
         from aitop.probes.session import Session
 
@@ -65,6 +65,69 @@ def test_import_contracts_are_kept() -> None:
     assert "BROKEN" not in result.stdout
     # Every contract ran, the layers among them.
     assert "tui -> engine -> knowledge -> probes" in result.stdout
+    assert "Inside engine: cli -> commands -> headless" in result.stdout
+
+
+ROOMS = ("aitop.probes", "aitop.knowledge", "aitop.engine", "aitop.tui", "aitop.demo")
+
+
+def import_cycles(*roots: str) -> list[list[str]]:
+    """Every set of modules that import each other in a circle (Tarjan's SCCs).
+
+    grimp reads every import statement, those inside functions too: a circle
+    kept alive by a late import is still a circle.
+    """
+    import grimp
+
+    graph = grimp.build_graph(*roots)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycle_in_the_product() -> None:
+    assert import_cycles(*ROOMS) == []
+
+
+def test_an_import_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cycle finder itself: a late import closing a circle counts."""
+    pkg = tmp_path / "circle"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circle import b\n")
+    (pkg / "b.py").write_text("def late():\n    from circle import a\n")
+    (pkg / "c.py").write_text("from circle import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("circle") == [["circle.a", "circle.b"]]
 
 
 LOADED = (
@@ -79,9 +142,9 @@ LOADED = (
     "code",
     [
         # The modules the headless command runs through.
-        "import aitop.tui.entry, aitop.engine.cli, aitop.engine.live, aitop.engine.report",
+        "import aitop.tui.entry, aitop.engine.cli, aitop.engine.headless.run",
         # The --export path: snapshot -> Markdown report -> key metrics and verdicts.
-        "import aitop.engine.snapshot, aitop.engine.report_md, aitop.engine.key_metrics\n"
+        "import aitop.engine.headless.export, aitop.engine.reports.key_metrics\n"
         "import aitop.knowledge.verdicts, aitop.knowledge.evaluator, aitop.probes.collector",
     ],
     ids=["headless", "export"],
@@ -95,7 +158,7 @@ def test_headless_and_export_paths_load_no_ui(code: str) -> None:
 
 def test_headless_export_run_loads_no_ui(tmp_path: Path) -> None:
     """A whole headless run with ``--export`` of a recording, end to end."""
-    from aitop.engine.snapshot import write_snapshot
+    from aitop.engine.headless.export import write_snapshot
     from fixtures.tui_session import replay_source
 
     recording = tmp_path / "rec.json"

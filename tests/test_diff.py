@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aitop.engine.stats import Rate, rate_interval, t975
+from aitop.engine.compare.stats import Rate, rate_interval, t975
 from demo_jobs import EXIT_GATE, run_aitop, start_job, stop_job, truth_between, watched
 
 #: A truth speed-up this large must be detected as an improvement.

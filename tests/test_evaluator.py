@@ -6,8 +6,8 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from aitop.engine.snapshot import encode, load_snapshot, snapshot_of
-from aitop.engine.source import ReplaySource
+from aitop.engine.live.source import ReplaySource
+from aitop.engine.records.snapshot import encode, load_snapshot, snapshot_of
 from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator, compact
 from aitop.knowledge.facts import load_facts
 from aitop.knowledge.metrics import CATALOGUE

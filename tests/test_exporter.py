@@ -30,9 +30,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from aitop.engine.exporter import DCGM_LABELS, AitopCollector, Publisher
-from aitop.engine.live import AttachOptions, attach, self_cpu_seconds, self_rss_bytes
-from aitop.engine.stats import share_tolerance
+from aitop.engine.compare.stats import share_tolerance
+from aitop.engine.live.attach import AttachOptions, attach, self_cpu_seconds, self_rss_bytes
+from aitop.engine.prometheus.exporter import DCGM_LABELS, AitopCollector, Publisher
 from aitop.probes.collector import CollectorConfig
 from demo_jobs import run_aitop, start_job, stop_job, truth_between
 from fake_nvml import make_fake

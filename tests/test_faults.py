@@ -317,13 +317,13 @@ def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_a_full_disk_loses_nothing_and_leaves_no_half_export(
     tiny_disk: Path, tmp_path: Path
 ) -> None:
-    from aitop.engine.snapshot import write_snapshot
+    from aitop.engine.headless.export import write_snapshot
     from fixtures.tui_session import replay_source
 
     recording = tmp_path / "rec.json"
     write_snapshot(recording, replay_source())  # ~MBs: cannot fit in 64 KiB
     target = tiny_disk / "copy.json"
-    from aitop.engine.snapshot import SnapshotError, load_snapshot
+    from aitop.engine.records.snapshot import SnapshotError, load_snapshot
 
     with pytest.raises(SnapshotError) as info:
         write_snapshot(target, load_snapshot(recording))
@@ -338,7 +338,7 @@ def test_a_full_disk_loses_nothing_and_leaves_no_half_export(
 def test_no_color_means_no_colour_in_a_real_terminal(tmp_path: Path) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux)")
-    from aitop.engine.snapshot import write_snapshot
+    from aitop.engine.headless.export import write_snapshot
     from fixtures.tui_session import replay_source
 
     recording = tmp_path / "rec.json"

@@ -17,8 +17,8 @@ from typing import Any
 
 import aitop.knowledge.evaluator as evaluator_module
 import pytest
-from aitop.engine.live import LiveSource
-from aitop.engine.snapshot import write_snapshot
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.live.attach import LiveSource
 from aitop.knowledge.evaluator import Evaluator
 from aitop.knowledge.facts import load_facts
 from aitop.knowledge.rules import load_rules

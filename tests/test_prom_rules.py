@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
-from aitop.engine.prom_names import base_value, exported_metrics
-from aitop.engine.prom_rules import alert_name, duration
+from aitop.engine.prometheus.alerts import alert_name, duration
+from aitop.engine.prometheus.names import base_value, exported_metrics
 from aitop.knowledge.rules import Rule, load_rules
 from demo_jobs import run_aitop
 from prometheus_helpers import tool

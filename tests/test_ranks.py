@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aitop.engine.live import AttachOptions, job_notice, options_for_peers
+from aitop.engine.live.attach import AttachOptions, job_notice, options_for_peers
 from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from demo_jobs import run_aitop
@@ -307,7 +307,7 @@ def test_balanced_mp_spawn_ranks_have_no_straggler(balanced_run: JobRun) -> None
 async def test_the_ranks_panel_flags_the_straggler_and_opens_any_rank(
         straggler_run: JobRun) -> None:
     """The real app on the run's snapshot: a line per rank, Enter shows that rank alone."""
-    from aitop.engine.snapshot import load_snapshot
+    from aitop.engine.records.snapshot import load_snapshot
     from aitop.tui.app import AitopApp
     from aitop.tui.widgets.ranks_panel import RanksPanel
     from fixtures.tui_pilot import screen_text, settle

@@ -14,14 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from aitop.engine import snapshot
-from aitop.engine.snapshot import (
-    SnapshotError,
-    check_export_path,
-    load_snapshot,
-    write_snapshot,
-)
-from aitop.engine.source import ReplaySource
+from aitop.engine.files import FileError, read_bounded
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.live.source import ReplaySource
+from aitop.engine.records import snapshot
+from aitop.engine.records.snapshot import SnapshotError, check_export_path, load_snapshot
 from aitop.probes.session import Session
 from demo_jobs import run_aitop
 from fixtures.tui_pilot import make_app, screen_text, wait_for
@@ -107,8 +104,8 @@ def test_a_file_growing_past_the_cap_while_read_is_refused(tmp_path: Path) -> No
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(snapshot.os, "fstat", stale_fstat)
-        with pytest.raises(SnapshotError, match="grew past the 1 KiB"):
-            snapshot.read_bounded(path, cap=1024)
+        with pytest.raises(FileError, match="grew past the 1 KiB"):
+            read_bounded(path, 1024)
 
 
 def test_a_sparse_file_over_the_real_cap_fails_in_one_line(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aitop.engine.report import gain_label
+from aitop.engine.reports.report import gain_label
 
 
 @pytest.mark.parametrize(("finding", "label"), [

@@ -24,24 +24,24 @@ from typing import Any, ClassVar
 import pynvml
 import pytest
 from aitop.engine import cli
-from aitop.engine.selftest import Plan, Selftest, job_device, match_row, new_out_dir
-from aitop.engine.selftest_gpm import GPM_METRICS, GpmReading, judge_gpm, read_gpm
-from aitop.engine.selftest_jobs import (
+from aitop.engine.selftest.gpm import GPM_METRICS, GpmReading, judge_gpm, read_gpm
+from aitop.engine.selftest.jobs import (
     SPECS,
     judge_job,
     judge_overhead,
     judge_pcie,
     phase_tolerance,
 )
-from aitop.engine.selftest_model import FAIL, INFO, PASS, SKIP, Check, compare_numbers
-from aitop.engine.selftest_nvml import (
+from aitop.engine.selftest.model import FAIL, INFO, PASS, SKIP, Check, compare_numbers
+from aitop.engine.selftest.nvml import (
     SmiReference,
     compare_fields,
     compare_process_memory,
     compare_reasons,
     nvml_absent_check,
 )
-from aitop.engine.selftest_smi import (
+from aitop.engine.selftest.run import Plan, Selftest, job_device, match_row, new_out_dir
+from aitop.engine.selftest.smi import (
     GPU_FIELDS,
     SmiRun,
     parse_compute_apps,
@@ -49,8 +49,8 @@ from aitop.engine.selftest_smi import (
     parse_gpu_csv,
     parse_slowdown_temperature,
 )
-from aitop.engine.selftest_truth import read_truth, truth_between
-from aitop.engine.selftest_write import SelftestResult, render_markdown, write_reports
+from aitop.engine.selftest.truth import read_truth, truth_between
+from aitop.engine.selftest.write import SelftestResult, render_markdown, write_reports
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.samples import GpuDevice
 from fake_nvml import TARGET_PID, FakeClock, FakeNvml, FakeProc, make_fake

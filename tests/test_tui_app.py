@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from aitop.engine.source import ReplaySource
+from aitop.engine.live.source import ReplaySource
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.session import Session

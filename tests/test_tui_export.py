@@ -9,8 +9,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from aitop.engine.snapshot import SCHEMA, SnapshotError, load_snapshot, write_snapshot
-from aitop.engine.source import ReplaySource
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.live.source import ReplaySource
+from aitop.engine.records.snapshot import SCHEMA, SnapshotError, load_snapshot
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.tui.app import EXIT_UNSAVED

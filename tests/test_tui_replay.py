@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aitop.engine.snapshot import load_snapshot, write_snapshot
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.records.snapshot import load_snapshot
 from aitop.tui.screens.main import MainScreen
 from fixtures.tui_pilot import make_app, screen_text, settle, wait_for
 from fixtures.tui_session import CHECKPOINT, NOW, T0, replay_source
@@ -135,7 +136,7 @@ def app_code(snapshot: Path, **kwargs: object) -> str:
         "import sys\n"
         "from pathlib import Path\n"
         "from aitop.tui.app import run_app\n"
-        "from aitop.engine.snapshot import load_snapshot\n"
+        "from aitop.engine.records.snapshot import load_snapshot\n"
         f"sys.exit(run_app(load_snapshot(Path({str(snapshot)!r})){args}))\n"
     )
 

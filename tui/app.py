@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-from aitop.engine.job import diagnosis_at, peers_of, rank_rows
-from aitop.engine.runs import Run
-from aitop.engine.snapshot import SnapshotError, write_snapshot
-from aitop.engine.source import DataSource, Evaluation, RankPeer, ReplaySource
+from aitop.engine.compare.runs import Run
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.live.job import diagnosis_at, peers_of, rank_rows
+from aitop.engine.live.source import DataSource, Evaluation, RankPeer, ReplaySource
+from aitop.engine.records.snapshot import SnapshotError
 from aitop.knowledge.model import Diagnosis
 from textual import work
 from textual.app import App

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aitop.engine import cli
-from aitop.engine.runs import Run
-from aitop.engine.source import DataSource
+from aitop.engine.compare.runs import Run
+from aitop.engine.live.source import DataSource
 
 
 def run_ui(

@@ -8,7 +8,7 @@ and what it should buy (the estimated gain and how it was computed).
 
 from __future__ import annotations
 
-from aitop.engine.report_md import gain_text
+from aitop.engine.reports.markdown import gain_text
 from aitop.knowledge.model import Finding
 from rich.console import Group, RenderableType
 from rich.padding import Padding

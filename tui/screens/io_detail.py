@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aitop.engine.series import is_checkpoint, latest, tree_io, upto, write_spans
+from aitop.engine.live.series import is_checkpoint, latest, tree_io, upto, write_spans
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll

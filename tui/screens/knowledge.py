@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitop.engine.key_metrics import FALLBACK_ROWS, read_key_metric
+from aitop.engine.reports.key_metrics import FALLBACK_ROWS, read_key_metric
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import ClassVar
 
-from aitop.engine.series import latest
+from aitop.engine.live.series import latest
 from aitop.knowledge import verdicts
 from aitop.probes.samples import ProcessTreeSample
 from rich.text import Text

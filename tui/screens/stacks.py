@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from aitop.engine.series import FrameTotal, hot_frames, latest, recent, upto
+from aitop.engine.live.series import FrameTotal, hot_frames, latest, recent, upto
 from aitop.knowledge import verdicts
 from rich.console import Group, RenderableType
 from rich.table import Table

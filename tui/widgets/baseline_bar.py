@@ -2,14 +2,14 @@
 
 Mounted only when a baseline is given. The comparison itself (intervals,
 significance, findings resolved / still firing / new) is the engine's
-(``aitop.engine.diff``); this widget only builds the live run from the frame
+(``aitop.engine.compare.diff``); this widget only builds the live run from the frame
 on screen, once a second, and shows the engine's one-line summary.
 """
 
 from __future__ import annotations
 
-from aitop.engine.diff import compare, summary_line
-from aitop.engine.runs import Run, run_of_session
+from aitop.engine.compare.diff import compare, summary_line
+from aitop.engine.compare.runs import Run, run_of_session
 from textual.widgets import Static
 
 from .view import View

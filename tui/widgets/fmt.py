@@ -5,12 +5,12 @@ else; every status also has a symbol so that the screen still reads correctly
 with ``NO_COLOR`` (Textual then draws in monochrome) or on a colour-blind
 terminal. Keeping the palette in one place stops panels from decorating. The
 plain-text formatting (sizes, durations, percentages) is the engine's
-:mod:`aitop.engine.humanize`, re-exported here so widgets have one ``fmt``.
+:mod:`aitop.engine.reports.humanize`, re-exported here so widgets have one ``fmt``.
 """
 
 from __future__ import annotations
 
-from aitop.engine.humanize import (
+from aitop.engine.reports.humanize import (
     PHASE_LABEL,
     PHASE_LETTER,
     STATUS_SYMBOL,

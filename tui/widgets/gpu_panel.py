@@ -8,7 +8,7 @@ line saying why, and the other panels take the room.
 
 from __future__ import annotations
 
-from aitop.engine.series import gpu_values, latest, recent
+from aitop.engine.live.series import gpu_values, latest, recent
 from aitop.knowledge import verdicts
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text

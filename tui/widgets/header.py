@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from aitop.engine.series import latest
+from aitop.engine.live.series import latest
 from aitop.probes.status import ProbeState
 from rich.text import Text
 from textual.widget import Widget

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from aitop.engine.series import latest, recent, tree_cpu, values
+from aitop.engine.live.series import latest, recent, tree_cpu, values
 from aitop.knowledge import verdicts
 from aitop.probes.samples import ProcessInfo
 from rich.text import Text

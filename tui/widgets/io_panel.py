@@ -7,7 +7,7 @@ checkpoint is the classic "long epochs, short steps" symptom.
 
 from __future__ import annotations
 
-from aitop.engine.series import is_checkpoint, latest, recent, tree_io, write_spans
+from aitop.engine.live.series import is_checkpoint, latest, recent, tree_io, write_spans
 from aitop.probes.samples import MountInfo, StorageSample
 from rich.text import Text
 

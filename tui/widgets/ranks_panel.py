@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from aitop.engine.job import RankRow
+from aitop.engine.live.job import RankRow
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType

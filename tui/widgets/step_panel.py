@@ -8,7 +8,7 @@ probe reads, or from the engine's diagnoses when there is no counter.
 
 from __future__ import annotations
 
-from aitop.engine.series import latest, recent
+from aitop.engine.live.series import latest, recent
 from aitop.knowledge import verdicts
 from aitop.probes.session import PHASES
 from aitop.probes.steps import step_rates

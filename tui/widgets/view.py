@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitop.engine.job import RankRow
+from aitop.engine.live.job import RankRow
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session

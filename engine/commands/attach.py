@@ -1,0 +1,105 @@
+"""``aitop --pid P``: attach to a running job, in the UI, headless or serving metrics."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from aitop.engine.commands.ui import DEFAULT_REFRESH_S, NO_UI, UiRunner
+from aitop.engine.compare.diff import baseline_of
+from aitop.engine.errors import EXIT_USAGE, CliError
+from aitop.engine.headless.options import options_from, require_terminal, start_source
+from aitop.engine.headless.run import run_headless
+from aitop.engine.live.attach import job_notice
+from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
+from aitop.knowledge.model import SEVERITIES
+from aitop.probes.collector import CollectorConfig
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0: {text!r}")
+    return value
+
+
+def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by attaching to a PID and by the demo."""
+    parser.add_argument("--headless", action="store_true",
+                        help="no UI: sample for --duration seconds, then print a report")
+    parser.add_argument("--duration", type=positive_float, default=20.0,
+                        help="seconds to sample in --headless mode (default 20)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the headless report as JSON (schema aitop.report/2)")
+    parser.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
+                        help="extra rule/phase YAML file (repeatable)")
+    parser.add_argument("--export", type=Path, metavar="FILE",
+                        help="write a session snapshot (JSON + Markdown + SVG) here at exit")
+    parser.add_argument("--export-on-exit", action="store_true",
+                        help="TUI: also export on Ctrl-C/SIGTERM (needs --export)")
+    parser.add_argument("--refresh", type=positive_float, default=DEFAULT_REFRESH_S,
+                        help="TUI refresh interval in seconds (default %(default)g; "
+                        "keys are answered at once whatever it is)")
+    parser.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S,
+                        help=f"evaluation window in seconds (default {DEFAULT_WINDOW_S:g})")
+    parser.add_argument("--stack-rate", type=int, default=CollectorConfig.stack_rate_hz,
+                        help="py-spy samples per second (default %(default)s)")
+    parser.add_argument("--serve", metavar="[ADDR:]PORT",
+                        help="no UI: serve Prometheus metrics here until the job ends "
+                        "(loopback unless ADDR is given)")
+    parser.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
+                        help="with --headless: exit 3 when a finding this severe or worse "
+                        f"fires ({', '.join(SEVERITIES)})")
+    parser.add_argument("--baseline", type=Path, metavar="FILE",
+                        help="compare this run with an earlier one (snapshot or --json report)")
+
+
+def check_pid(pid: int | None, own_pid: int) -> int:
+    """The ``--pid`` given, or one line saying what to give instead."""
+    if pid is None:
+        raise CliError("give --pid PID of a training process, or try `aitop demo`", EXIT_USAGE)
+    if pid <= 0:
+        raise CliError(f"not a PID: {pid}", EXIT_USAGE)
+    if pid == own_pid:
+        raise CliError("aitop cannot attach to itself", EXIT_USAGE)
+    return pid
+
+
+def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
+                 popen: subprocess.Popen[bytes] | None = None) -> int:
+    """Attach to ``pid`` and run the UI, the headless report or the exporter on it."""
+    if args.serve is not None:
+        from aitop.engine.commands.serve import run_serve  # binds a port: only when asked
+
+        return run_serve(args, pid, popen)
+    if args.fail_on and not args.headless:
+        raise CliError("--fail-on is a CI gate: add --headless (and --duration S)", EXIT_USAGE)
+    if run_ui is None and not args.headless:
+        raise CliError(NO_UI, EXIT_USAGE)
+    if not args.headless:
+        require_terminal()
+    baseline = baseline_of(args.baseline)
+    options = options_from(args)
+    source = start_source(pid, options, popen)
+    notice = job_notice(source.session.job) if source.session.job else None
+    if notice and args.headless:
+        print(f"aitop: {notice}", file=sys.stderr)
+    if args.headless or run_ui is None:
+        return run_headless(source, args.duration, args.json, args.export, args.fail_on,
+                            baseline)
+    try:
+        return run_ui(
+            source,
+            refresh_s=args.refresh,
+            export_path=args.export,
+            export_on_exit=args.export_on_exit,
+            baseline=baseline,
+        )
+    finally:
+        source.close()

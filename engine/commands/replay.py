@@ -1,0 +1,50 @@
+"""``aitop replay FILE``: a recorded session in the UI, or its report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from aitop.engine.commands.ui import NO_UI, UiRunner
+from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
+from aitop.engine.headless.options import require_terminal
+from aitop.engine.headless.report import report_of
+from aitop.engine.records.snapshot import SnapshotError, load_snapshot
+from aitop.engine.reports.report import RunFacts, render_text
+
+#: A replay steps through recorded samples, not a live clock: one frame a second.
+REPLAY_REFRESH_S = 1.0
+
+
+def add_parser(sub: Any) -> None:
+    """The ``replay`` subcommand's arguments (``sub`` is the CLI's subparsers)."""
+    replay = sub.add_parser("replay", help="open a session snapshot in the UI")
+    replay.add_argument("file", type=Path, help="a snapshot written by aitop (JSON)")
+    replay.add_argument("--headless", action="store_true",
+                        help="print the recorded report instead of opening the UI")
+    replay.add_argument("--json", action="store_true", help="with --headless: as JSON")
+
+
+def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
+    try:
+        source = load_snapshot(args.file)
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
+    if args.headless:
+        history = source.history()
+        diagnosis = history[-1] if history else None
+        started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
+        latest = source.session.latest_time() or started
+        report = report_of(source, latest, diagnosis, RunFacts(latest - started, None, None),
+                           started)
+        print(json.dumps(report, indent=2) if args.json else render_text(report))
+        return EXIT_OK
+    if run_ui is None:
+        raise CliError(NO_UI, EXIT_USAGE)
+    require_terminal()
+    return run_ui(source, refresh_s=REPLAY_REFRESH_S, export_path=None, export_on_exit=False)

@@ -1,0 +1,53 @@
+"""``aitop rules --format prometheus``: the knowledge base as Prometheus alerting rules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
+from aitop.engine.files import FileError, write_atomic
+from aitop.engine.prometheus.alerts import render, translate
+from aitop.knowledge.loader import load_knowledge
+from aitop.knowledge.yamlio import KnowledgeError
+
+
+def add_parser(sub: Any) -> None:
+    """The ``rules`` subcommand's arguments (``sub`` is the CLI's subparsers)."""
+    parser = sub.add_parser(
+        "rules", help="write the knowledge base's rules in another format (Prometheus alerts)"
+    )
+    parser.add_argument("--format", choices=("prometheus",), default="prometheus",
+                        help="output format (default prometheus: an alerting-rules file)")
+    parser.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
+                        help="extra rule file to include (repeatable), as with --pid")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write here instead of standard output")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``aitop rules --format prometheus [--rules FILE] [-o FILE]``."""
+    for path in args.rules:
+        if not path.is_file():
+            raise CliError(f"rule file not found: {path}", EXIT_USAGE)
+    try:
+        ruleset = load_knowledge(args.rules).rules
+    except KnowledgeError as exc:
+        raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
+    alerts, skipped = translate(ruleset)
+    for s in skipped:
+        print(f"aitop: rule {s.rule} ({s.where}) not translated: {s.reason}", file=sys.stderr)
+    text = render(ruleset, alerts, skipped)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            write_atomic(args.output, text.encode("utf-8"))
+        except FileError as exc:
+            raise CliError(str(exc)) from exc
+        print(f"aitop: wrote {len(alerts)} alerting rules to {args.output}"
+              + (f" ({len(skipped)} not translated, listed in the file)" if skipped else ""),
+              file=sys.stderr)
+    return EXIT_OK

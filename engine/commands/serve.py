@@ -1,0 +1,138 @@
+"""``aitop --pid P --serve [ADDR:]PORT``: a headless Prometheus exporter for one job.
+
+The port is bound before attaching, so a port in use or a bad address ends at
+once in one line (exit 1, or 2 for a malformed ``--serve``) and the job is never
+touched. Loopback unless an address is given: the metrics describe someone's
+process, and exposing them to the network is a decision, not a default.
+
+The loop publishes a frame a second (``exporter.Publisher``); scrapes only read
+the newest frame. It runs until the job exits or aitop is stopped (Ctrl-C,
+SIGTERM, SIGHUP), then exits 0 (after writing ``--export`` if asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
+from aitop.engine.headless.export import export_snapshot
+from aitop.engine.headless.options import options_from, start_source
+from aitop.engine.live.attach import LiveSource, self_cpu_seconds, self_rss_bytes
+from aitop.engine.prometheus.exporter import AitopCollector, Publisher
+from prometheus_client import CollectorRegistry, start_http_server
+
+#: How often the serve loop publishes a frame (the evaluator's own cadence).
+PUBLISH_EVERY_S = 1.0
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``9400`` -> (127.0.0.1, 9400); ``0.0.0.0:9400``, ``[::1]:9400``, ``host:0``.
+
+    Raises ``CliError`` (exit 2) with what to write instead.
+    """
+    value = text.strip()
+    host = DEFAULT_HOST
+    port_text = value
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0 or value[end + 1 : end + 2] != ":":
+            raise CliError(f"--serve {text!r}: write an IPv6 address as [ADDR]:PORT", EXIT_USAGE)
+        host, port_text = value[1:end], value[end + 2 :]
+    elif ":" in value:
+        host, _, port_text = value.rpartition(":")
+        if ":" in host:
+            raise CliError(f"--serve {text!r}: write an IPv6 address as [ADDR]:PORT", EXIT_USAGE)
+    if not host:
+        raise CliError(f"--serve {text!r}: give an address before ':' (0.0.0.0 for every "
+                       "interface), or only the port for loopback", EXIT_USAGE)
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise CliError(f"--serve {text!r}: the port must be a number from 0 to 65535 "
+                       "(e.g. --serve 9400 or --serve 0.0.0.0:9400)", EXIT_USAGE)
+    return host, int(port_text)
+
+
+def url_of(host: str, port: int) -> str:
+    try:
+        bracket = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        bracket = False
+    return f"http://[{host}]:{port}/metrics" if bracket else f"http://{host}:{port}/metrics"
+
+
+def run_serve(
+    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None = None
+) -> int:
+    """Bind, attach, publish until the job ends or aitop is stopped."""
+    host, port = parse_address(args.serve)
+    if args.fail_on or args.baseline:
+        flag = "--fail-on" if args.fail_on else "--baseline"
+        raise CliError(f"{flag} is not for --serve: alert on aitop_finding_firing or use "
+                       "the rules from `aitop rules --format prometheus`", EXIT_USAGE)
+    args.headless = True  # no UI; headless cadences (docs/benchmarks.md)
+    options = options_from(args)  # --rules and --export are checked before binding
+    collector = AitopCollector(self_cpu_seconds=self_cpu_seconds, self_rss_bytes=self_rss_bytes)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    try:
+        server, _thread = start_http_server(port, host, registry)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        hint = ("another process listens there: pick another port"
+                if "in use" in reason else "give a local address or only a port")
+        raise CliError(f"cannot serve metrics on {host}:{port}: {reason} ({hint})") from exc
+    try:
+        source = start_source(pid, options, popen)
+        try:
+            return _publish_until_done(source, collector, url_of(host, server.server_port),
+                                       args.export)
+        finally:
+            source.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _publish_until_done(
+    source: LiveSource, collector: AitopCollector, url: str, export: Path | None
+) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    handled = (*STOP_SIGNALS, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    session = source.session
+    publisher = Publisher(
+        session, source.evaluator.latest, source.started_at,
+        tuple(source.evaluator.diagnoser.ruleset.rules),
+    )
+    collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job
+    print(f"aitop: serving Prometheus metrics for PID {session.target_pid} at {url} "
+          "(Ctrl-C stops)", file=sys.stderr, flush=True)
+    try:
+        while not stop.is_set():
+            collector.publish(publisher.frame(time.time()))
+            if session.target_exited_at is not None:
+                # One more evaluation lands the last live verdict, then stop.
+                stop.wait(1.5)
+                collector.publish(publisher.frame(time.time()))
+                print(f"aitop: PID {session.target_pid} exited; stopped serving",
+                      file=sys.stderr)
+                break
+            stop.wait(PUBLISH_EVERY_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if export is not None:
+        export_snapshot(source, export)
+    return EXIT_OK

@@ -1,0 +1,68 @@
+"""The headless run: sample for a while (or until the job ends), then report."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from aitop.engine.compare import gates
+from aitop.engine.compare.diff import baseline_report
+from aitop.engine.compare.runs import Run
+from aitop.engine.errors import EXIT_OK, STOP_SIGNALS
+from aitop.engine.headless.export import export_snapshot
+from aitop.engine.headless.report import report_of
+from aitop.engine.live.attach import LiveSource, self_rss_bytes
+from aitop.engine.reports.report import RunFacts, render_text
+from aitop.knowledge.model import Diagnosis
+
+
+def run_headless(
+    source: LiveSource, duration_s: float, as_json: bool, export: Path | None,
+    fail_on: str | None = None, baseline: Run | None = None,
+) -> int:
+    """Sample for ``duration_s`` (or until the target exits), then report."""
+    interrupted = False
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    # Ctrl-C too: a KeyboardInterrupt raised wherever the main thread happens to
+    # be (inside Event.wait's lock) once left a run hanging instead of reporting.
+    handled = (*STOP_SIGNALS, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    attached_at = source.started_at
+    try:
+        deadline = time.time() + duration_s
+        while time.time() < deadline and not stop.is_set():
+            if source.session.target_exited_at is not None and not source.awaiting_restart():
+                # Let the last stack window and one evaluation land, then stop.
+                stop.wait(1.5)
+                break
+            stop.wait(min(0.25, max(0.0, deadline - time.time())))
+        interrupted = stop.is_set()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    elapsed = time.time() - attached_at
+    cpu = source.cpu_percent()
+    source.close()  # py-spy flushes its last, partial window on the way out
+    # One last look with that window; once the target has exited, the evaluator
+    # answers with its last verdict made on live samples instead.
+    now = time.time()
+    diagnosis: Diagnosis | None = source.evaluator.evaluate(now)
+    facts = RunFacts(elapsed, cpu, self_rss_bytes(), source.warnings, interrupted)
+    report = report_of(source, now, diagnosis, facts, attached_at)
+    print(json.dumps(report, indent=2) if as_json else render_text(report))
+    if export is not None:
+        export_snapshot(source, export)
+    if baseline is not None:
+        print(baseline_report(baseline, report), file=sys.stderr)
+    return gates.findings_gate(report, fail_on) if fail_on else EXIT_OK

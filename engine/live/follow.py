@@ -1,0 +1,117 @@
+"""Following a launcher's job while aitop runs: ranks that exit, ranks that start.
+
+torchrun's elastic agent restarts every rank when one fails (``--max-restarts``),
+each time with new PIDs. A watch fixed on the PIDs of the first attempt would go
+blind at the first restart; instead the launcher's children are read again every
+few seconds: ranks that exited are marked so (and leave the job's judgement),
+new ones are watched, and when the lead rank itself was restarted its successor
+(the new rank with the lowest number) becomes the lead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from aitop.engine.live.source import RankPeer
+from aitop.probes.collector import PeriodicTask
+from aitop.probes.ranks import Job, find_job
+from aitop.probes.session import Session
+from aitop.probes.status import ProbeStatus
+
+#: Seconds between two reads of the launcher's ranks.
+RESCAN_S = 3.0
+#: How long a headless run waits, after its lead rank exits while the launcher
+#: lives, for the launcher to start its successor (torchrun restarts in seconds;
+#: the new ranks then import torch).
+RESTART_WAIT_S = 30.0
+
+
+class Lead(Protocol):
+    """What the follower needs of the lead rank's source (engine.live.LiveSource)."""
+
+    session: Session
+    peers: list[RankPeer]
+    warnings: list[str]
+
+    def adopt_lead(self, pid: int, job: Job) -> None: ...
+
+
+class JobFollower:
+    """Re-reads the launcher's ranks every ``RESCAN_S`` and updates the lead's peers."""
+
+    def __init__(self, lead: Lead, launcher_pid: int,
+                 make_peer: Callable[[int, Job], RankPeer],
+                 stop: threading.Event) -> None:
+        self.lead = lead
+        self.launcher_pid = launcher_pid
+        self.make_peer = make_peer
+        self.restarts = 0
+        self._stop = stop
+        self._task = PeriodicTask("ranks", self.rescan, RESCAN_S, lead.session.probe_status,
+                                  stop, first_delay_s=RESCAN_S)
+
+    def start(self) -> JobFollower:
+        self._task.start()
+        return self
+
+    def launcher_alive(self) -> bool:
+        try:
+            os.kill(self.launcher_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def awaiting_restart(self, now: float | None = None) -> bool:
+        """Whether the lead rank exited lately while its launcher lives on."""
+        exited = self.lead.session.target_exited_at
+        now = time.time() if now is None else now
+        return exited is not None and now - exited < RESTART_WAIT_S and self.launcher_alive()
+
+    def rescan(self) -> None:
+        job = find_job(self.launcher_pid)
+        if not job.ranks:
+            return
+        lead = self.lead
+        peers = [_mark_exited(p) for p in lead.peers]
+        watched = {lead.session.target_pid, *(p.pid for p in peers)}
+        new = [r.pid for r in job.ranks if r.pid not in watched]
+        if not new:
+            lead.peers = peers
+            return
+        if lead.session.target_exited_at is not None:
+            successor = new.pop(0)  # job.ranks are in rank order: the new lowest rank
+            old = lead.session.target_pid
+            self.restarts += 1
+            lead.adopt_lead(successor, job)
+            lead.warnings.append(
+                f"the launcher (PID {self.launcher_pid}) restarted the job: now leading with "
+                f"{job.label(successor)} (PID {successor}); PID {old} exited")
+        added = [self.make_peer(pid, job) for pid in new]
+        if self._stop.is_set():  # aitop closed meanwhile: nobody would stop these
+            for peer in added:
+                if peer.source is not None:
+                    peer.source.close()
+            return
+        lead.peers = [*peers, *added]
+        lead.session.probe_status["ranks"] = ProbeStatus(
+            "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
+
+
+def _mark_exited(peer: RankPeer) -> RankPeer:
+    """The peer, its status saying so once its process has exited (its probes stopped)."""
+    source = peer.source
+    if peer.status != "watched" or source is None or source.session.target_exited_at is None:
+        return peer
+    source.close()
+    return RankPeer(peer.label, peer.pid, source, status="exited")
+
+
+def watched_peers(peers: Sequence[RankPeer]) -> list[RankPeer]:
+    """The peers still watched (exited ones leave the job's judgement)."""
+    return [p for p in peers if p.status == "watched"]

@@ -1,0 +1,193 @@
+"""``aitop rules --format prometheus``: the knowledge base as Prometheus alerting rules.
+
+Each rule in force (the packaged ``rules.yaml`` plus any ``--rules`` file, read
+through the same loader as an attach) becomes an alert over the series
+``aitop --serve`` exports: its condition translated from the syntax tree
+(``promql.py``), its ``for:`` and ``keep_firing_for:``, severity and category as
+labels, title, why, actions and source as annotations. The ``{metric:.0%}``
+fields of a title become Go-template queries of the same series, so the alert
+reads like aitop's finding. A rule without a faithful PromQL form is listed with
+its reason on stderr and as a comment in the file, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aitop.engine.prometheus.names import Exported, exported_metrics
+from aitop.engine.prometheus.promql import Translator, Untranslatable, number
+from aitop.engine.version import aitop_version
+from aitop.knowledge.rules import Rule, RuleSet
+
+GROUP = "aitop"
+#: Labels an alert adds to its expression's (``ALERTS`` has these beside the job's).
+ALERT_LABELS: tuple[str, ...] = ("alertname", "alertstate", "severity", "category", "rule")
+#: Python's format-spec mini-language, enough to pick precision and type.
+_SPEC = re.compile(r"^(?:.?[<>=^])?[-+ ]?z?#?0?\d*[,_]?(?:\.(?P<p>\d+))?(?P<t>[bcdeEfFgGnosxX%]?)$")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A rule that was not translated, and why."""
+
+    rule: str
+    where: str
+    reason: str
+
+
+def alert_name(rule_id: str) -> str:
+    """``data_wait_dominant`` -> ``AitopDataWaitDominant`` (Prometheus' usual style)."""
+    return "Aitop" + "".join(part[:1].upper() + part[1:] for part in rule_id.split("_") if part)
+
+
+def duration(seconds: float) -> str:
+    """A Prometheus duration: ``3s``, ``1500ms``, ``2m``."""
+    ms = round(seconds * 1000)
+    if ms % 60_000 == 0 and ms >= 60_000:
+        return f"{ms // 60_000}m"
+    if ms % 1000 == 0:
+        return f"{ms // 1000}s"
+    return f"{ms}ms"
+
+
+def go_verb(spec: str) -> tuple[str, float]:
+    """A Python format spec as a Go printf verb, and the factor it implies (% -> x100)."""
+    match = _SPEC.match(spec)
+    if match is None or not spec:
+        return "%g", 1.0
+    precision, kind = match["p"], match["t"]
+    p = precision if precision is not None else "6"
+    if kind == "%":
+        return f"%.{p}f%%", 100.0
+    if kind in ("f", "F"):
+        return f"%.{p}f", 1.0
+    if kind in ("e", "E"):
+        return f"%.{p}{kind}", 1.0
+    if kind == "d":
+        return "%.0f", 1.0
+    if precision is not None:
+        return f"%.{p}g", 1.0
+    return "%g", 1.0
+
+
+def _go_string(text: str) -> str:
+    """A Go string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _field_template(spec: Exported, format_spec: str) -> str:
+    """A Go template printing one metric of the alert's own job, in aitop's units."""
+    verb, factor = go_verb(format_spec)
+    factor /= spec.scale
+    # The job's own series: its instance and job labels, filled in by printf.
+    selector = spec.selector('instance=%q,job=%q')
+    if spec.labels:
+        dropped = ", ".join(k for k, _ in spec.labels)
+        selector = f"max without ({dropped}) ({selector})"
+    query = selector if factor == 1.0 else f"{selector} * {number(factor)}"
+    return (
+        f"{{{{ with printf {_go_string(query)} $labels.instance $labels.job | query }}}}"
+        f"{{{{ . | first | value | printf {_go_string(verb)} }}}}"
+        "{{ else }}?{{ end }}"
+    )
+
+
+def annotation(text: str) -> str:
+    """An aitop text template (``{phase_data_wait:.0%}``) as a Prometheus one."""
+    out: list[str] = []
+    metrics = exported_metrics()
+    for literal, field, spec, _conversion in string.Formatter().parse(text):
+        # A literal brace must not start a Go action.
+        out.append(literal.replace("{", '{{ "{" }}'))
+        if field is None:
+            continue
+        exported = metrics.get(field)
+        # A word aitop fills from the stacks (a thread's name) is not a series.
+        out.append(_field_template(exported, spec or "") if exported else f"<{field}>")
+    return "".join(out)
+
+
+def source_text(rule: Rule) -> str:
+    document = rule.source.get("document", "")
+    section = rule.source.get("section")
+    return f"{document}, \u00a7 {section}" if section else document
+
+
+def alert_of(rule: Rule, expr: str) -> dict[str, Any]:
+    alert: dict[str, Any] = {"alert": alert_name(rule.id), "expr": expr}
+    if rule.for_s > 0:
+        alert["for"] = duration(rule.for_s)
+    if rule.keep_firing_for_s > 0:
+        alert["keep_firing_for"] = duration(rule.keep_firing_for_s)
+    alert["labels"] = dict(zip(ALERT_LABELS[2:], (rule.severity, rule.category, rule.id),
+                               strict=True))
+    annotations = {"title": annotation(rule.title)}
+    if rule.why:
+        annotations["description"] = annotation(rule.why)
+    if rule.actions:
+        annotations["actions"] = "\n".join(
+            f"{i}. {annotation(a)}" for i, a in enumerate(rule.actions, 1)
+        )
+    annotations["source"] = source_text(rule)
+    alert["annotations"] = annotations
+    return alert
+
+
+def explained_by(ruleset: RuleSet) -> dict[str, list[str]]:
+    """For each symptom rule, the culprit rules that explain it (``explains:``)."""
+    out: dict[str, list[str]] = {}
+    for rule in ruleset.rules:
+        for symptom in getattr(rule, "explains", ()):
+            out.setdefault(symptom, []).append(rule.id)
+    return out
+
+
+def unless_explained(expr: str, culprits: Sequence[str]) -> str:
+    """``expr``, silenced while a culprit that explains it fires, as aitop folds a
+    symptom into its culprit (the ALERTS series carries every firing alert)."""
+    if not culprits:
+        return expr
+    names = "|".join(sorted(culprits))
+    return (f"({expr}) unless ignoring ({', '.join(ALERT_LABELS)}) "
+            f'ALERTS{{alertstate="firing",rule=~"{names}"}}')
+
+
+def translate(ruleset: RuleSet, translator: Translator | None = None
+              ) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """The alerts for every translatable rule, and the rules that are not."""
+    translator = translator or Translator()
+    culprits = explained_by(ruleset)
+    alerts: list[dict[str, Any]] = []
+    skipped: list[Skipped] = []
+    for rule in ruleset.rules:
+        try:
+            expr = translator.condition(rule.condition.expr)
+        except Untranslatable as exc:
+            skipped.append(Skipped(rule.id, f"{rule.file or '?'}:{rule.line}", str(exc)))
+            continue
+        alerts.append(alert_of(rule, unless_explained(expr, culprits.get(rule.id, []))))
+    return alerts, skipped
+
+
+def render(ruleset: RuleSet, alerts: Sequence[dict[str, Any]],
+           skipped: Sequence[Skipped]) -> str:
+    """The rules file: a comment header (sources, what was not translated), then YAML."""
+    lines = [
+        f"# Prometheus alerting rules generated by `aitop rules --format prometheus` "
+        f"(aitop {aitop_version() or 'unknown'})",
+        f"# from: {', '.join(ruleset.files) or 'rules.yaml'}",
+        "# over the series `aitop --pid PID --serve [ADDR:]PORT` exports. Scrape aitop and",
+        "# evaluate these every few seconds (scrape_interval / evaluation_interval) so the",
+        "# `for:` durations mean what they say.",
+    ]
+    if skipped:
+        lines.append(f"# Not translated ({len(skipped)}): no faithful PromQL form")
+        lines += [f"#   {s.rule} ({s.where}): {s.reason}" for s in skipped]
+    document = {"groups": [{"name": GROUP, "rules": list(alerts)}]}
+    body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=10_000)
+    return "\n".join(lines) + "\n" + body

@@ -1,0 +1,157 @@
+"""Current values for the documents' key-metrics table, judged against its targets.
+
+The knowledge screen highlights these in the table and the Markdown report
+prints them, so both say the same thing. Ids are those of ``metrics:`` in
+``knowledge/data/documents.yaml``. Pure functions, no Textual.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from aitop.engine.live.series import gpu_values, latest, recent
+from aitop.engine.reports import humanize as fmt
+from aitop.knowledge import verdicts
+from aitop.knowledge.documents import load_documents
+from aitop.knowledge.model import Diagnosis
+from aitop.probes.session import Session
+from aitop.probes.steps import step_rates
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A metric's current value as shown, and its status against the target."""
+
+    display: str
+    status: str = "unknown"
+
+
+@lru_cache(maxsize=1)
+def key_metric_rows() -> tuple[tuple[str, str, str], ...]:
+    """``(id, metric, target)`` of the documents' key-metrics table, from the knowledge base."""
+    return tuple((m.id, m.metric, m.target) for m in load_documents().metrics)
+
+
+#: The documents' rows, shown by the knowledge screen only while its thread is
+#: still parsing the documents (reports read ``key_metric_rows``).
+FALLBACK_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("gpu_utilization", "GPU utilization", "80-95% during training"),
+    ("gpu_memory_usage", "GPU memory usage", "70-90% of capacity"),
+    ("data_loading_time", "Data loading time", "Less than 5% of total step time"),
+    ("training_step_time", "Training step time", "Consistent or decreasing"),
+    ("gpu_temperature", "GPU temperature", "Below 83 degrees C"),
+    ("interconnect_bandwidth", "PCIe/NVLink bandwidth", "Near rated bandwidth"),
+)
+
+
+def _metric(d: Diagnosis | None, key: str) -> float | None:
+    if d is None:
+        return None
+    v = d.metrics.get(key)
+    return None if v is None else float(v)
+
+
+def gpu_utilization(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    util = _metric(d, "gpu_util_mean")
+    if util is None:
+        gpus = recent(s.gpu, now, w)
+        vals = [v for g in gpus if g.available for dev in g.devices
+                for v in gpu_values([g], dev.index, lambda x: x.util_percent)]
+        util = statistics.fmean(vals) if vals else None
+    if util is None:
+        return Reading("no GPU" if _no_gpu(s, now) else "—")
+    return Reading(f"{util:.0f}% mean", verdicts.gpu_util(util))
+
+
+def gpu_memory_usage(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    used = _metric(d, "gpu_mem_used_mean")
+    if used is None:
+        g = latest(s.gpu, now)
+        devs = [x for x in (g.devices if g is not None and g.available else ())
+                if x.mem_used_bytes is not None and x.mem_total_bytes]
+        if devs:
+            used = max((x.mem_used_bytes or 0) / (x.mem_total_bytes or 1) * 100 for x in devs)
+    if used is None:
+        return Reading("no GPU" if _no_gpu(s, now) else "—")
+    return Reading(f"{used:.0f}% of capacity", verdicts.gpu_memory(used / 100))
+
+
+def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    frac = _metric(d, "phase_data_wait")
+    if frac is None:
+        fr = s.phase_fractions(now, w)
+        frac = fr.get("data_wait") if fr else None
+    if frac is None:
+        return Reading("— (no stack samples)")
+    return Reading(f"{frac * 100:.1f}% of step time", verdicts.data_wait(frac))
+
+
+def training_step_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    rates = [r for _, r in step_rates(recent(s.steps, now, max(w, 10.0))) if r > 0]
+    step = _metric(d, "step_time")
+    if step is None and rates:
+        step = 1.0 / statistics.fmean(rates)
+    if step is None:
+        return Reading("— (no step counter)")
+    if len(rates) < 3:
+        return Reading(f"{step:.3g} s/step")
+    times = [1.0 / r for r in rates]
+    half = len(times) // 2
+    before, after = statistics.fmean(times[:half]), statistics.fmean(times[half:])
+    spread = statistics.pstdev(times) / statistics.fmean(times)
+    if after > before * 1.15:
+        return Reading(f"{step:.3g} s/step, rising", "outside")
+    if spread > 0.25:
+        return Reading(f"{step:.3g} s/step, erratic (±{spread * 100:.0f}%)", "near")
+    return Reading(f"{step:.3g} s/step, steady", "within")
+
+
+def gpu_temperature(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    g = latest(s.gpu, now)
+    devs = [x for x in (g.devices if g is not None and g.available else ())
+            if x.temperature_c is not None]
+    if not devs:
+        return Reading("no GPU" if _no_gpu(s, now) else "—")
+    hot = max(devs, key=lambda x: x.temperature_c or 0.0)
+    limit = f" (slowdown {hot.temperature_slowdown_c:.0f}°C)" if hot.temperature_slowdown_c else ""
+    return Reading(f"{hot.temperature_c:.0f}°C{limit}",
+                   verdicts.gpu_temperature(hot.temperature_c, hot.temperature_slowdown_c))
+
+
+def interconnect_bandwidth(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    g = latest(s.gpu, now)
+    devs = g.devices if g is not None and g.available else ()
+    rx = [x.pcie_rx_bps for x in devs if x.pcie_rx_bps is not None]
+    tx = [x.pcie_tx_bps for x in devs if x.pcie_tx_bps is not None]
+    if not rx and not tx:
+        return Reading("no GPU" if _no_gpu(s, now) else "—")
+    # NVML does not report the rated bandwidth, so this cannot be judged.
+    return Reading(f"PCIe rx {fmt.human_rate(sum(rx) if rx else None)} · "
+                   f"tx {fmt.human_rate(sum(tx) if tx else None)}")
+
+
+def _no_gpu(s: Session, now: float) -> bool:
+    g = latest(s.gpu, now)
+    return g is not None and not g.available
+
+
+READERS: dict[str, Callable[[Session, Diagnosis | None, float, float], Reading]] = {
+    "gpu_utilization": gpu_utilization,
+    "gpu_memory_usage": gpu_memory_usage,
+    "data_loading_time": data_loading_time,
+    "training_step_time": training_step_time,
+    "gpu_temperature": gpu_temperature,
+    "interconnect_bandwidth": interconnect_bandwidth,
+}
+
+
+def read_key_metric(metric_id: str, session: Session, diagnosis: Diagnosis | None,
+                    now: float, window_s: float) -> Reading:
+    """The current reading of one key metric (unknown ids read as a dash)."""
+    reader = READERS.get(metric_id)
+    if reader is None:
+        return Reading("—")
+    return reader(session, diagnosis, now, window_s)
