@@ -1,6 +1,6 @@
 """The demo training jobs the benchmarks attach to, and their ground truth.
 
-The jobs are started and read through ``tests/demo_jobs.py`` (the same helpers
+The jobs are started and read through ``tests/support/jobs.py`` (the same helpers
 the end-to-end tests use), so the benchmarks and the tests agree on what "the
 workload's own measurement over a span" means. Each job writes cumulative
 per-phase seconds and a step counter every 0.5 s (``--truth``).
@@ -31,7 +31,8 @@ SCENARIOS: tuple[str, ...] = tuple(EXPECTED)
 
 
 def _demo_jobs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("demo_jobs", REPO / "tests" / "demo_jobs.py")
+    path = REPO / "tests" / "support" / "jobs.py"
+    spec = importlib.util.spec_from_file_location("demo_jobs", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     # Registered first: its dataclasses look their module up in sys.modules.

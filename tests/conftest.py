@@ -1,31 +1,40 @@
-"""Shared pytest configuration (keep minimal)."""
+"""The whole suite's rules: every test runs in CI, a failure shows its jobs' output,
+and no test leaves a process behind.
+
+The layers below (``unit/``, ``attach/``, ``tui/``, ``cli/``, ``quality/``) say
+what their tests need and cost; shared helpers live in the ``support`` package.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import contextlib
 import os
 from collections.abc import Iterator
 
+import psutil
 import pytest
+from support.processes import (
+    become_subreaper,
+    describe,
+    leftover_descendants,
+    log_tail,
+    take_logs,
+)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run ``async def`` tests (Textual Pilot tests) in a fresh event loop.
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-    Saves a dependency on pytest-asyncio/anyio; a no-op for ordinary tests.
-    """
-    if not inspect.iscoroutinefunction(pyfuncitem.obj):
-        return None
-    names = pyfuncitem._fixtureinfo.argnames
-    asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
-    return True
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Orphans (a rank whose launcher died) are adopted by this process, so the
+    # check at the end of the session finds them instead of losing them to init.
+    become_subreaper()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """In CI every test runs: a skip (no tmux, not root) fails the run there.
+    """A skip fails the run in CI; a failed test's report shows its jobs' logs.
 
     On a developer's machine a test whose tool is missing skips with its reason;
     CI (``CI=true``, as root, with tmux installed by the test command) must prove
@@ -33,7 +42,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.skipped and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if report.skipped and in_ci():
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped in CI, where every test must run: {reason}"
+    if report.failed:
+        for path in take_logs():
+            report.sections.append((f"job output: {path}", log_tail(path)))
+    elif report.when == "teardown":
+        take_logs()  # passed: the logs stay on disk, unshown
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any process a test started outlived the tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    left = leftover_descendants()
+    if not left:
+        return
+    lines = "\n".join(f"  {describe(p)}" for p in left)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = f"{len(left)} process(es) outlived the tests (now killed):\n{lines}"
+    if reporter is not None:
+        reporter.write_line(message, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,129 @@
+"""End to end: real demo jobs, real py-spy, the real CLI; compared with ground truth.
+
+These attach with py-spy and must never be skipped: if attaching is impossible
+here (no ptrace rights), they fail and say so.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from support.jobs import Watched, WatchedRun, truth_between
+
+from benchmarks.predictions import apply_lead
+
+pytestmark = pytest.mark.attach
+
+EXPECTED = {
+    "data": "data_loading",
+    "compute": "compute",
+    "checkpoint": "io",
+    # A prefetching loader feeding a model that keeps every core busy: the CPU
+    # is the accelerator here, saturated, so compute (and well used).
+    "healthy": "compute",
+}
+
+
+def tolerance(share: float, samples: float) -> float:
+    """5 points, or the sampling error of ``samples`` stack samples if that is larger.
+
+    A share estimated from n samples has a standard error of sqrt(p(1-p)/n): at
+    10 Hz over a 20 s window (~190 samples) that is 3.6 points for a phase near
+    50 % (the checkpoint job on a slow disk), so a flat 5-point bound failed about
+    one run in seven by chance alone. 2.6 standard errors fail ~1 % of honest runs.
+    """
+    standard_error = math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0))
+    return max(0.05, 2.6 * standard_error)
+
+
+def diagnosed(scenario: str, watched_run: WatchedRun) -> tuple[dict, Path]:
+    """The headless report of a run of the scenario (shared by the session), its truth."""
+    run: Watched = watched_run(scenario)
+    return run.report, run.truth
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_scenario_diagnosis_matches_ground_truth(scenario: str, watched_run: WatchedRun) -> None:
+    report, truth = diagnosed(scenario, watched_run)
+    assert report["schema"] == "aitop.report/2"
+    category = report["bottleneck"]["category"]
+    t0, t1 = report["phase_span"]
+    expected = truth_between(truth, t0, t1)
+    allowed = {EXPECTED[scenario]}
+    if scenario == "healthy" and expected["data_wait"] >= 0.05:
+        # On a loaded 2-core box the prefetching job itself can wait over the
+        # documents' 5 % target (its own timers say so): naming data loading is right.
+        allowed.add("data_loading")
+    assert category in allowed, (
+        f"{scenario}: expected {EXPECTED[scenario]}, got {category}: "
+        f"{report['bottleneck']['summary']}; phases {report['phases']}; "
+        f"findings {[f['id'] for f in report['findings']]}"
+    )
+    phases = report["phases"]
+    assert phases is not None and abs(sum(phases.values()) - 1.0) < 1e-6
+    measured_wait, true_wait = phases["data_wait"], expected["data_wait"]
+    print(f"{scenario}: data_wait aitop {measured_wait:.3f} truth {true_wait:.3f}; "
+          f"checkpoint aitop {phases['checkpoint']:.3f} truth {expected['checkpoint']:.3f}; "
+          f"steps/s aitop {report['steps_per_s']} truth {expected['steps_per_s']:.2f}; "
+          f"timeline {report['timeline']}")
+    samples = report["metrics"]["phase_samples"]
+    assert abs(measured_wait - true_wait) <= tolerance(true_wait, samples), (
+        f"data_wait {measured_wait:.3f} vs ground truth {true_wait:.3f} ({samples:.0f} samples)"
+    )
+    true_checkpoint = expected["checkpoint"]
+    assert abs(phases["checkpoint"] - true_checkpoint) <= tolerance(true_checkpoint, samples), (
+        f"checkpoint {phases['checkpoint']:.3f} vs ground truth {true_checkpoint:.3f} "
+        f"({samples:.0f} samples)"
+    )
+    # The demo loops keep a `step` counter in a function frame: steps/s is known,
+    # and matches the job's own count over the span of the counter readings.
+    assert report["steps_per_s"] is not None
+    s0, s1 = report["steps_span"]
+    true_rate = truth_between(truth, s0, s1)["steps_per_s"]
+    assert report["steps_per_s"] == pytest.approx(true_rate, rel=0.15)
+    # The bottleneck names its evidence, and findings carry sources and gains.
+    if category != "none":
+        assert report["bottleneck"]["evidence"], "a named bottleneck must carry evidence"
+        top = report["findings"][0]
+        assert top["source"] and top["actions"] and top["gain_explanation"]
+    if category == "data_loading":
+        assert report["state"] == "High data loading latency"
+
+
+#: The lead finding whose first action each job's prediction is checked for.
+LEADS = {
+    "data": {"workers_cpu_bound"},
+    "checkpoint": {"checkpoint_stalls"},
+    "compute": {"cpu_compute_underthreaded"},
+}
+#: One round's spread of a measured speed-up on this loaded 2-core machine
+#: (docs/predictions.md shows several rounds): the range is widened this much
+#: at each end.
+SLACK = 1.15
+
+
+@pytest.mark.parametrize("scenario", list(LEADS))
+def test_the_lead_actions_predicted_gain_comes_true(
+    scenario: str, watched_run: WatchedRun
+) -> None:
+    """Apply the lead action as it reads to a fresh run; the job's own count decides."""
+    report, truth = diagnosed(scenario, watched_run)
+    lead = report["findings"][0]
+    assert lead["id"] in LEADS[scenario], f"{scenario}: lead {lead['id']}: {lead['title']}"
+    assert lead["gain_method"] == "predicted", lead["gain_explanation"]
+    low, high = lead["est_speedup_range"]
+    assert high / low <= 1.5, "a range wider than x1.5 predicts nothing"
+    applied = apply_lead(scenario, report)
+    assert applied is not None
+    t0, t1 = report["phase_span"]
+    base = truth_between(truth, t0, t1)["steps_per_s"]
+    # The fixed job, watched by aitop as the job was (the run aitop diff's test
+    # compares too), its rate by its own count over the same kind of span.
+    fixed = watched_run(applied.scenario, applied.args)
+    measured = truth_between(fixed.truth, *fixed.report["phase_span"])["steps_per_s"] / base
+    print(f"{scenario}: {applied.change}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f}")
+    assert low / SLACK <= measured <= high * SLACK, (
+        f"{scenario}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f} ({applied.change})"
+    )

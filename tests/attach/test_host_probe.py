@@ -1,0 +1,84 @@
+"""HostProbe against the real machine, loaded by a real CPU-burning child."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from aitop.probes.host import HostProbe
+from support.workloads.probe_children import start, stop
+
+
+@pytest.fixture()
+def burner() -> Iterator[subprocess.Popen[bytes]]:
+    """A child spinning one core flat out."""
+    proc = start(["-c", "print('READY', flush=True)\nwhile True: pass"])
+    yield proc
+    stop(proc)
+
+
+def test_shape_and_ranges() -> None:
+    probe = HostProbe()
+    time.sleep(0.3)
+    s = probe.sample()
+    n = psutil.cpu_count(logical=True)
+    assert s.cpu_count == n
+    assert len(s.per_core_percent) == len(psutil.cpu_times(percpu=True))
+    assert all(0.0 <= c <= 100.0 for c in s.per_core_percent)
+    assert s.cpu_percent is not None and 0.0 <= s.cpu_percent <= 100.0
+    assert s.iowait_percent is not None and 0.0 <= s.iowait_percent <= 100.0
+    vm = psutil.virtual_memory()
+    assert s.ram_total_bytes == vm.total
+    assert s.ram_used_bytes is not None and 0 < s.ram_used_bytes <= vm.total
+    sw = psutil.swap_memory()
+    assert s.swap_total_bytes == sw.total
+    assert s.swap_used_bytes is not None and 0 <= s.swap_used_bytes <= max(sw.total, 0)
+    load = os.getloadavg()
+    assert s.load1 is not None and s.load1 == pytest.approx(load[0], abs=2.0)
+    assert s.load15 is not None and s.load15 >= 0
+    assert s.t == pytest.approx(time.time(), abs=5)
+
+
+def test_busy_child_shows_up_in_cpu(burner: subprocess.Popen[bytes]) -> None:
+    probe = HostProbe()
+    time.sleep(1.0)
+    s = probe.sample()
+    n = len(s.per_core_percent)
+    assert n >= 1
+    # one core spinning: overall at least ~ 1/n of the machine, one core near full
+    assert s.cpu_percent is not None and s.cpu_percent >= 100.0 / n * 0.7
+    assert max(s.per_core_percent) >= 70.0
+
+
+def test_other_cpu_percent_callers_do_not_disturb_our_interval(
+    burner: subprocess.Popen[bytes],
+) -> None:
+    """psutil.cpu_percent() keeps a global baseline; ours is private to the probe."""
+    probe = HostProbe()
+    time.sleep(1.0)
+    psutil.cpu_percent(interval=None)  # someone else resets psutil's global baseline
+    psutil.cpu_percent(percpu=True, interval=None)
+    s = probe.sample()
+    n = len(s.per_core_percent)
+    # still measured over our full second with the burner running
+    assert s.cpu_percent is not None and s.cpu_percent >= 100.0 / n * 0.7
+
+
+def test_idle_interval_keeps_baseline() -> None:
+    """Back-to-back calls either measure a real interval or say None, never 0/0."""
+    probe = HostProbe()
+    time.sleep(0.2)
+    first = probe.sample()
+    second = probe.sample()
+    assert first.cpu_percent is not None
+    if second.cpu_percent is None:
+        assert second.per_core_percent == () and second.iowait_percent is None
+        time.sleep(0.2)
+        third = probe.sample()
+        assert third.cpu_percent is not None
+    else:
+        assert len(second.per_core_percent) == len(first.per_core_percent)

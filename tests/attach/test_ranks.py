@@ -1,0 +1,357 @@
+"""Finding the whole job from any PID: real torchrun and mp.spawn jobs (gloo, CPU).
+
+The ranks and the launcher are read from ``/proc`` only; each job here is started
+for real and aitop is pointed at its launcher and at a rank.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aitop.engine.live.attach import AttachOptions, job_notice, options_for_peers
+from aitop.probes.collector import CollectorConfig
+from aitop.probes.ranks import Job, find_job, rank_from_env
+from support.jobs import run_aitop
+from support.processes import free_port, started
+
+
+def wait_for(find: Callable[[], Job], ranks: int, timeout: float = 90.0) -> Job:
+    deadline = time.monotonic() + timeout
+    job = find()
+    while time.monotonic() < deadline:
+        job = find()
+        if len(job.ranks) == ranks:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"expected {ranks} ranks, found {job}")
+
+
+def torchrun(port: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            f"--master_port={port}", "-m", "aitop.demo.ddp", "--duration", "90"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.parametrize("config", [CollectorConfig(), CollectorConfig.headless()],
+                         ids=["ui", "headless"])
+def test_a_peers_window_always_holds_its_stack_windows(config: CollectorConfig,
+                                                       ranks: int) -> None:
+    """A peer judged on a window shorter than its py-spy windows has no phases at
+    times (the job's straggler then vanished from the final report)."""
+    peer = options_for_peers(AttachOptions(collector=config), ranks)
+    assert peer.window_s >= 2 * peer.collector.stack_window_s
+    # N ranks must not cost N times one: the peers share the lead's sampling.
+    total = config.stack_rate_hz + (ranks - 1) * peer.collector.stack_rate_hz
+    assert total <= max(2 * config.stack_rate_hz, config.stack_rate_hz + 2 * (ranks - 1))
+
+
+def test_rank_variables_from_the_environment() -> None:
+    rank = rank_from_env(7, {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+                             "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "abc"})
+    assert rank is not None
+    assert (rank.rank, rank.local_rank, rank.world_size, rank.group_rank, rank.run_id) == (
+        3, 1, 8, 1, "abc")
+    assert rank_from_env(7, {"WORLD_SIZE": "8"}) is None
+    odd = rank_from_env(7, {"LOCAL_RANK": "x"})
+    assert odd is not None and odd.local_rank is None
+
+
+@pytest.mark.attach
+def test_torchrun_job_is_found_from_the_launcher_and_from_a_rank() -> None:
+    with started(torchrun(free_port())) as launcher:
+        job = wait_for(lambda: find_job(launcher.pid), 2)
+        assert job.kind == "env" and job.launcher_pid == launcher.pid
+        assert [r.rank for r in job.ranks] == [0, 1]
+        assert [r.local_rank for r in job.ranks] == [0, 1]
+        assert {r.world_size for r in job.ranks} == {2}
+        assert len({r.run_id for r in job.ranks}) == 1
+        # Pointed at the launcher, aitop watches rank 0.
+        assert job.training_pid() == job.ranks[0].pid != launcher.pid
+        assert "the launcher of a 2-rank job" in job.describe()
+        # From rank 1: the same job, and rank 1 is the one watched.
+        other = find_job(job.ranks[1].pid)
+        assert other.kind == "env" and other.launcher_pid == launcher.pid
+        assert [r.pid for r in other.ranks] == [r.pid for r in job.ranks]
+        assert other.training_pid() == job.ranks[1].pid
+        assert "rank 1 of a 2-rank job" in other.describe()
+
+
+@pytest.mark.attach
+def test_mp_spawn_job_is_found_from_its_parent() -> None:
+    port = free_port()
+    with started([sys.executable, "-m", "aitop.demo.ddp", "--spawn", "2", "--port", str(port),
+                  "--duration", "90"]) as parent:
+        job = wait_for(lambda: find_job(parent.pid), 2)
+        assert job.kind == "spawn" and job.launcher_pid == parent.pid
+        assert all(r.rank is None for r in job.ranks), "mp.spawn ranks carry no variables"
+        assert job.training_pid() == job.ranks[0].pid
+        notice = job_notice(job)
+        assert notice is not None and "watching the first-started rank" in notice
+
+
+def test_a_parent_whose_children_lack_local_rank_0_is_rank_0(tmp_path: Path) -> None:
+    """Lightning's shape: rank 0 is the user's process and starts ranks 1..N-1."""
+    child = ("import os, subprocess, sys, time\n"
+             "env = dict(os.environ, LOCAL_RANK='1', WORLD_SIZE='2', NODE_RANK='0')\n"
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
+             "time.sleep(60)\n")
+    with started([sys.executable, "-c", child]) as rank0:
+        job = wait_for(lambda: find_job(rank0.pid), 2, timeout=30)
+        assert job.kind == "lightning" and job.launcher_pid is None
+        assert job.ranks[0].pid == rank0.pid and job.ranks[0].local_rank == 0
+        assert job.training_pid() == rank0.pid
+        from_child = find_job(job.ranks[1].pid)
+        assert from_child.kind == "lightning"
+        assert [r.pid for r in from_child.ranks] == [r.pid for r in job.ranks]
+
+
+def test_a_single_process_is_a_single_process_job() -> None:
+    with started([sys.executable, "-c", "import time; time.sleep(60)"]) as proc:
+        time.sleep(0.3)
+        job = find_job(proc.pid)
+        assert job.kind == "single" and job.ranks == () and job.training_pid() == proc.pid
+
+
+#: aitop's communication share must be within this of the ranks' own timers.
+COMM_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """A multi-rank demo job watched by aitop headless: its report, truth and snapshot."""
+
+    job: Job
+    launcher_pid: int
+    report: dict[str, Any]
+    stderr: str
+    truth: Path
+    snapshot: Path
+
+
+_RUNS: dict[str, JobRun] = {}
+
+
+def watched_job(name: str, command: list[str], truth: Path, workdir: Path) -> JobRun:
+    """One run of ``command`` watched through its launcher, shared by the tests that read it."""
+    if name in _RUNS:
+        return _RUNS[name]
+    snapshot = workdir / f"{name}.json"
+    with started(command) as launcher:
+        job = wait_for(lambda: find_job(launcher.pid), 2)
+        time.sleep(4)  # past the ranks' start-up (imports, init_process_group)
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "15", "--export", str(snapshot), timeout=120)
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    for state in report["probe_states"].values():
+        assert "permission" not in state["detail"], f"cannot attach: {state}"
+    _RUNS[name] = JobRun(job, launcher.pid, report, result.stderr, truth, snapshot)
+    return _RUNS[name]
+
+
+def ddp_command(port: int, truth: Path, *extra: str) -> list[str]:
+    return [*torchrun(port)[:-2], "--duration", "90", "--truth", str(truth), *extra]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ranks")
+
+
+@pytest.fixture(scope="module")
+def straggler_run(workdir: Path) -> JobRun:
+    """torchrun, 2 ranks; rank 1 builds its batches in its training thread at 12 ms each."""
+    truth = workdir / "straggler-truth"
+    return watched_job("straggler", ddp_command(free_port(), truth, "--slow-rank", "1",
+                                                "--slow-ms", "12"), truth, workdir)
+
+
+@pytest.fixture(scope="module")
+def balanced_run(workdir: Path) -> JobRun:
+    """mp.spawn, 2 ranks doing the same work: no straggler."""
+    truth = workdir / "balanced-truth"
+    command = [sys.executable, "-m", "aitop.demo.ddp", "--spawn", "2", "--port",
+               str(free_port()), "--duration", "90", "--truth", str(truth)]
+    return watched_job("balanced", command, truth, workdir)
+
+
+def truth_shares(path: Path, start: float, end: float) -> dict[str, float]:
+    """A rank's own data wait / compute / comm shares between ``start`` and ``end``."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    inside = [r for r in records if start <= r["t"] <= end]
+    assert len(inside) >= 2, f"too few truth records in {path}"
+    a, b = inside[0], inside[-1]
+    elapsed = b["t"] - a["t"]
+    return {k: (b[k] - a[k]) / elapsed for k in ("data_wait", "compute", "comm")}
+
+
+def check_comm_against_truth(run: JobRun, truth_of: Callable[[dict[str, Any]], Path]) -> None:
+    """Every rank's communication share within COMM_TOLERANCE of its own timers."""
+    report = run.report
+    start = report["attached_at"] + 3.0  # the first stack window
+    end = report["evaluated_at"]
+    for rank in report["ranks"]:
+        truth = truth_shares(truth_of(rank), start, end)
+        print(f"{rank['label']}: comm {rank['comm_share']} vs truth {truth['comm']:.3f}; "
+              f"phases {rank['phases']}; truth {truth}")
+        assert rank["comm_share"] is not None, rank
+        assert abs(rank["comm_share"] - truth["comm"]) <= COMM_TOLERANCE, (rank, truth)
+
+
+@pytest.mark.attach
+def test_every_rank_of_a_torchrun_job_is_watched_from_the_launcher(straggler_run: JobRun) -> None:
+    report, job = straggler_run.report, straggler_run.job
+    assert report["target"]["pid"] == job.ranks[0].pid
+    assert report["job"]["kind"] == "env"
+    assert report["job"]["launcher_pid"] == straggler_run.launcher_pid
+    assert [r["rank"] for r in report["job"]["ranks"]] == [0, 1]
+    assert "watching rank 0" in straggler_run.stderr
+    ranks = report["ranks"]
+    assert [(r["label"], r["pid"]) for r in ranks] == [
+        ("rank 0", job.ranks[0].pid), ("rank 1", job.ranks[1].pid)]
+    assert all(r["status"] == "watched" and r["phases"] for r in ranks), ranks
+    # Its other core is rank 1's and gloo's thread is not compute: no thread advice.
+    assert report["metrics"]["local_ranks"] == 2
+    ids = {f["id"] for f in report["findings"]}
+    assert not ids & {"cpu_compute_underthreaded", "cpu_threads_oversubscribed",
+                      "cpu_compute_contended"}, ids
+
+
+@pytest.mark.attach
+def test_the_straggler_and_its_own_cause_are_named(straggler_run: JobRun) -> None:
+    report, job = straggler_run.report, straggler_run.job
+    verdict = report["job_verdict"]
+    assert verdict["straggler_pid"] == job.ranks[1].pid, verdict
+    assert verdict["straggler_score"] < 0.75
+    # Its cause is its own: it builds batches in its training thread.
+    slow = report["ranks"][1]
+    assert slow["straggler"] and slow["lead_finding"] == "loading_in_training_process", slow
+    assert report["bottleneck"]["lead_finding"] == "straggler_holds_back_job"
+    lead = report["findings"][0]
+    assert lead["title"].startswith(f"rank 1 (PID {job.ranks[1].pid}) holds the job back")
+    assert "built in the training thread" in lead["title"], lead["title"]
+    # The wait shows as the comm phase of rank 0, not as its backward pass.
+    assert report["phases"]["comm"] > report["phases"]["backward"], report["phases"]
+    fired = [e for e in report["timeline"] if e["category"] == "communication"]
+    print(f"straggler verdict after {fired[0]['after_s'] if fired else None} s; "
+          f"aitop CPU {report['aitop']['cpu_percent_of_one_core']}% of a core")
+
+
+@pytest.mark.attach
+def test_each_ranks_wait_matches_its_own_timers(straggler_run: JobRun) -> None:
+    ranks = {r.pid: r.rank for r in straggler_run.job.ranks}
+    check_comm_against_truth(
+        straggler_run, lambda r: straggler_run.truth / f"rank{ranks[r['pid']]}.jsonl")
+
+
+@pytest.mark.attach
+def test_a_replayed_snapshot_carries_every_rank(straggler_run: JobRun) -> None:
+    result = run_aitop("replay", str(straggler_run.snapshot), "--headless", "--json")
+    assert result.returncode == 0, result.stderr
+    replayed = json.loads(result.stdout)
+    recorded = straggler_run.report["ranks"]
+    assert [r["pid"] for r in replayed["ranks"]] == [r["pid"] for r in recorded]
+    assert replayed["job_verdict"]["straggler_pid"] == straggler_run.job.ranks[1].pid
+    assert all(r["phases"] for r in replayed["ranks"])
+
+
+@pytest.mark.attach
+def test_balanced_mp_spawn_ranks_have_no_straggler(balanced_run: JobRun) -> None:
+    report, job = balanced_run.report, balanced_run.job
+    assert job.kind == "spawn"
+    assert [r["label"] for r in report["ranks"]] == ["spawned #0", "spawned #1"]
+    verdict = report["job_verdict"]
+    assert verdict["straggler"] is None, verdict
+    assert "straggler_holds_back_job" not in {f["id"] for f in report["findings"]}
+    # mp.spawn ranks are numbered by start order, as the demo's truth files are.
+    order = {r.pid: i for i, r in enumerate(job.ranks)}
+    check_comm_against_truth(
+        balanced_run, lambda r: balanced_run.truth / f"rank{order[r['pid']]}.jsonl")
+
+
+@pytest.mark.attach
+async def test_the_ranks_panel_flags_the_straggler_and_opens_any_rank(
+        straggler_run: JobRun) -> None:
+    """The real app on the run's snapshot: a line per rank, Enter shows that rank alone."""
+    from aitop.engine.records.snapshot import load_snapshot
+    from aitop.tui.app import AitopApp
+    from aitop.tui.widgets.ranks_panel import RanksPanel
+    from support.tui_pilot import screen_text, settle
+
+    zero, one = (r.pid for r in straggler_run.job.ranks)
+    app = AitopApp(load_snapshot(straggler_run.snapshot))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(pilot)
+        panel = app.screen.query_one(RanksPanel)
+        assert panel.display
+        text = screen_text(app)
+        assert f"PID {zero} rank 0 of 2" in text
+        assert "STRAGGLER" in text and "straggler: rank 1" in text
+        assert [row.label for row in panel.rows] == ["rank 0", "rank 1"]
+        panel.focus()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.viewed_pid == one
+        text = screen_text(app)
+        assert f"PID {one} rank 1 of 2" in text
+        assert "DATA LOADING" in text  # rank 1's own bottleneck, in its own view
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.viewed_pid is None
+        assert f"PID {zero} rank 0 of 2" in screen_text(app)
+
+
+@pytest.mark.attach
+def test_an_elastic_restart_is_followed_to_the_new_ranks(workdir: Path) -> None:
+    """torchrun --max-restarts=1 restarts every rank when rank 0 fails: aitop follows."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--max-restarts=1", f"--master_port={free_port()}", "-m", "aitop.demo.ddp",
+               "--duration", "90", "--fail-once-after", "3"]
+    with started(command) as launcher:
+        first = wait_for(lambda: find_job(launcher.pid), 2)
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "30", timeout=120)
+        # Under load the second attempt's ranks may still be starting: wait for them.
+        later = wait_for(lambda: find_job(launcher.pid), 2, timeout=30)
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    old = {r.pid for r in first.ranks}
+    new = [r.pid for r in later.ranks]
+    assert len(new) == 2 and not old & set(new), (first, later)
+    # The lead is the new rank 0, and every rank listed is of the second attempt.
+    assert report["target"]["pid"] == new[0]
+    assert any("restarted the job" in w for w in report["warnings"]), report["warnings"]
+    watched = [r["pid"] for r in report["ranks"] if r["status"] == "watched"]
+    assert watched == new, report["ranks"]
+    assert report["phases"] is not None
+
+
+@pytest.mark.attach
+def test_a_rank_that_cannot_be_watched_is_listed_with_the_reason() -> None:
+    """Rank 1 is not a Python process: listed with why, while rank 0 is diagnosed."""
+    parent = ("import os, subprocess, sys, time\n"
+              "def env(r):\n"
+              "    return dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE='2',\n"
+              "                TORCHELASTIC_RUN_ID='t')\n"
+              "subprocess.Popen([sys.executable, '-c', 'while True: sum(range(10000))'],\n"
+              "                 env=env(0))\n"
+              "subprocess.Popen(['sleep', '120'], env=env(1))\n"
+              "time.sleep(120)\n")
+    with started([sys.executable, "-c", parent]) as launcher:
+        job = wait_for(lambda: find_job(launcher.pid), 2, timeout=30)
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "6")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["target"]["pid"] == job.ranks[0].pid
+    ranks = {r["label"]: r for r in report["ranks"]}
+    assert ranks["rank 0"]["status"] == "watched"
+    assert "not look like a Python process" in ranks["rank 1"]["status"], ranks
+    assert report["phases"] is not None  # rank 0 is diagnosed all the same

@@ -1,0 +1,1 @@
+"""Helpers shared by every layer of the suite: jobs, fakes, sessions, processes."""

@@ -1,0 +1,149 @@
+"""A real Prometheus server and promtool for the exporter and alert-rule tests.
+
+Debian's ``prometheus`` package has both (the README's test command installs it
+where ``prometheus``/``promtool`` are missing). Without them the tests fail and
+say what to install: they are never skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support.processes import free_port
+
+INSTALL = "install Debian's prometheus package (apt-get install prometheus), as the README's " \
+          "test command does"
+
+
+def tool(name: str) -> str:
+    """The path of ``prometheus`` or ``promtool``; fails the test loudly if missing."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: {INSTALL}")
+    return path
+
+
+def http_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+class PrometheusServer:
+    """``prometheus`` on a loopback port, scraping ``targets`` every second."""
+
+    def __init__(self, workdir: Path, targets: list[str], rule_files: Sequence[Path] = ()) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
+                       "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": [{"job_name": "aitop", "static_configs": [{"targets": targets}]}],
+        }
+        config_path = workdir / "prometheus.yml"
+        config_path.write_text(yaml.safe_dump(config))
+        self.log = workdir / "prometheus.log"
+        self.process = subprocess.Popen(
+            [tool("prometheus"), f"--config.file={config_path}",
+             f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"prometheus exited: {self.log.read_text()[-2000:]}")
+            with contextlib.suppress(OSError), \
+                    urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"prometheus did not get ready in 30 s: {self.log.read_text()[-2000:]}")
+
+    def api(self, path: str, **params: object) -> Any:
+        query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+        body = http_json(f"{self.url}/api/v1/{path}?{query}")
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, object] = {"query": promql}
+        if at is not None:
+            params["time"] = at
+        return list(self.api("query", **params)["result"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(self.api("alerts")["alerts"])
+
+    def wait_for(self, promql: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The query's result once it is non-empty (fails after ``timeout``)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            result = self.query(promql)
+            if result:
+                return result
+            time.sleep(0.5)
+        pytest.fail(f"no result for {promql} within {timeout:.0f} s; "
+                    f"targets: {self.api('targets')}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_serve(pid: int, *extra: str, serve: str = "127.0.0.1:0",
+                timeout: float = 60.0) -> tuple[subprocess.Popen[str], str]:
+    """``aitop --pid PID --serve 127.0.0.1:0``: the process and its host:port.
+
+    Waits for the line that says where it serves (the port is the kernel's pick).
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--serve", serve, *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )
+    assert process.stderr is not None
+    deadline = time.time() + timeout
+    seen = ""
+    while time.time() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 0.5)
+        if ready:
+            line = process.stderr.readline()
+            seen += line
+            if "serving Prometheus metrics" in line:
+                address = line.split("http://", 1)[1].split("/metrics", 1)[0]
+                return process, address
+            if not line and process.poll() is not None:
+                break
+    stop_process(process)
+    pytest.fail(f"aitop --serve did not start: {seen}")
+
+
+def stop_process(process: subprocess.Popen[str]) -> int:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return int(process.returncode)

@@ -1,0 +1,42 @@
+"""Rule files for the hostile-input tests: a valid rule to vary, and YAML bombs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RULE_HEAD = (
+    "rules:\n"
+    "  - name: hostile\n"
+    "    severity: low\n"
+    "    category: data_loading\n"
+)
+
+
+def write_rule_file(tmp_path: Path, content: str | bytes) -> Path:
+    path = tmp_path / "my.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def rule_text(**fields: str) -> str:
+    """A valid rule with ``fields`` replaced, as YAML text."""
+    base = {
+        "expr": "phase_data_wait > 0.5",
+        "title": "t",
+        "source": "{document: diagnose}",
+        **fields,
+    }
+    return RULE_HEAD + "".join(f"    {key}: {value}\n" for key, value in base.items())
+
+
+def alias_bomb(levels: int = 9, width: int = 10) -> str:
+    """Billion laughs inside ``source:``: each level lists the previous one ``width`` times."""
+    lines = [f"        - &l0 [{', '.join(['lol'] * width)}]"]
+    lines += [
+        f"        - &l{n} [{', '.join([f'*l{n - 1}'] * width)}]" for n in range(1, levels)
+    ]
+    section = "      document: diagnose\n      section:\n"
+    return rule_text(source="") + section + "\n".join(lines) + "\n"

@@ -1,0 +1,1226 @@
+"""The packaged rules, the rule engine's hysteresis, the Diagnoser and rule files.
+
+Every rule is driven through the real path: a synthetic Session of real sample
+dataclasses (tests/synthetic.py) -> ``compute_metrics`` -> ``RuleEngine`` or
+``Diagnoser``, tick by tick with explicit ``now`` times. Each packaged rule has
+a case where it fires and a near miss on its threshold where it does not; a rule
+without cases fails ``test_every_packaged_rule_has_cases``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aitop.knowledge.diagnosis import Diagnoser, Facts, estimate_gain
+from aitop.knowledge.loader import load_knowledge
+from aitop.knowledge.metrics import CATALOGUE
+from aitop.knowledge.rules import (
+    GainSpec,
+    Rule,
+    RuleEngine,
+    RuleSet,
+    load_rules,
+    parse_rules_document,
+)
+from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
+from support.synthetic import (
+    T0,
+    WINDOW_S,
+    Job,
+    diagnose_job,
+    extend,
+    make_session,
+    metrics_at,
+    mix,
+    run,
+)
+
+RULESET = load_rules()
+RULES: dict[str, Rule] = {r.id: r for r in RULESET.rules}
+
+#: Evaluation starts once the 20 s window is full and runs to tick LAST, which
+#: leaves room for the longest ``for:`` (10 s) plus a margin.
+FIRST = int(WINDOW_S)
+LAST = 40
+
+Knobs = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Cases:
+    """Jobs on which a rule must fire, and near misses on which it must not."""
+
+    fires: tuple[Knobs, ...]
+    misses: tuple[Knobs, ...]
+
+
+def k(**knobs: object) -> Knobs:
+    return knobs
+
+
+CPU_ONLY = k(gpu=False)
+#: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
+SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
+SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
+
+RULE_CASES: dict[str, Cases] = {
+    "data_wait_dominant": Cases(
+        fires=(
+            k(phases=mix(data_wait=0.30)),
+            k(phases=mix(data_wait=0.5), **SAMPLES_20),
+        ),
+        misses=(
+            k(phases=mix(data_wait=0.299)),
+            # Too few samples to trust the fraction.
+            k(phases=mix(data_wait=0.5), **SAMPLES_19),
+        ),
+    ),
+    "data_wait_elevated": Cases(
+        fires=(
+            k(phases=mix(data_wait=0.05)),
+            k(phases=mix(data_wait=0.299)),
+            k(phases=mix(data_wait=0.1), **SAMPLES_20),
+        ),
+        misses=(
+            k(phases=mix(data_wait=0.049)),
+            k(phases=mix(data_wait=0.30)),
+            k(phases=mix(data_wait=0.1), **SAMPLES_19),
+        ),
+    ),
+    "loading_in_training_process": Cases(
+        fires=(
+            k(workers=0, phases=mix(data_wait=0.10)),
+            # A generator doing the work in the training thread: the same culprit.
+            k(workers=0, data_source="own code", phases=mix(data_wait=0.5)),
+        ),
+        misses=(
+            k(workers=0, phases=mix(data_wait=0.099)),
+            k(workers=1, phases=mix(data_wait=0.5)),
+            # No core free (16 cores x 3 % idle = 0.48): workers would have nowhere to run.
+            k(workers=0, host_cpu=97.0, phases=mix(data_wait=0.5)),
+            # Batches come from a queue another thread fills: a producer, not this.
+            k(workers=0, data_source="thread queue", phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "workers_cpu_bound": Cases(
+        fires=(
+            k(workers=4, worker_cpu=80.0, phases=mix(data_wait=0.10)),
+            k(workers=1, worker_cpu=70.0, phases=mix(data_wait=0.10)),
+        ),
+        misses=(
+            k(workers=4, worker_cpu=69.9, phases=mix(data_wait=0.10)),
+            k(workers=4, worker_cpu=80.0, phases=mix(data_wait=0.099)),
+            k(workers=0, main_cpu=100.0, phases=mix(data_wait=0.5)),
+            # Every core busy: more workers cannot help (host_cpu_saturated says so).
+            k(workers=4, worker_cpu=95.0, host_cpu=97.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "producer_bound": Cases(
+        fires=(
+            k(workers=0, data_source="thread queue", producer_busy=0.95,
+              phases=mix(data_wait=0.10)),
+            k(workers=0, data_source="process queue", phases=mix(data_wait=0.6)),
+        ),
+        misses=(
+            k(workers=0, data_source="thread queue", phases=mix(data_wait=0.099)),
+            k(workers=2, data_source="dataloader", phases=mix(data_wait=0.6)),
+        ),
+    ),
+    # The producer is the main process's second thread: its CPU is its busyness.
+    "producer_waits_on_input": Cases(
+        fires=(k(workers=0, data_source="thread queue", producer_busy=0.05, busy_threads=1,
+                 phases=mix(data_wait=0.6)),),
+        misses=(
+            k(workers=0, data_source="thread queue", producer_busy=0.95, busy_threads=2,
+              main_cpu=190.0, phases=mix(data_wait=0.6)),
+            k(workers=0, data_source="thread queue", producer_busy=0.05, busy_threads=1,
+              phases=mix(data_wait=0.05)),
+            k(workers=2, data_source="dataloader", producer_busy=0.05,
+              phases=mix(data_wait=0.6)),
+        ),
+    ),
+    # Rank 0 of two on two cores: its thread computes for 48 % of a core while
+    # in backward 99 % of the time: blocked on the other rank (comm_hidden 0.52).
+    "ranks_wait_for_each_other": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),),
+        misses=(
+            k(local_ranks=1, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+            # Computing 80 % of a core: 0.99 - 0.80 + 0.01 = 0.2 short of the wait.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=80.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+            # A GPU rank's thread idles in backward while the device works.
+            k(local_ranks=2, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01)),
+        ),
+    ),
+    # The lead rank waits 52 % of its time; the other waits 10 %: score 0.53.
+    "straggler_holds_back_job": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.10,)),),
+        misses=(
+            # The other rank waits 40 %: score 0.48/0.60 = 0.80, no straggler.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.40,)),
+            # Nobody waits much: 12 % vs 2 % is a score of 0.90.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=88.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.02,)),
+        ),
+    ),
+    # Both ranks wait about half their time: the exchange itself is the limit.
+    "communication_dominates": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.45,)),),
+        misses=(
+            # A straggler (score 0.53) explains the waits instead.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.10,)),
+            # 20 % each: under the 30 % line.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=80.0,
+              workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.20,)),
+        ),
+    ),
+    "gil_contention": Cases(
+        # The training thread and a busy other Python thread, 60 % of a core each.
+        fires=(k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, **CPU_ONLY),),
+        misses=(
+            k(producer_busy=0.9, busy_threads=2, main_cpu=98.0, **CPU_ONLY),
+            k(producer_busy=0.9, busy_threads=2, main_cpu=160.0, **CPU_ONLY),
+            k(producer_busy=0.9, busy_threads=2, main_cpu=120.0, data_source="thread queue",
+              phases=mix(data_wait=0.02), **CPU_ONLY),
+        ),
+    ),
+    "pin_memory_off": Cases(
+        fires=(
+            k(pin_memory=False, phases=mix(data_wait=0.02)),
+            k(pin_memory=False, workers=1, phases=mix(data_wait=0.02)),
+        ),
+        misses=(
+            k(pin_memory=False, phases=mix(data_wait=0.019)),
+            k(pin_memory=True, phases=mix(data_wait=0.5)),
+            k(pin_memory=False, workers=0, phases=mix(data_wait=0.5)),
+            k(pin_memory=False, phases=mix(data_wait=0.5), **CPU_ONLY),
+        ),
+    ),
+    "data_on_network_filesystem": Cases(
+        fires=(k(network_fs=True, scheduler=None, phases=mix(data_wait=0.05)),),
+        misses=(
+            k(network_fs=True, scheduler=None, phases=mix(data_wait=0.049)),
+            k(network_fs=False, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "storage_bound_reads": Cases(
+        fires=(
+            k(iowait=10.0, disk_busy=10.0, phases=mix(data_wait=0.10)),
+            # A network filesystem has no disk busy time: iowait alone decides.
+            k(iowait=10.0, disk_busy=None, phases=mix(data_wait=0.10)),
+        ),
+        misses=(
+            k(iowait=9.9, disk_busy=100.0, phases=mix(data_wait=0.10)),
+            k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
+            # CPU-bound workers: the iowait is someone else's, preprocessing limits.
+            k(iowait=30.0, worker_cpu=70.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "workers_wait_on_reads": Cases(
+        # Workers asleep 72.5 % of the time (100 - CPU - run-queue wait) while reading.
+        fires=(
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.10)),
+            # Busy cores do not hide it: reads still take the workers' time.
+            k(workers=2, worker_cpu=40.0, worker_cpu_wait=25.0, host_cpu=100.0,
+              phases=mix(data_wait=0.6)),
+        ),
+        misses=(
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.099)),
+            # Mostly computing: CPU-bound workers, not storage.
+            k(workers=2, worker_cpu=60.0, worker_cpu_wait=10.0, phases=mix(data_wait=0.5)),
+            # Mostly waiting for a CPU: contention, not storage.
+            k(workers=2, worker_cpu=20.0, worker_cpu_wait=50.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "disk_saturated_reads": Cases(
+        fires=(k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),),
+        misses=(
+            k(iowait=50.0, disk_busy=79.9, phases=mix(data_wait=0.10)),
+            k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
+            k(disk_busy=100.0, worker_cpu=70.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "checkpoint_stalls": Cases(
+        fires=(
+            k(phases=mix(checkpoint=0.05), writing=("/ckpt/step_1000.pt",)),
+            k(phases=mix(checkpoint=0.5), **SAMPLES_20),
+        ),
+        misses=(
+            k(phases=mix(checkpoint=0.049), writing=("/ckpt/step_1000.pt",)),
+            k(phases=mix(checkpoint=0.5), **SAMPLES_19),
+        ),
+    ),
+    "io_scheduler_not_for_nvme": Cases(
+        fires=(
+            k(scheduler="bfq", phases=mix(data_wait=0.05)),
+            k(scheduler="bfq", phases=mix(checkpoint=0.05)),
+        ),
+        misses=(
+            k(scheduler="bfq", phases=mix(data_wait=0.049, checkpoint=0.049)),
+            k(scheduler="mq-deadline", phases=mix(data_wait=0.5, checkpoint=0.3)),
+        ),
+    ),
+    "gpu_compute_bound": Cases(
+        fires=(
+            k(gpu_util=85.0, phases=mix(data_wait=0.02, other=0.38)),
+            # Host-device sync on a busy GPU is device time, not overhead.
+            k(gpu_util=95.0, phases=mix(sync=0.35, other=0.15, forward=0.3, backward=0.2)),
+        ),
+        misses=(
+            k(gpu_util=84.9, phases=mix(data_wait=0.02, other=0.38)),
+            k(gpu_util=99.0, phases=mix(data_wait=0.02, other=0.381)),
+            k(gpu_util=99.0, phases=mix(other=0.1), **CPU_ONLY),
+            k(gpu_util=99.0, techniques=("mixed_precision",)),
+        ),
+    ),
+    "gpu_compute_bound_amp": Cases(
+        fires=(k(gpu_util=85.0, techniques=("mixed_precision",)),),
+        misses=(
+            k(gpu_util=84.9, techniques=("mixed_precision",)),
+            k(gpu_util=99.0, techniques=()),
+        ),
+    ),
+    "cpu_compute_bound": Cases(
+        fires=(
+            # Two cores, both busy with this job's compute: the CPU is the accelerator.
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.3), **CPU_ONLY),
+            k(cpu_count=4, busy_threads=4, main_cpu=320.0, host_cpu=80.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+        ),
+        misses=(
+            # Two busy threads thrashing on the one core the job gets: not "well used".
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.3), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.401), **CPU_ONLY),
+            k(cpu_count=4, busy_threads=3, main_cpu=300.0, host_cpu=60.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(gpu_util=99.0, busy_threads=16, main_cpu=1600.0, host_cpu=100.0),
+        ),
+    ),
+    "cpu_threads_oversubscribed": Cases(
+        # Two busy intra-op threads on the one core the job really gets.
+        fires=(k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+                 phases=mix(other=0.5), **CPU_ONLY),),
+        misses=(
+            k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.5), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=70.0, workers=0,
+              phases=mix(other=0.5), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=100.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.501), **CPU_ONLY),
+        ),
+    ),
+    "cpu_compute_contended": Cases(
+        # One busy thread of 2 cores, the other core held by other processes.
+        fires=(k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0, workers=0,
+                 phases=mix(other=0.4), **CPU_ONLY),),
+        misses=(
+            k(cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=70.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=190.0, host_cpu=99.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+        ),
+    ),
+    "try_torch_compile": Cases(
+        fires=(k(techniques=(), gpu_util=70.0, phases=mix(other=0.5)),),
+        misses=(
+            k(techniques=(), gpu_util=69.9, phases=mix(other=0.5)),
+            k(techniques=(), gpu_util=99.0, phases=mix(other=0.501)),
+            k(techniques=("torch_compile",), gpu_util=99.0, phases=mix(other=0.1)),
+            # Not on a CPU-only job: the documents' figure is for GPUs.
+            k(techniques=(), phases=mix(other=0.1), **CPU_ONLY),
+        ),
+    ),
+    "cpu_compute_underthreaded": Cases(
+        # One busy thread on a multi-core machine, whatever else loads the host
+        # (busy threads, not CPU %, so other processes cannot hide or fake it).
+        fires=(
+            k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=90.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=1, main_cpu=40.0, host_cpu=50.0, workers=0,
+              phases=mix(other=0.4), **CPU_ONLY),
+        ),
+        misses=(
+            k(cpu_count=8, busy_threads=2, main_cpu=200.0, host_cpu=40.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=2, busy_threads=2, main_cpu=60.0, host_cpu=100.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+            k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=40.0,
+              phases=mix(other=0.401), **CPU_ONLY),
+            k(cpu_count=1, busy_threads=1, main_cpu=50.0, host_cpu=40.0,
+              phases=mix(other=0.2), **CPU_ONLY),
+            k(gpu=True, cpu_count=8, busy_threads=1, main_cpu=100.0, phases=mix(other=0.2)),
+            # Other processes hold every core: wider compute would have nowhere to go.
+            k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=100.0,
+              phases=mix(other=0.4), **CPU_ONLY),
+        ),
+    ),
+    "python_overhead": Cases(
+        fires=(
+            k(gpu_util=84.9, phases=mix(other=0.30)),
+            k(phases=mix(other=0.30), **CPU_ONLY),
+            k(phases=mix(other=0.5), **SAMPLES_20, **CPU_ONLY),
+        ),
+        misses=(
+            k(gpu_util=84.0, phases=mix(other=0.299)),
+            k(gpu_util=85.0, phases=mix(other=0.5)),
+            k(phases=mix(other=0.5), **SAMPLES_19, **CPU_ONLY),
+        ),
+    ),
+    "explicit_sync_in_loop": Cases(
+        fires=(
+            k(phases=mix(sync=0.10), **CPU_ONLY),
+            k(phases=mix(sync=0.5), **SAMPLES_20, **CPU_ONLY),
+        ),
+        misses=(
+            k(phases=mix(sync=0.099), **CPU_ONLY),
+            k(phases=mix(sync=0.5), **SAMPLES_19, **CPU_ONLY),
+            k(phases=mix(sync=0.5)),
+        ),
+    ),
+    "host_sync_stalls": Cases(
+        fires=(k(gpu_util=69.9, phases=mix(sync=0.15)),),
+        misses=(
+            k(gpu_util=70.0, phases=mix(sync=0.5)),
+            k(gpu_util=40.0, phases=mix(sync=0.149)),
+            k(phases=mix(sync=0.5), **CPU_ONLY),
+        ),
+    ),
+    "evaluation_dominates": Cases(
+        fires=(k(phases=mix(eval=0.25)), k(phases=mix(eval=0.6), **CPU_ONLY)),
+        misses=(k(phases=mix(eval=0.249)), k(phases=mix(eval=0.6), **SAMPLES_19)),
+    ),
+    "gpu_thermal_throttling": Cases(
+        fires=(
+            k(throttle_thermal=0.20),
+            k(temperature_c=83.0, temperature_slowdown_c=83.0),
+            # Without the driver's threshold the documents' 83 °C applies.
+            k(temperature_c=83.0, temperature_slowdown_c=None),
+        ),
+        misses=(
+            # One throttled tick fewer in the 20-tick window, 0.1 °C below the threshold.
+            k(throttle_thermal=0.15, temperature_c=82.9),
+            k(temperature_c=86.0, temperature_slowdown_c=87.0),
+            k(throttle_power=1.0),
+            k(throttle_thermal=1.0, temperature_c=90.0, **CPU_ONLY),
+        ),
+    ),
+    "gpu_power_capped": Cases(
+        fires=(k(throttle_power=0.50, gpu_util=85.0),),
+        misses=(
+            k(throttle_power=0.45, gpu_util=85.0),
+            k(throttle_power=1.0, gpu_util=84.9),
+        ),
+    ),
+    "gpu_underused_small_batch": Cases(
+        fires=(k(gpu_util=79.9, gpu_mem_used=69.9, phases=mix(data_wait=0.049)),),
+        misses=(
+            k(gpu_util=80.0, gpu_mem_used=69.0, phases=mix(data_wait=0.04)),
+            k(gpu_util=79.0, gpu_mem_used=70.0, phases=mix(data_wait=0.04)),
+            k(gpu_util=79.0, gpu_mem_used=69.0, phases=mix(data_wait=0.05)),
+        ),
+    ),
+    "gpu_memory_near_full": Cases(
+        fires=(k(gpu_mem_used=97.0),),
+        misses=(k(gpu_mem_used=96.9), k(gpu_mem_used=99.0, **CPU_ONLY)),
+    ),
+    "host_ram_pressure": Cases(
+        fires=(k(ram_used=90.0), k(swap_used=10.0)),
+        misses=(k(ram_used=89.9, swap_used=9.9),),
+    ),
+    "host_cpu_saturated": Cases(
+        # 16 cores at 97 % leave 0.48 idle: no core free for more workers.
+        fires=(
+            k(host_cpu=97.0, worker_cpu=50.0, phases=mix(data_wait=0.10)),
+            k(host_cpu=100.0, workers=0, phases=mix(data_wait=0.5)),
+        ),
+        misses=(
+            k(host_cpu=96.0, worker_cpu=50.0, phases=mix(data_wait=0.10)),
+            k(host_cpu=100.0, worker_cpu=50.0, phases=mix(data_wait=0.099)),
+            k(host_cpu=100.0, worker_cpu=95.0, phases=mix(data_wait=0.5, other=0.0),
+              data_source="process queue"),
+            k(host_cpu=100.0, workers=0, data_source="thread queue", phases=mix(data_wait=0.5)),
+        ),
+    ),
+    "host_iowait": Cases(
+        fires=(k(iowait=20.0),),
+        misses=(k(iowait=19.9),),
+    ),
+}
+
+#: Rows of the priority framework: jobs that match each, and near misses.
+STATE_CASES: dict[str, Cases] = {
+    "running_out_of_vram": Cases(
+        fires=(k(gpu_mem_used=97.0),),
+        misses=(k(gpu_mem_used=96.9), k(gpu_mem_used=99.0, gpu=False)),
+    ),
+    "high_data_loading_latency": Cases(
+        fires=(k(phases=mix(data_wait=0.05)),), misses=(k(phases=mix(data_wait=0.049)),)
+    ),
+    "poor_multi_gpu_scaling": Cases(
+        fires=(k(gpu_utils=(90.0, 70.0)),),
+        misses=(k(gpu_utils=(90.0, 71.0)), k(gpu_utils=(90.0,))),
+    ),
+    "gpu_util_below_70": Cases(
+        fires=(k(gpu_util=69.9),),
+        # No GPU, no GPU-utilisation row (the compute share does not stand in for it).
+        misses=(k(gpu_util=70.0), k(phases=mix(other=0.5), gpu=False)),
+    ),
+    "gpu_util_70_85": Cases(
+        fires=(k(gpu_util=70.0), k(gpu_util=84.9)),
+        misses=(k(gpu_util=69.9), k(gpu_util=85.0)),
+    ),
+    "gpu_util_above_85": Cases(
+        fires=(k(gpu_util=85.0),),
+        misses=(k(gpu_util=84.9), k(phases=mix(other=0.05), gpu=False)),
+    ),
+}
+
+
+def _params(table: dict[str, Cases], which: str) -> list[object]:
+    return [
+        pytest.param(name, knobs, id=f"{name}-{i}")
+        for name, cases in table.items()
+        for i, knobs in enumerate(getattr(cases, which))
+    ]
+
+
+# --------------------------------------------------------------- coverage
+
+
+def test_every_packaged_rule_has_cases() -> None:
+    packaged = {r.id for r in RULESET.rules}
+    assert set(RULE_CASES) == packaged, (
+        f"rules without cases: {sorted(packaged - set(RULE_CASES))}; "
+        f"cases for no rule: {sorted(set(RULE_CASES) - packaged)}"
+    )
+    for name, cases in RULE_CASES.items():
+        assert cases.fires and cases.misses, f"{name} needs both a firing case and a near miss"
+
+
+def test_every_packaged_state_has_cases() -> None:
+    packaged = {s.id for s in RULESET.states}
+    assert set(STATE_CASES) == packaged
+    for name, cases in STATE_CASES.items():
+        assert cases.fires and cases.misses, name
+
+
+# ----------------------------------------------------------- rules, both ways
+
+
+@pytest.mark.parametrize(("rule_id", "knobs"), _params(RULE_CASES, "fires"))
+def test_packaged_rule_fires(rule_id: str, knobs: Knobs) -> None:
+    rule = RULES[rule_id]
+    engine = RuleEngine(RULESET)
+    fired_at = T0 + FIRST + rule.for_s
+    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2))  # type: ignore[arg-type]
+    assert result[-1].now > fired_at
+    for tick in result:
+        assert engine.state[rule_id].last_value is True, (
+            f"{rule.condition.expr} not true at +{tick.now - T0:.0f}s: "
+            + ", ".join(f"{n}={tick.metrics.get(n)}" for n in sorted(rule.condition.names))
+        )
+        if tick.now < fired_at:
+            assert rule_id not in tick.firing, f"fired before for: {rule.for_s}s"
+        else:
+            assert tick.firing.get(rule_id) == fired_at
+
+
+@pytest.mark.parametrize(("rule_id", "knobs"), _params(RULE_CASES, "misses"))
+def test_packaged_rule_near_miss(rule_id: str, knobs: Knobs) -> None:
+    rule = RULES[rule_id]
+    engine = RuleEngine(RULESET)
+    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2))  # type: ignore[arg-type]
+    for tick in result:
+        assert rule_id not in tick.firing
+        # Evaluated and false, not merely unknown: the near miss is a real "no".
+        assert engine.state[rule_id].last_value is False, (
+            f"{rule.condition.expr} is {engine.state[rule_id].last_value}: "
+            + ", ".join(f"{n}={tick.metrics.get(n)}" for n in sorted(rule.condition.names))
+        )
+
+
+@pytest.mark.parametrize(("state_id", "knobs"), _params(STATE_CASES, "fires"))
+def test_packaged_state_matches(state_id: str, knobs: Knobs) -> None:
+    diagnosis = diagnose_job(RULESET, FIRST, **knobs)
+    assert state_id in [s.id for s in diagnosis.states]
+
+
+@pytest.mark.parametrize(("state_id", "knobs"), _params(STATE_CASES, "misses"))
+def test_packaged_state_near_miss(state_id: str, knobs: Knobs) -> None:
+    diagnosis = diagnose_job(RULESET, FIRST, **knobs)
+    assert state_id not in [s.id for s in diagnosis.states]
+
+
+def test_synthetic_job_builds_the_metrics_it_claims() -> None:
+    """The helper itself: a guard against cases passing for the wrong reason."""
+    session = make_session(
+        LAST,
+        gpu_utils=(90.0, 60.0),
+        gpu_mem_used=95.0,
+        throttle_thermal=0.25,
+        throttle_power=0.5,
+        workers=3,
+        worker_cpu=90.0,
+        main_cpu=200.0,
+        busy_threads=2,
+        cpu_count=8,
+        network_fs=True,
+        scheduler="bfq",
+        writing=("/ckpt/a.pt",),
+        phases=mix(data_wait=0.4, checkpoint=0.1),
+        swap_used=50.0,
+        techniques=("mixed_precision",),
+    )
+    m = metrics_at(session, LAST)
+    assert m["gpu_util_mean"] == 75.0
+    assert m["gpu_util_spread"] == 30.0
+    assert m["gpu_target_devices"] == 2.0
+    assert m["gpu_mem_used_max"] == 95.0
+    assert m["gpu_throttle_thermal"] == 0.25
+    assert m["gpu_throttle_power"] == 0.5
+    assert m["num_workers"] == 3.0
+    assert m["worker_cpu_max_mean"] == 90.0
+    assert m["workers_cpu_mean"] == 90.0 + 85.0 + 80.0
+    assert m["main_busy_threads_mean"] == 2.0
+    assert m["cpu_headroom"] == 4.0  # 8 CPUs / 2 busy threads
+    assert m["network_fs"] == 1.0
+    assert m["scheduler_ok"] == 0.0
+    assert m["checkpoint_writing"] == 1.0
+    assert m["phase_data_wait"] == 0.4
+    assert m["phase_checkpoint"] == 0.1
+    assert m["phase_samples"] == 20_000.0
+    assert m["host_swap_used_mean"] == 50.0
+    assert m["uses_amp"] == 1.0
+    assert m["uses_compile"] == 0.0
+    assert m["steps_per_s"] == pytest.approx(5.0)
+
+
+# --------------------------------------------------------------- hysteresis
+
+DWD = RULES["data_wait_dominant"]  # for: 3s, keep_firing_for: 10s
+
+
+def _engine(rule: Rule) -> RuleEngine:
+    return RuleEngine(RuleSet((rule,)))
+
+
+def _dw(value: float | None) -> dict[str, float | None]:
+    return {"phase_data_wait": value, "phase_samples": 500.0}
+
+
+def _firing(engine: RuleEngine, metrics: Mapping[str, float | None], now: float) -> float | None:
+    """When the only rule fired, or None when it is not firing at ``now``."""
+    fired = engine.step(metrics, now)
+    return fired[0][1] if fired else None
+
+
+def test_packaged_durations_are_what_these_tests_assume() -> None:
+    assert (DWD.for_s, DWD.keep_firing_for_s) == (3.0, 10.0)
+    assert max(r.for_s for r in RULESET.rules) + FIRST < LAST
+
+
+def test_rule_does_not_fire_before_for_elapses() -> None:
+    engine = _engine(DWD)
+    for now in (100.0, 101.0, 102.0, 102.999):
+        assert _firing(engine, _dw(0.5), now) is None
+    assert _firing(engine, _dw(0.5), 103.0) == 103.0
+    assert _firing(engine, _dw(0.5), 150.0) == 103.0  # fired_at stays
+
+
+def test_false_tick_while_pending_restarts_for() -> None:
+    engine = _engine(DWD)
+    for now in (0.0, 1.0, 2.0):
+        assert _firing(engine, _dw(0.5), now) is None
+    assert _firing(engine, _dw(0.1), 2.5) is None
+    for now in (3.0, 4.0, 5.0, 5.5):
+        assert _firing(engine, _dw(0.5), now) is None
+    assert _firing(engine, _dw(0.5), 6.0) == 6.0
+
+
+def test_single_false_tick_does_not_clear_within_keep_firing_for() -> None:
+    engine = _engine(DWD)
+    for now in range(4):
+        _firing(engine, _dw(0.5), float(now))
+    assert _firing(engine, _dw(0.5), 3.0) == 3.0
+    assert _firing(engine, _dw(0.0), 4.0) == 3.0  # one false tick: still firing
+    assert _firing(engine, _dw(0.5), 5.0) == 3.0  # back: same finding, same fired_at
+
+
+def test_rule_clears_once_false_for_keep_firing_for() -> None:
+    engine = _engine(DWD)
+    for now in range(4):
+        _firing(engine, _dw(0.5), float(now))  # last true at 3
+    for later in (4.0, 8.0, 12.0, 12.999):
+        assert _firing(engine, _dw(0.1), later) == 3.0
+    assert _firing(engine, _dw(0.1), 13.0) is None
+    # A new episode needs the whole for: again.
+    assert _firing(engine, _dw(0.5), 14.0) is None
+    assert _firing(engine, _dw(0.5), 16.999) is None
+    assert _firing(engine, _dw(0.5), 17.0) == 17.0
+
+
+def test_unknown_metric_never_fires() -> None:
+    engine = _engine(DWD)
+    for now in range(100):
+        assert _firing(engine, _dw(None), float(now)) is None
+    assert engine.state[DWD.id].last_value is None
+    assert engine.waiting(_dw(None)) == ["data_wait_dominant: needs phase_data_wait"]
+    _firing(engine, _dw(0.1), 100.0)
+    assert engine.state[DWD.id].last_value is False
+    assert engine.waiting(_dw(0.1)) == []
+
+
+def test_unknown_metric_does_not_clear_a_firing_rule() -> None:
+    engine = _engine(DWD)
+    for now in range(4):
+        _firing(engine, _dw(0.5), float(now))
+    for now in range(4, 200):
+        assert _firing(engine, _dw(None), float(now)) == 3.0
+    # A real "false" long after the last true clears it at once.
+    assert _firing(engine, _dw(0.0), 200.0) is None
+
+
+def test_hysteresis_through_a_session() -> None:
+    """Starved for data for 40 s, then healthy: fires once, clears once, no flapping."""
+    engine = RuleEngine(RULESET)
+    _session, result = run(engine, (Job(phases=mix(data_wait=0.6)), 40), (Job(), 80))
+    on = [t.now - T0 for t in result if "data_wait_dominant" in t.firing]
+    assert on[0] == FIRST + DWD.for_s
+    assert on == list(range(int(on[0]), int(on[-1]) + 1)), "flapped"
+    # The window's data wait falls below 30 % as healthy seconds replace starved
+    # ones: at +50 (10 starved of 20: (0.6 * 10 + 0.02 * 10) / 20 = 31 %) it is
+    # still true, at +51 (28 %) false; the rule then stays for keep_firing_for.
+    last_true = max(t.now - T0 for t in result if (t.metrics["phase_data_wait"] or 0) >= 0.30)
+    assert last_true == 50
+    assert on[-1] == last_true + DWD.keep_firing_for_s - 1
+
+
+def test_unknown_equality_operand_keeps_rule_firing() -> None:
+    rule = RULES["loading_in_training_process"]
+    engine = _engine(rule)
+    known = {"num_workers": 0.0, "phase_data_wait": 0.5, "phase_samples": 100,
+             "data_from_queue": 0.0, "free_cores": 1.0}
+    for now in range(10):
+        engine.step(known, float(now))
+    for now in range(10, 70):
+        fired = engine.step({**known, "num_workers": None}, float(now))
+        assert fired and fired[0][1] == 3.0, f"cleared at {now} on unknown data"
+
+
+def test_host_ram_pressure_clears_on_a_host_without_swap() -> None:
+    """No swap configured: swap use is 0 %, so the ``or`` becomes false and the rule clears."""
+    engine = RuleEngine(RULESET)
+    no_swap = {"swap_total": 0, "swap_used": 0.0}
+    _session, result = run(
+        engine, (Job(ram_used=95.0, **no_swap), 40), (Job(ram_used=40.0, **no_swap), 80)  # type: ignore[arg-type]
+    )
+    by_tick = {int(t.now - T0): t for t in result}
+    assert by_tick[40].metrics["host_swap_used_mean"] == 0.0
+    assert by_tick[25].firing.get("host_ram_pressure") == T0 + 25  # for: 5s
+    # RAM mean under 90 % from +42 ((95 * 18 + 40 * 2) / 20 = 89.5); last true at +41.
+    assert engine.state["host_ram_pressure"].last_true == T0 + 41
+    assert "host_ram_pressure" in by_tick[70].firing  # keep_firing_for: 30s
+    assert "host_ram_pressure" not in by_tick[71].firing
+    assert engine.state["host_ram_pressure"].last_value is False
+
+
+def test_metrics_at_an_earlier_now_use_that_window_for_the_process_tree() -> None:
+    session = make_session(60, workers=3)
+    m = metrics_at(session, 30)
+    assert m["workers_cpu_mean"] is not None  # the series metrics see the window
+    assert (m["num_workers"], m["pin_memory"], m["target_alive"]) == (3.0, 1.0, 1.0)
+
+
+def test_storage_flags_come_from_the_window() -> None:
+    session = make_session(30)
+    extend(session, Job(writing=("/ckpt/step_9.pt",)), 31, 31)
+    assert metrics_at(session, 31)["checkpoint_writing"] == 1.0
+    assert metrics_at(session, 30)["checkpoint_writing"] == 0.0
+
+
+# ---------------------------------------------------------------- diagnoser
+
+
+def test_data_starvation_is_data_loading_with_amdahl_gain() -> None:
+    d = diagnose_job(
+        RULESET, gpu_util=30.0, workers=2, worker_cpu=60.0, phases=mix(data_wait=0.64)
+    )
+    assert d.category == "data_loading"
+    assert d.compute_device == "gpu"
+    assert d.top is not None and d.top.id == "data_wait_dominant"
+    assert d.summary == "The training loop waits for data 64% of the time"
+    gain = d.top.gain
+    assert gain.method == "amdahl"
+    # 1 / (1 - 0.64) = 1 / 0.36 = 2.777...
+    assert gain.speedup == pytest.approx(2.7777777, rel=1e-6)
+    assert round(gain.speedup or 0, 2) == 2.78
+    assert gain.low == gain.high == gain.speedup  # removable 1.0: one figure
+    assert "64%" in gain.explanation and "2.8x" in gain.explanation
+    assert [s.id for s in d.states][:1] == ["high_data_loading_latency"]
+    assert "gpu_util_below_70" in [s.id for s in d.states]
+    assert d.phases is not None and d.phases["data_wait"] == pytest.approx(0.64)
+
+
+def test_checkpoint_stalls_are_io() -> None:
+    d = diagnose_job(
+        RULESET, phases=mix(checkpoint=0.2), writing=("/ckpt/step_5000.pt",), disk_write_mb=900.0
+    )
+    assert d.category == "io"
+    assert d.top is not None and d.top.id == "checkpoint_stalls"
+    # Checkpointing 4x less often leaves 5 % of the 20 %: 1 / (0.8 + 0.2 / 4); the
+    # low end lets each save grow by a fifth: 1 / (0.8 + 1.2 * 0.2 / 4); the high
+    # end lets the rest run 1.4x faster (the rule's rest_speedup), 1 / (0.8 / 1.4 +
+    # 0.05) = 1.61, but never past the ceiling of removing the phase, 1.25.
+    assert d.top.gain.method == "predicted"
+    assert d.top.gain.high == pytest.approx(1.25)
+    assert d.top.gain.low == pytest.approx(1 / 0.86)
+    assert d.top.gain.ceiling == pytest.approx(1.25)
+    assert d.top.actions[0].startswith("Checkpoint 4x less often")
+    evidence = {e.metric: e for e in d.top.evidence}
+    assert evidence["phase_checkpoint_long"].display == "20%"
+    assert evidence["phase_checkpoint"].display == "20%"
+
+
+def test_checkpoint_gain_lets_the_rest_of_the_step_speed_up_below_the_ceiling() -> None:
+    """The demo's writes slowed the steps between them: the high end allows 1.4x."""
+    d = diagnose_job(RULESET, phases=mix(checkpoint=0.66), writing=("/ckpt/s.pt",),
+                     disk_write_mb=900.0)
+    assert d.top is not None and d.top.id == "checkpoint_stalls"
+    assert d.top.gain.low == pytest.approx(1 / (0.34 + 1.2 * 0.66 / 4))
+    assert d.top.gain.high == pytest.approx(1 / (0.34 / 1.4 + 0.66 / 4))
+    assert d.top.gain.high / d.top.gain.low < 1.5  # the issue's widest allowed range
+    assert "rest of the step up to 1.4x faster" in d.top.gain.explanation
+
+
+@pytest.mark.parametrize("bad", ["0.5", "3", "'fast'"])
+def test_rest_speedup_out_of_range_is_a_rule_error(bad: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - id: r\n    title: t\n    when: phase_checkpoint > 0.1\n"
+        "    category: io\n    severity: warning\n    actions: [a]\n"
+        f"    gain: {{method: fewer, metric: phase_checkpoint, times: 4, rest_speedup: {bad}}}\n"
+    )
+    with pytest.raises(KnowledgeError, match="rest_speedup"):
+        _load_user_file(rules)
+
+
+def test_full_gpu_memory_is_a_finding_but_compute_bound_names_the_bottleneck() -> None:
+    d = diagnose_job(RULESET, gpu_util=95.0, gpu_mem_used=98.0)
+    ids = [f.id for f in d.findings]
+    assert "gpu_compute_bound" in ids and "gpu_memory_near_full" in ids
+    # Full memory is advice, not a bottleneck: NVML counts the caching
+    # allocator's reserve as used. Its row of the priority framework comes after
+    # the bottleneck's own (no "Priority 1: quantization" for a compute-bound job).
+    assert d.category == "compute"
+    assert d.hardware_well_used is True
+    states = [s.id for s in d.states]
+    assert states == ["gpu_util_above_85", "running_out_of_vram"]
+
+
+def test_a_rare_checkpoint_does_not_look_like_a_stall() -> None:
+    """A 2 s save once in five minutes fills 10 % of a 20 s window, not of the job."""
+    quiet = k(phases=mix(forward=0.5, backward=0.5))
+    engine = RuleEngine(RULESET)
+    _session, result = run(
+        engine, (Job(**quiet), 280), (Job(phases=mix(checkpoint=0.10)), 300)  # type: ignore[arg-type]
+    )
+    last = result[-1]
+    assert last.metrics["phase_checkpoint"] == pytest.approx(0.10, abs=0.01)
+    assert last.metrics["phase_checkpoint_long"] < 0.05
+    assert "checkpoint_stalls" not in last.firing
+
+
+def test_host_ram_pressure_is_host() -> None:
+    d = diagnose_job(RULESET, ram_used=93.0)
+    assert d.category == "host"
+    assert [f.id for f in d.findings] == ["host_ram_pressure"]
+    assert d.top is not None and d.top.gain.speedup is None
+
+
+def test_compute_bound_gpu_is_compute() -> None:
+    d = diagnose_job(RULESET, gpu_util=92.0)
+    assert d.category == "compute"
+    assert [f.id for f in d.findings] == ["gpu_compute_bound"]
+    assert [s.id for s in d.states] == ["gpu_util_above_85"]
+
+
+def test_underthreaded_cpu_only_compute_is_compute_with_parallel_gain() -> None:
+    d = diagnose_job(
+        RULESET, gpu=False, cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=12.5,
+        workers=0, phases=mix(data_wait=0.02, other=0.18),
+    )
+    assert d.compute_device == "cpu"
+    assert d.category == "compute"
+    assert d.top is not None and d.top.id == "cpu_compute_underthreaded"
+    # compute 80 %, 8x wider (7 of 8 cores free): 1 / (0.2 + 0.8 / 8) = 1 / 0.3;
+    # the low end at 55 % scaling efficiency: 8x becomes 1 + 7 * 0.55 = 4.85x.
+    assert d.top.gain.method == "predicted"
+    assert d.top.gain.high == pytest.approx(10 / 3)
+    assert d.top.gain.low == pytest.approx(1 / (0.2 + 0.8 / 4.85))
+    assert d.metrics["accel_util"] == pytest.approx(80.0)
+    assert d.states == (), "no GPU-utilisation row for a CPU-only job"
+    assert d.hardware_well_used is False
+
+
+def test_healthy_job_has_no_bottleneck() -> None:
+    d = diagnose_job(RULESET)
+    assert d.category == "none"
+    assert d.findings == ()
+    assert d.summary == "No bottleneck: every measured signal is within its target"
+    assert d.waiting_for == ()
+
+
+def test_no_stack_samples_yet_is_collecting() -> None:
+    empty = make_session(30, phases=mix(), samples_per_window=0)
+    metrics = metrics_at(empty, 30)
+    assert metrics["phase_samples"] == 0.0
+    assert metrics["phase_data_wait"] is None
+    d = Diagnoser(RULESET, Facts()).diagnose(metrics, T0 + 30)
+    assert d.category == "collecting", "cannot judge yet: not a verdict"
+    assert d.summary == "Collecting: no stack samples yet"
+    assert d.phases is None
+    assert "data_wait_dominant: needs phase_data_wait" in d.waiting_for
+
+
+def test_findings_ranked_by_estimated_gain() -> None:
+    d = diagnose_job(
+        RULESET, gpu_util=60.0, pin_memory=False,
+        phases=mix(other=0.30, checkpoint=0.10, data_wait=0.05),
+    )
+    ids = [f.id for f in d.findings]
+    # Culprits first by severity (checkpoint stalls is high), then by how
+    # well-founded and large the gain is: python_overhead's ceiling
+    # 1/(1-0.3) = 1.43 > data wait 1/(1-0.05) = 1.05; advice last.
+    assert ids == ["checkpoint_stalls", "python_overhead", "data_wait_elevated", "pin_memory_off"]
+    gains = [f.gain.speedup for f in d.findings]
+    assert gains[1:3] == pytest.approx([1 / 0.7, 1 / 0.95])
+    assert gains[3] is None
+    assert d.category == "io"
+    assert d.summary.startswith("Saving checkpoints stalls training 10%")
+
+
+def test_the_culprit_leads_and_carries_the_symptom() -> None:
+    d = diagnose_job(
+        RULESET, gpu_util=30.0, workers=4, worker_cpu=95.0, phases=mix(data_wait=0.40)
+    )
+    ids = [f.id for f in d.findings]
+    # Workers busy, cores free: the culprit leads; the symptom is not a rival.
+    assert ids[0] == "workers_cpu_bound"
+    assert "data_wait_dominant" not in ids
+    assert d.top is not None
+    assert d.top.explains == ("The training loop waits for data 40% of the time",)
+    assert d.category == "data_loading"
+
+
+@pytest.mark.parametrize(
+    ("p", "removable", "low", "high"),
+    [
+        (0.64, (1.0, 1.0), 1 / 0.36, 1 / 0.36),
+        (0.5, (0.5, 1.0), 1 / 0.75, 2.0),
+        (0.0, (1.0, 1.0), 1.0, 1.0),
+        (1.0, (1.0, 1.0), 100.0, 100.0),  # clamped at 0.99: never infinite
+    ],
+)
+def test_amdahl_arithmetic(
+    p: float, removable: tuple[float, float], low: float, high: float
+) -> None:
+    spec = GainSpec("amdahl", metric="phase_data_wait", removable=removable)
+    gain = estimate_gain(spec, {"phase_data_wait": p}, Facts())
+    assert gain.low == pytest.approx(low)
+    assert gain.high == pytest.approx(high)
+    assert gain.speedup == pytest.approx(high)
+    assert math.isfinite(gain.speedup or math.inf)
+
+
+def test_amdahl_with_unknown_phase_has_no_figure() -> None:
+    spec = GainSpec("amdahl", metric="phase_data_wait")
+    gain = estimate_gain(spec, {"phase_data_wait": None}, Facts())
+    assert gain.speedup is None
+    assert "not known" in gain.explanation
+
+
+# --------------------------------------------------------------- rule files
+
+
+def _rule(name: str, **fields: str) -> str:
+    values = {
+        "expr": "phase_data_wait >= 0.5",
+        "for": "5s",
+        "severity": "medium",
+        "category": "data_loading",
+        "title": '"A test rule"',
+        "source": "{document: diagnose, section: test}",
+    }
+    values.update(fields)
+    lines = [f"  - name: {name}"] + [f"    {key}: {value}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "my_rules.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _load_user_file(path: Path) -> RuleSet:
+    """What ``load_rules([path])`` does with the user's file, without re-reading ours.
+
+    Parsing the packaged file takes most of a ``load_rules`` call; the error cases
+    below are about the user's file, so they parse only that (a few go through
+    ``load_rules`` itself to show the errors surface there unchanged).
+    """
+    return parse_rules_document(load_yaml_file(path))
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_user_file_adds_and_replaces_rules(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("my_slow_optimizer", expr="phase_optimizer >= 0.4") + _rule(
+        "data_wait_dominant", expr="phase_data_wait >= 0.9", severity="critical"
+    )
+    path = _write(tmp_path, text)
+    ruleset = load_rules([path])
+    ids = [r.id for r in ruleset.rules]
+    assert len(ids) == len(RULESET.rules) + 1
+    assert len(set(ids)) == len(ids)
+    by_id = {r.id: r for r in ruleset.rules}
+    assert by_id["data_wait_dominant"].condition.expr == "phase_data_wait >= 0.9"
+    assert by_id["data_wait_dominant"].severity == "critical"
+    assert by_id["data_wait_dominant"].file == str(path)
+    assert by_id["data_wait_dominant"].line == _line_of(text, "name: data_wait_dominant")
+    assert by_id["my_slow_optimizer"].for_s == 5.0
+    assert ruleset.files == ("rules.yaml", str(path))
+    # The replaced rule really behaves as the user's: 64 % data wait no longer fires it.
+    d = diagnose_job(ruleset, phases=mix(data_wait=0.64))
+    assert "data_wait_dominant" not in [f.id for f in d.findings]
+
+
+def test_user_file_adds_states(tmp_path: Path) -> None:
+    path = _write(tmp_path, "states:\n  - id: gpu_util_below_70\n    expr: accel_util < 50\n")
+    ruleset = load_rules([path])
+    states = {s.id: s for s in ruleset.states}
+    assert len(states) == len(RULESET.states)
+    assert states["gpu_util_below_70"].condition.expr == "accel_util < 50"
+    assert states["gpu_util_below_70"].line == 2
+
+
+BAD_FIELDS: dict[str, tuple[dict[str, str], str]] = {
+    "unknown metric in expr": (
+        {"expr": "phase_data_wiat >= 0.5"},
+        "unknown metric phase_data_wiat",
+    ),
+    "syntax error in expr": ({"expr": "phase_data_wait >= >= 0.5"}, "syntax error"),
+    "unknown function": ({"expr": "sqrt(phase_data_wait) > 0.5"}, "unknown function sqrt"),
+    "attribute access": ({"expr": "phase_data_wait.__class__ == 1"}, "only metric names"),
+    "dunder name": ({"expr": "__import__ == 1"}, "unknown metric __import__"),
+    "unknown severity": ({"severity": "urgent"}, "unknown severity 'urgent'"),
+    "unknown category": ({"category": "network"}, "unknown category 'network'"),
+    "bad duration": ({"for": "5 minutes"}, "'for' must be a duration"),
+    "bad keep_firing_for": ({"keep_firing_for": "soon"}, "'keep_firing_for' must be a duration"),
+    "boolean duration": ({"for": "true"}, "'for' must be a duration"),
+    "template attribute": ({"title": '"{phase_data_wait.__class__}"'}, "phase_data_wait.__class__"),
+    "template index": ({"why": '"{phase_data_wait[0]}"'}, "phase_data_wait[0]"),
+    "unknown metric in title": ({"title": '"{nope:.0%}"'}, "unknown metric nope"),
+    "unknown metric in evidence": ({"evidence": "[phase_data_wait, nope]"}, "nope in evidence"),
+    "no source": ({"source": "{}"}, "'source' must name the document"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FIELDS))
+def test_rule_file_errors_carry_file_and_line(tmp_path: Path, case: str) -> None:
+    fields, message = BAD_FIELDS[case]
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **fields)
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError) as info:
+        _load_user_file(path)
+    line = _line_of(text, "name: broken_rule")
+    assert line == 9
+    assert info.value.file == str(path)
+    assert info.value.line == line
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("gain", "message"),
+    [
+        ("{method: amdahl, metric: phase_nothing}", "unknown metric phase_nothing in gain"),
+        ("{method: amdahl, metric: phase_other, removable: 1.5}", "'removable' must lie in"),
+        ("{method: parallel, metric: phase_compute, factor: cores}", "unknown metric cores"),
+        ("{method: magic}", "unknown gain method 'magic'"),
+    ],
+)
+def test_gain_errors_point_at_the_gain_mapping(tmp_path: Path, gain: str, message: str) -> None:
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", gain=gain)
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError, match=message) as info:
+        _load_user_file(path)
+    assert info.value.line == _line_of(text, "gain:") == 16
+
+
+def test_load_rules_reports_user_file_errors_with_file_and_line(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", expr="nope > 1")
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError, match="unknown metric nope") as info:
+        load_rules([path])
+    assert str(info.value).startswith(f"{path}:9: ")
+
+
+def test_duplicate_rule_in_one_file(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("twice") + _rule("twice")
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError, match="duplicate rule name 'twice'") as info:
+        _load_user_file(path)
+    assert info.value.line == 9
+
+
+def test_yaml_syntax_error_carries_line(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", title="a: b")
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError, match="not valid YAML") as info:
+        _load_user_file(path)
+    assert info.value.line == _line_of(text, "title: a: b") == 14
+    assert str(info.value).startswith(f"{path}:14: ")
+
+
+def test_python_tags_are_rejected_by_safe_loading(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = "rules:\n" + _rule("fine_rule") + _rule(
+        "broken_rule",
+        title=f"!!python/object/apply:pathlib.Path.touch [!!python/object/apply:pathlib.Path "
+        f"['{marker}']]",
+    )
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError, match="could not determine a constructor") as info:
+        load_rules([path])
+    assert info.value.line == 14
+    assert not marker.exists()
+    other = _write(tmp_path, "rules:\n  - name: x\n    title: !!python/object:os.system {}\n")
+    with pytest.raises(KnowledgeError, match=r"python/object:os\.system") as info:
+        _load_user_file(other)
+    assert info.value.line == 3
+
+
+def test_file_without_rules_is_rejected(tmp_path: Path) -> None:
+    path = _write(tmp_path, "rulez:\n  - name: x\n")
+    with pytest.raises(KnowledgeError, match="expected top-level 'rules:'") as info:
+        load_rules([path])
+    assert info.value.file == str(path)
+
+
+def test_missing_file_is_a_knowledge_error(tmp_path: Path) -> None:
+    with pytest.raises(KnowledgeError, match="cannot read") as info:
+        load_rules([tmp_path / "nope.yaml"])
+    assert info.value.file == str(tmp_path / "nope.yaml")
+
+
+def test_rules_given_as_a_mapping_error_carries_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "rules:\n  name: x\n  expr: phase_data_wait > 0.5\n")
+    with pytest.raises(KnowledgeError) as info:
+        _load_user_file(path)
+    assert info.value.file == str(path) and info.value.line == 2
+
+
+def test_negative_duration_is_rejected(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{"for": "-5"})
+    with pytest.raises(KnowledgeError, match="'for' must not be negative") as info:
+        _load_user_file(_write(tmp_path, text))
+    assert info.value.line == 9
+
+
+def test_every_packaged_metric_reference_is_in_the_catalogue() -> None:
+    for rule in RULESET.rules:
+        assert rule.condition.names <= CATALOGUE.keys(), rule.id
+        assert set(rule.evidence) <= CATALOGUE.keys(), rule.id
+        assert rule.file == "rules.yaml" and rule.line > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where", "message"),
+    [
+        ("keep_firng_for", "30s", "keep_firng_for:",
+         "rule 'broken_rule': unknown key 'keep_firng_for' (did you mean 'keep_firing_for'?)"),
+        ("gain", "{method: amdahl, metric: phase_data_wait, removeable: 0.5}", "gain:",
+         "gain: unknown key 'removeable' (did you mean 'removable'?)"),
+        ("source", "{document: diagnose, sektion: x}", "source: {document: diagnose, sektion",
+         "source: unknown key 'sektion' (did you mean 'section'?)"),
+    ],
+)
+def test_unknown_keys_are_rejected_at_their_line(
+    tmp_path: Path, field: str, value: str, where: str, message: str
+) -> None:
+    """A misspelt key is an error, not a silently ignored setting (as in Prometheus)."""
+    text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{field: value})
+    path = _write(tmp_path, text)
+    with pytest.raises(KnowledgeError) as info:
+        load_rules([path])
+    assert message in str(info.value)
+    assert info.value.line == _line_of(text, where)
+    assert str(info.value).startswith(f"{path}:{info.value.line}: ")
+
+
+def test_unknown_top_level_and_phase_keys_are_rejected(tmp_path: Path) -> None:
+    path = _write(tmp_path, "rules: []\nstate:\n  - id: x\n")
+    with pytest.raises(KnowledgeError, match=r"unknown key 'state' \(did you mean") as info:
+        load_knowledge([path])
+    assert info.value.line == 2
+    path = _write(tmp_path, "phases:\n  - phase: forward\n    rank: 5\n    signature: []\n")
+    with pytest.raises(KnowledgeError, match="phase: unknown key 'signature'") as info:
+        load_knowledge([path])
+    assert info.value.line == 4
+
+
+def test_a_user_file_is_read_once_for_rules_and_phases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aitop.knowledge.loader as loader
+
+    path = _write(tmp_path, "rules:\n" + _rule("mine") + "phases:\n  - phase: forward\n"
+                  "    rank: 50\n    signatures: [{function: my_forward}]\n")
+    reads: list[Path] = []
+    real = loader.load_yaml_file
+
+    def counting(p: Path) -> object:
+        reads.append(p)
+        return real(p)
+
+    monkeypatch.setattr(loader, "load_yaml_file", counting)
+    knowledge = load_knowledge([path])
+    assert reads == [path]
+    assert "mine" in {r.id for r in knowledge.rules.rules}
+    assert any(r.rank == 50 for r in knowledge.phases.rules)
+
+
+def test_a_finding_held_by_keep_firing_for_is_told_with_the_numbers_that_made_it_fire() -> None:
+    """Once the data wait falls below 30 %, data_wait_dominant fires on for 10 s: its
+    title must keep the share that fired it, not claim "waits 24 %" as dominant."""
+    diagnoser = Diagnoser(RULESET, Facts())
+    _session, ticks = run(diagnoser, (Job(phases=mix(data_wait=0.5)), 40),
+                          (Job(phases=mix(data_wait=0.02)), 60))
+    held = [t for t in ticks
+            if "data_wait_dominant" in t.firing
+            and (t.metrics["phase_data_wait"] or 0.0) < 0.30]
+    assert held, "the rule should be held by keep_firing_for after the drop"
+    for tick in held:
+        assert tick.diagnosis is not None
+        finding = next(f for f in tick.diagnosis.findings if f.id == "data_wait_dominant")
+        shown = int(finding.title.split("waits for data ")[1].split("%")[0])
+        assert shown >= 30, (finding.title, tick.metrics["phase_data_wait"])
