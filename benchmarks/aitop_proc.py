@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aitop.engine.cli import DEFAULT_REFRESH_S
+from aitop.engine.commands.ui import DEFAULT_REFRESH_S
 
 from .jobs import REPO
 from .procs import rss_bytes, tree_cpu_seconds, tree_rss_bytes

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aitop.engine.cli import DEFAULT_REFRESH_S
+from aitop.engine.commands.ui import DEFAULT_REFRESH_S
 
 from .aitop_proc import (
     AitopRun,

@@ -124,7 +124,7 @@ async def _pilot_press(pilot: Any, app: Any, key: str, expect: str) -> float | N
 
 async def _measure(job_pid: int, rounds: int, first_frame_runs: int, workdir: Path,
                    log: Log) -> dict[str, Any]:
-    from aitop.engine.cli import DEFAULT_REFRESH_S
+    from aitop.engine.commands.ui import DEFAULT_REFRESH_S
     from aitop.engine.live.attach import AttachOptions, attach
     from aitop.tui.app import AitopApp
 

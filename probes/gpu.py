@@ -288,7 +288,7 @@ class GpuProbe:
     """Samples every NVIDIA GPU once per call to :meth:`sample`.
 
     ``nvml`` defaults to the real :mod:`pynvml`; tests pass the fake from
-    ``tests/fake_nvml.py``. ``proc_root`` is where process names and ``NSpid``
+    ``tests/support/fake_nvml.py``. ``proc_root`` is where process names and ``NSpid``
     lines are read (pass a host procfs mounted in a container to map host PIDs);
     ``clock`` returns wall-clock seconds, like ``time.time``.
     """
