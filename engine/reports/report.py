@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aitop.engine.reports.gain import gain_text
 from aitop.engine.version import aitop_version
 from aitop.knowledge.metrics import STEPS_WINDOW_S
-from aitop.knowledge.model import COLLECTING, UNKNOWN, Diagnosis, Evidence, Finding
+from aitop.knowledge.model import COLLECTING, UNKNOWN, Diagnosis, Evidence, Finding, Gain
 from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
@@ -87,19 +88,11 @@ def finding_json(f: Finding, started_at: float | None) -> dict[str, Any]:
     }
 
 
-def gain_label(finding: dict[str, Any]) -> str:
-    """The finding's gain in a few words, saying which kind of figure it is."""
-    speedup = finding.get("est_speedup")
-    if not speedup:
-        return "gain: n/a"
+def report_gain(finding: dict[str, Any]) -> Gain:
+    """A report finding's gain as the knowledge base states one (to word it)."""
     low, high = finding.get("est_speedup_range") or (None, None)
-    method = finding.get("gain_method")
-    if method == "predicted" and low and high:
-        return (f"predicted {low:.2f}x" if abs(high - low) < 0.005
-                else f"predicted {low:.2f}-{high:.2f}x")
-    if method == "amdahl":
-        return f"at most {speedup:.2f}x"
-    return f"documents: {speedup:.2f}x" if method == "document" else f"{speedup:.2f}x"
+    return Gain(finding.get("est_speedup"), low, high, finding.get("gain_method") or "none",
+                finding.get("gain_explanation") or "", finding.get("gain_ceiling"))
 
 
 def job_json(job: Job | None) -> dict[str, Any] | None:
@@ -383,7 +376,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none"
     )
     for i, f in enumerate(findings, 1):
-        lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain_label(f)})")
+        lines.append(f"{i}. [{f['severity']}] {f['title']}  ({gain_text(report_gain(f))})")
         lines.append(f"   why: {f['why']}")
         for action in f["actions"]:
             lines.append(f"   -> {action}")
