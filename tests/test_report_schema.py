@@ -1,9 +1,12 @@
 """``aitop.report/2`` has one declaration (engine/reports/schema.py): writer, readers
 and the shipped JSON Schema follow it.
 
-All unit tests (no process, milliseconds) except
-``test_a_real_replay_report_validates_against_the_shipped_schema``, which runs
-``aitop replay --headless --json`` in a subprocess.
+All unit tests (no process, milliseconds) except two:
+``test_a_real_replay_report_validates_against_the_shipped_schema`` runs
+``aitop replay --headless --json`` in a subprocess (about a second), and
+``test_a_live_headless_report_validates_against_the_shipped_schema`` (marked
+``attach``) reads the data demo's watched run, shared with the scenario and diff
+tests (alone: a training job and 13 s of aitop attached).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from aitop.knowledge import gains
 from aitop.knowledge.model import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
 from aitop.knowledge.ranks import judge_job, rank_view
 from aitop.probes import ranks as probe_ranks
+from demo_jobs import watched
 from fixtures.tui_session import replay_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "selftest"
@@ -182,6 +186,16 @@ def test_a_real_replay_report_validates_against_the_shipped_schema(tmp_path: Pat
     doc = json.loads(result.stdout)
     assert errors_of(doc) == []
     assert doc["findings"] and doc["steps_source"] is not None
+
+
+@pytest.mark.attach
+def test_a_live_headless_report_validates_against_the_shipped_schema(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``aitop --pid P --headless --json`` of a real training job, py-spy attached."""
+    report = watched("data", tmp_path_factory.mktemp("data")).report
+    assert errors_of(report) == []
+    assert report["findings"] and report["steps_source"] is not None
 
 
 # ------------------------------------------------------------- the readers
