@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from aitop.engine.headless.options import require_terminal
 from aitop.engine.headless.report import report_of
 from aitop.engine.records.snapshot import SnapshotError, load_snapshot
 from aitop.engine.reports.report import RunFacts, render_text
+from aitop.engine.reports.schema import report_json
 
 #: A replay steps through recorded samples, not a live clock: one frame a second.
 REPLAY_REFRESH_S = 1.0
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         latest = source.session.latest_time() or started
         report = report_of(source, latest, diagnosis, RunFacts(latest - started, None, None),
                            started)
-        print(json.dumps(report, indent=2) if args.json else render_text(report))
+        print(report_json(report) if args.json else render_text(report))
         return EXIT_OK
     if run_ui is None:
         raise CliError(NO_UI, EXIT_USAGE)

@@ -29,6 +29,7 @@ from typing import Any
 from aitop.engine.compare.runs import FindingBrief, Run, RunError, read_run, run_of_report
 from aitop.engine.compare.stats import Rate, share_tolerance
 from aitop.engine.errors import EXIT_USAGE, CliError
+from aitop.engine.reports.schema import Report
 from aitop.knowledge.documents import KnowledgeDocuments, load_documents
 from aitop.knowledge.rules import load_rules
 from aitop.knowledge.yamlio import KnowledgeError
@@ -389,6 +390,6 @@ def baseline_of(path: Path | None) -> Run | None:
         raise CliError(f"--baseline: {exc}", EXIT_USAGE) from exc
 
 
-def baseline_report(baseline: Run, report: Mapping[str, Any]) -> str:
+def baseline_report(baseline: Run, report: Report) -> str:
     """A headless run's comparison with its baseline, as text."""
     return render_text(compare(baseline, run_of_report(report, "this run")))

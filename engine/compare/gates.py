@@ -10,15 +10,14 @@ slower job from a broken invocation; the reason is one line on stderr.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aitop.engine.errors import EXIT_GATE, CliError
+from aitop.engine.reports.schema import Report
 from aitop.knowledge.model import SEVERITIES
 
 if TYPE_CHECKING:
     from aitop.engine.compare.diff import Comparison
-
 
 
 def at_least(severity: str, threshold: str) -> bool:
@@ -27,12 +26,12 @@ def at_least(severity: str, threshold: str) -> bool:
     return order.get(severity, -1) >= order[threshold]
 
 
-def findings_gate(report: Mapping[str, Any], threshold: str) -> int:
+def findings_gate(report: Report, threshold: str) -> int:
     """``EXIT_GATE`` when the report's findings include one of ``threshold`` or worse."""
-    hits = [f for f in report.get("findings") or () if at_least(str(f.get("severity")), threshold)]
+    hits = [f for f in report.findings if at_least(f.severity, threshold)]
     if not hits:
         return 0
-    names = ", ".join(f"{f['id']} [{f['severity']}]" for f in hits)
+    names = ", ".join(f"{f.id} [{f.severity}]" for f in hits)
     print(f"aitop: --fail-on {threshold}: {len(hits)} finding(s) at {threshold} or worse "
           f"fire: {names}", file=sys.stderr)
     return EXIT_GATE

@@ -5,7 +5,9 @@ its interval, each phase's share and the stack samples behind it, the verdict
 (bottleneck, firing findings) and the priority-framework states. It is read
 from an ``aitop.snapshot/1`` file (every sample, so the rates and phases cover
 the whole recording), from a ``--json`` report (``aitop.report/1`` or ``/2``:
-the report's own window), or from a live session (``--baseline``).
+the report's own window, decoded as the declared ``Report`` of
+engine/reports/schema.py, so a damaged file fails in one line saying where), or
+from a live session (``--baseline``).
 
 The phase list comes from ``probes.session.PHASES`` plus whatever phases a
 file names (a newer aitop may add some), never from a copy here.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aitop.engine.compare.stats import Rate, rate_interval
 from aitop.engine.files import FileError, read_bounded
 from aitop.engine.records.snapshot import (
@@ -29,13 +32,14 @@ from aitop.engine.records.snapshot import (
     load_snapshot,
 )
 from aitop.engine.records.snapshot import SCHEMA as SNAPSHOT_SCHEMA
+from aitop.engine.reports.schema import READS, Report, decode_report
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 from aitop.probes.steps import counter_increments
 
-#: Report schemas this reader understands; /2 only adds fields and categories.
-REPORT_SCHEMAS: tuple[str, ...] = ("aitop.report/1", "aitop.report/2")
+#: Report schemas this reader understands (the declaration's ``READS``).
+REPORT_SCHEMAS: tuple[str, ...] = READS
 #: A --json report is a few hundred KiB at most; snapshots may be much larger.
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 
@@ -179,71 +183,53 @@ def _run_of_snapshot(path: Path) -> Run:
                           "snapshot")
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
-def _report_steps(doc: Mapping[str, Any]) -> Rate:
+def _report_steps(report: Report) -> Rate:
     """Steps/s over the report's ``step_windows`` (every counter reading of the run),
     with its interval; a report without them (older aitop) gives its one figure."""
-    windows = doc.get("step_windows")
-    increments: list[tuple[float, float, float]] = []
-    if isinstance(windows, list):
-        for item in windows:
-            if not isinstance(item, list) or len(item) != 3:
-                continue
-            t0, t1, n = (_num(v) for v in item)
-            if t0 is not None and t1 is not None and n is not None and t1 > t0:
-                increments.append((t0, t1, n))
+    increments = [
+        (t0, t1, n) for t0, t1, n in report.step_windows
+        if all(math.isfinite(v) for v in (t0, t1, n)) and t1 > t0
+    ]
     if increments:
         return steps_rate(increments)
-    return rate_interval(_num(doc.get("steps_per_s")), [])
+    return rate_interval(_finite(report.steps_per_s), [])
 
 
-def run_of_report(doc: Mapping[str, Any], label: str) -> Run:
-    """A run from an ``aitop.report/1`` or ``/2`` document; RunError if it is not one."""
+def run_of_report(doc: Report | Mapping[str, Any], label: str) -> Run:
+    """A run from an ``aitop.report/1`` or ``/2`` document, decoded as the declared
+    ``Report`` (a struct passes as it is); RunError if it is not one."""
     try:
-        target = doc.get("target") or {}
-        bottleneck = doc.get("bottleneck") or {}
-        raw_phases = doc.get("phases")
-        phases = (
-            {str(k): float(v) for k, v in raw_phases.items() if _num(v) is not None}
-            if isinstance(raw_phases, dict) else None
-        )
-        metrics = doc.get("metrics") or {}
-        findings = tuple(
-            FindingBrief(
-                id=str(f["id"]), severity=str(f.get("severity", "")),
-                category=str(f.get("category", "")), title=str(f.get("title", "")),
-                actions=tuple(str(a) for a in f.get("actions") or ()),
-                est_speedup=_num(f.get("est_speedup")),
-            )
-            for f in doc.get("findings") or ()
-        )
-        states = tuple(
-            (str(s["id"]), str(s.get("name", s["id"]))) for s in doc.get("states") or ()
-        )
-        cmdline = target.get("cmdline") or []
-        return Run(
-            label=label,
-            kind="report",
-            pid=target.get("pid") if isinstance(target.get("pid"), int) else None,
-            command=" ".join(redact_argv(str(a) for a in cmdline)),
-            duration_s=_num(doc.get("duration_s")),
-            steps=_report_steps(doc),
-            phases=phases or None,
-            phase_samples=_num(metrics.get("phase_samples")) or 0.0,
-            category=str(bottleneck.get("category", "none")),
-            summary=str(bottleneck.get("summary", "")),
-            findings=findings,
-            states=states,
-        )
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        report = doc if isinstance(doc, Report) else decode_report(doc)
+    except msgspec.ValidationError as exc:
         raise RunError(f"{label} is a damaged aitop report ({type(exc).__name__}: "
                        f"{_first_line(exc)}); write it again with --headless --json") from exc
+    target = report.target
+    phases = (
+        {k: v for k, v in report.phases.items() if math.isfinite(v)}
+        if report.phases is not None else None
+    )
+    return Run(
+        label=label,
+        kind="report",
+        pid=None if isinstance(target.pid, msgspec.UnsetType) else target.pid,
+        command=" ".join(redact_argv(target.cmdline)),
+        duration_s=_finite(report.duration_s),
+        steps=_report_steps(report),
+        phases=phases or None,
+        phase_samples=_finite(report.metrics.get("phase_samples")) or 0.0,
+        category=report.bottleneck.category,
+        summary=report.bottleneck.summary,
+        findings=tuple(
+            FindingBrief(id=f.id, severity=f.severity, category=f.category, title=f.title,
+                         actions=tuple(f.actions), est_speedup=_finite(f.est_speedup))
+            for f in report.findings
+        ),
+        states=tuple((st.id, st.name or st.id) for st in report.states),
+    )
 
 
 def _first_line(exc: BaseException) -> str:

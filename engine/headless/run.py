@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -18,6 +17,7 @@ from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.report import report_of
 from aitop.engine.live.attach import LiveSource, self_rss_bytes
 from aitop.engine.reports.report import RunFacts, render_text
+from aitop.engine.reports.schema import report_json
 from aitop.knowledge.model import Diagnosis
 
 
@@ -60,7 +60,7 @@ def run_headless(
     diagnosis: Diagnosis | None = source.evaluator.evaluate(now)
     facts = RunFacts(elapsed, cpu, self_rss_bytes(), source.warnings, interrupted)
     report = report_of(source, now, diagnosis, facts, attached_at)
-    print(json.dumps(report, indent=2) if as_json else render_text(report))
+    print(report_json(report) if as_json else render_text(report))
     if export is not None:
         export_snapshot(source, export)
     if baseline is not None:

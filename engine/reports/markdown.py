@@ -13,10 +13,11 @@ from collections.abc import Iterable, Sequence
 
 from aitop.engine.live.series import latest, recent, tree_cpu, values
 from aitop.engine.reports import humanize as fmt
+from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.key_metrics import key_metric_rows, read_key_metric
 from aitop.engine.reports.report import normalised_phases
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.knowledge.model import Diagnosis, Evidence, Finding
+from aitop.knowledge.model import Diagnosis, Evidence
 from aitop.probes.session import PHASES, Session
 
 
@@ -40,29 +41,6 @@ def command_line(session: Session) -> str:
     proc = latest(session.processes, float("inf"))
     main = proc.main if proc is not None else None
     return shlex.join(main.cmdline) if main is not None and main.cmdline else "?"
-
-
-def gain_text(finding: Finding) -> str:
-    """What the first action buys, saying which kind of figure it is.
-
-    ``predicted ×1.35–1.50 (ceiling ×20.9)``, ``at most ×2.78 (Amdahl ceiling)``,
-    ``documents: ×1.40 (1.30–1.50)``, or what the gain is instead of speed.
-    """
-    g = finding.gain
-    if g.speedup is None:
-        if g.method == "predicted":
-            return "no prediction yet"
-        return "not a speed-up" if g.method == "none" else f"no figure ({g.method})"
-    if g.method == "predicted" and g.low is not None and g.high is not None:
-        text = (f"predicted ×{g.low:.2f}" if abs(g.high - g.low) < 0.005
-                else f"predicted ×{g.low:.2f}–{g.high:.2f}")
-        return text + (f" (ceiling ×{g.ceiling:.1f})" if g.ceiling else "")
-    if g.method == "amdahl":
-        return f"at most ×{g.speedup:.2f} (Amdahl ceiling)"
-    text = f"×{g.speedup:.2f}"
-    if g.low is not None and g.high is not None:
-        text += f" ({g.low:.2f}–{g.high:.2f})"
-    return f"documents: {text}" if g.method == "document" else text
 
 
 def evidence_rows(evidence: Sequence[Evidence]) -> list[list[str]]:
@@ -171,7 +149,7 @@ def _findings(diagnosis: Diagnosis | None) -> list[str]:
             f"### {i}. {f.title}",
             "",
             f"**Severity:** {f.severity} · **Category:** {f.category} · "
-            f"**Estimated gain:** {gain_text(f)} · **Fired at:** {fmt.stamp(f.fired_at)}",
+            f"**Estimated gain:** {gain_text(f.gain)} · **Fired at:** {fmt.stamp(f.fired_at)}",
             "",
             f.why,
             "",

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from aitop.engine.reports.report import gain_label
+from aitop.engine.reports.gain import gain_text
+from aitop.engine.reports.schema import Finding, GainMethod
 
 
-@pytest.mark.parametrize(("finding", "label"), [
-    ({"est_speedup": 1.9, "est_speedup_range": [1.69, 2.18], "gain_method": "predicted"},
-     "predicted 1.69-2.18x"),
-    ({"est_speedup": 8.9, "est_speedup_range": [8.9, 8.9], "gain_method": "amdahl"},
-     "at most 8.90x"),
-    ({"est_speedup": 1.4, "est_speedup_range": [1.3, 1.5], "gain_method": "document"},
-     "documents: 1.40x"),
-    ({"est_speedup": None, "est_speedup_range": None, "gain_method": "none"}, "gain: n/a"),
+def finding(speedup: float | None, low: float | None, high: float | None,
+            method: GainMethod, ceiling: float | None = None) -> Finding:
+    """A report finding as ``--json`` writes it (what render_text reads)."""
+    return Finding(id="f", severity="high", category="data_loading", title="t",
+                   est_speedup=speedup, est_speedup_range=(low, high), gain_method=method,
+                   gain_ceiling=ceiling)
+
+
+@pytest.mark.parametrize(("report_finding", "label"), [
+    (finding(1.9, 1.69, 2.18, "predicted", 20.93), "predicted ×1.69–2.18 (ceiling ×20.9)"),
+    (finding(1.0, 1.0, 1.0, "predicted"), "predicted ×1.00"),
+    (finding(8.9, 8.9, 8.9, "amdahl", 8.9), "at most ×8.90 (Amdahl ceiling)"),
+    (finding(1.4, 1.3, 1.5, "document"), "documents: ×1.40 (1.30–1.50)"),
+    (finding(None, None, None, "none"), "not a speed-up"),
+    (finding(None, None, None, "predicted"), "no prediction yet"),
 ])
-def test_the_text_report_says_which_kind_of_gain(finding: dict[str, Any], label: str) -> None:
-    """A prediction is not a ceiling: the headless text never says "up to" for one."""
-    assert gain_label(finding) == label
+def test_the_text_report_says_which_kind_of_gain(report_finding: Finding, label: str) -> None:
+    """A prediction is not a ceiling: the headless text never says "at most" for one."""
+    assert gain_text(report_finding.gain) == label

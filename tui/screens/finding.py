@@ -8,7 +8,7 @@ and what it should buy (the estimated gain and how it was computed).
 
 from __future__ import annotations
 
-from aitop.engine.reports.markdown import gain_text
+from aitop.engine.reports.gain import gain_text
 from aitop.knowledge.model import Finding
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -69,7 +69,7 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
     head = Text()
     head.append(f" {f.severity.upper()} ", style=badge)
     head.append(f"  {f.title}", style="bold")
-    meta = Text(f"category {f.category} · estimated gain {gain_text(f)} · fired at "
+    meta = Text(f"category {f.category} · estimated gain {gain_text(f.gain)} · fired at "
                 f"{fmt.stamp(f.fired_at)} · id {f.id}", style="dim")
     parts: list[RenderableType] = [head, meta]
     current = view.diagnosis if view is not None else None
@@ -97,7 +97,7 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
         parts.append(Text(f"  techniques: {', '.join(f.techniques)}", style="dim"))
 
     parts.append(section("Estimated gain"))
-    gain = Text(f"  {gain_text(f)}", style="bold")
+    gain = Text(f"  {gain_text(f.gain)}", style="bold")
     gain.append(f"   method: {f.gain.method}", style="dim")
     parts.append(gain)
     if f.gain.explanation:

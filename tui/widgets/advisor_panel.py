@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from aitop.engine.reports.gain import gain_text
 from aitop.knowledge.model import Diagnosis, Finding
 from rich.text import Text
 from textual import events
@@ -32,19 +33,6 @@ CATEGORY_WORDS: dict[str, str] = {
 }
 #: Categories that are not a verdict yet (or cannot be one).
 NOT_JUDGED = ("collecting", "unknown")
-
-
-def gain_badge(f: Finding) -> str:
-    """``×1.4`` predicted, ``≤×2.8`` an Amdahl ceiling, ``~×1.4`` a documents' figure.
-
-    The sign says what kind of number it is: a prediction for this machine has
-    none (its range is in the detail), a bound from the measured phases is an
-    upper limit, not a promise; a documents' figure is their typical gain.
-    """
-    if f.gain.speedup is None:
-        return "  ·  "
-    mark = {"predicted": "", "amdahl": "≤"}.get(f.gain.method, "~")
-    return f"{mark}×{f.gain.speedup:.1f}"
 
 
 class AdvisorPanel(Panel):
@@ -178,7 +166,7 @@ class AdvisorPanel(Panel):
             marker = "▶ " if chosen and focused else ("› " if chosen else "  ")
             text = Text(marker, style="bold")
             text.append(f"{f.severity.upper():<8}", style=fmt.SEVERITY_STYLE.get(f.severity, ""))
-            text.append(f"{gain_badge(f):>6} ", style="bold")
+            text.append(f"{gain_text(f.gain, brief=True):>6} ", style="bold")
             text.append(f.title, style="reverse" if chosen and focused else "")
             out.append(Line(text, 2 if i == 0 else 5 + i, tag=i))
             why = Text("    " + f.why, style="dim")

@@ -1,0 +1,46 @@
+"""A finding's estimated gain in words, the same in every place that shows one.
+
+A prediction for this machine, an Amdahl ceiling and the documents' typical
+figure are different promises; the headless text report, the Markdown report,
+the UI's finding list and its detail screen all word them here, so none can
+call a ceiling a prediction while another says it right.
+"""
+
+from __future__ import annotations
+
+from aitop.knowledge.model import Gain
+
+#: The finding list's one-character mark per method: a prediction has none, a
+#: ceiling is an upper bound, a documents' figure is approximate.
+BRIEF_MARK: dict[str, str] = {"predicted": "", "amdahl": "≤", "document": "~"}
+#: What the brief form shows where there is no speed-up figure.
+NO_FIGURE_BRIEF = "  ·  "
+
+
+def gain_text(gain: Gain, *, brief: bool = False) -> str:
+    """What the first action buys, saying which kind of figure it is.
+
+    In full: ``predicted ×1.35–1.50 (ceiling ×20.9)``, ``at most ×2.78 (Amdahl
+    ceiling)``, ``documents: ×1.40 (1.30–1.50)``, or what the gain is instead of
+    speed. ``brief`` (the finding list's 6-column badge): ``×1.4``, ``≤×2.8``,
+    ``~×1.4``; the range and the ceiling are in the detail.
+    """
+    g = gain
+    if g.speedup is None:
+        if brief:
+            return NO_FIGURE_BRIEF
+        if g.method == "predicted":
+            return "no prediction yet"
+        return "not a speed-up" if g.method == "none" else f"no figure ({g.method})"
+    if brief:
+        return f"{BRIEF_MARK.get(g.method, '~')}×{g.speedup:.1f}"
+    if g.method == "predicted" and g.low is not None and g.high is not None:
+        text = (f"predicted ×{g.low:.2f}" if abs(g.high - g.low) < 0.005
+                else f"predicted ×{g.low:.2f}–{g.high:.2f}")
+        return text + (f" (ceiling ×{g.ceiling:.1f})" if g.ceiling else "")
+    if g.method == "amdahl":
+        return f"at most ×{g.speedup:.2f} (Amdahl ceiling)"
+    text = f"×{g.speedup:.2f}"
+    if g.low is not None and g.high is not None:
+        text += f" ({g.low:.2f}–{g.high:.2f})"
+    return f"documents: {text}" if g.method == "document" else text

@@ -1,0 +1,252 @@
+"""``aitop.report/2`` has one declaration (engine/reports/schema.py): writer, readers
+and the shipped JSON Schema follow it.
+
+All unit tests (no process, milliseconds) except two:
+``test_a_real_replay_report_validates_against_the_shipped_schema`` runs
+``aitop replay --headless --json`` in a subprocess (about a second), and
+``test_a_live_headless_report_validates_against_the_shipped_schema`` (marked
+``attach``) reads the data demo's watched run, shared with the scenario and diff
+tests (alone: a training job and 13 s of aitop attached).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+import jsonschema
+import msgspec
+import pytest
+from aitop.engine.compare.gates import findings_gate
+from aitop.engine.compare.runs import RunError, run_of_report
+from aitop.engine.errors import EXIT_GATE
+from aitop.engine.headless.export import write_snapshot
+from aitop.engine.headless.report import report_of
+from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
+from aitop.engine.reports import schema
+from aitop.engine.reports.report import RunFacts
+from aitop.knowledge import gains
+from aitop.knowledge.model import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
+from aitop.knowledge.ranks import judge_job, rank_view
+from aitop.probes import ranks as probe_ranks
+from demo_jobs import watched
+from fixtures.tui_session import replay_source
+
+FIXTURES = Path(__file__).parent / "fixtures" / "selftest"
+
+
+def shipped_schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(schema.SCHEMA_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+@functools.cache
+def validator() -> jsonschema.protocols.Validator:
+    meta = jsonschema.Draft202012Validator
+    meta.check_schema(shipped_schema())
+    return meta(shipped_schema())
+
+
+def fixture_report() -> schema.Report:
+    source = replay_source()
+    history = source.history()
+    started = source.session.started_at or 0.0
+    now = source.session.latest_time() or started
+    return report_of(source, now, history[-1], RunFacts(now - started, 1.5, 30_000_000), started)
+
+
+def errors_of(doc: Any) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator().iter_errors(doc)]
+
+
+# ------------------------------------------------------------ the shipped file
+
+
+def test_the_shipped_schema_is_generated_from_the_declaration() -> None:
+    """Fails when a struct changed and the file was not regenerated
+    (``python -m aitop.engine.reports.schema``)."""
+    assert schema.SCHEMA_FILE.read_text(encoding="utf-8") == schema.schema_text()
+    assert schema.main(["--check"]) == 0
+
+
+def test_check_says_when_a_schema_file_is_stale(tmp_path: Path) -> None:
+    stale = tmp_path / "old.json"
+    stale.write_text("{}\n")
+    assert schema.main(["--check", "--output", str(stale)]) == 1
+    assert schema.main(["--output", str(stale)]) == 0
+    assert schema.main(["--check", "--output", str(stale)]) == 0
+
+
+def test_the_schema_pins_the_version_and_requires_what_every_report_2_has() -> None:
+    defs = shipped_schema()["$defs"]
+    assert defs["Report"]["properties"]["schema"] == {"const": "aitop.report/2"}
+    required = set(defs["Report"]["required"])
+    assert {"findings", "bottleneck", "phases", "step_windows", "target"} <= required
+    assert not {"job", "ranks", "job_verdict"} & required  # added within /2
+    assert set(defs["Finding"]["required"]) == set(defs["Finding"]["properties"])
+    assert defs["Finding"]["properties"]["severity"] == {"enum": sorted(SEVERITIES)}
+
+
+# ------------------------------------------------------ Literal types vs the code
+
+
+def test_the_fixed_value_sets_are_the_ones_the_code_emits() -> None:
+    """A severity, category, gain method or job kind added in the code, not here,
+    would write reports their own schema rejects."""
+    assert get_args(schema.Severity) == SEVERITIES
+    assert get_args(schema.Category) == CATEGORIES
+    assert get_args(schema.BottleneckCategory) == (*CATEGORIES, COLLECTING, UNKNOWN)
+    made = set(re.findall(r'method="(\w+)"', inspect.getsource(gains)))
+    assert made and made <= set(get_args(schema.GainMethod)), made
+    kinds = set(re.findall(r'Job\(pid, \w+, "(\w+)"', inspect.getsource(probe_ranks)))
+    assert kinds == set(get_args(schema.JobKind)), kinds
+
+
+def test_the_rank_sections_engine_live_writes_have_exactly_the_declared_fields() -> None:
+    """build_report converts these dicts; a key the structs lack would vanish."""
+    row = RankRow(label="rank 0", pid=1, status="watched", phases={"forward": 1.0},
+                  comm_share=0.1, steps_per_s=2.0, cpu_percent=90.0, gpu_mem_percent=None,
+                  gpu_util_percent=None, gpus="0", straggler_score=1.0, straggler=False,
+                  lead_finding=None, cause=None)
+    assert list(ranks_json([row])[0]) == list(schema.Rank.__struct_fields__)
+    judgement = judge_job([rank_view("rank 0", 1, None), rank_view("rank 1", 2, None)])
+    verdict = job_verdict_json(judgement)
+    assert verdict is not None
+    assert list(verdict) == list(schema.JobVerdict.__struct_fields__)
+
+
+# ------------------------------------------------------------- the writer
+
+
+def test_the_json_keeps_its_keys_and_their_order() -> None:
+    """The order of the file (and of every object) is the structs' field order."""
+    doc = json.loads(schema.report_json(fixture_report()))
+    assert list(doc) == [
+        "schema", "aitop_version", "target", "job", "ranks", "job_verdict", "duration_s",
+        "attached_at", "evaluated_at", "window_s", "compute_device", "phases", "phase_span",
+        "steps_per_s", "steps_span", "steps_source", "step_windows", "bottleneck", "state",
+        "state_priorities", "states", "findings", "timeline", "metrics", "environment",
+        "probes", "probe_states", "waiting_for", "pending", "aitop", "warnings",
+        "interrupted",
+    ]
+    assert list(doc["bottleneck"]) == ["category", "judged", "summary", "lead_finding",
+                                       "evidence", "hardware_well_used", "hardware"]
+    assert list(doc["findings"][0]) == [
+        "id", "severity", "category", "title", "why", "evidence", "actions", "snippet",
+        "est_speedup", "est_speedup_range", "gain_method", "gain_ceiling",
+        "gain_explanation", "explains", "source", "rule", "fired_after_s",
+    ]
+    assert doc["job"] is None and doc["ranks"] == [] and doc["target"]["exit_status"] is None
+
+
+def test_a_built_report_validates_and_round_trips() -> None:
+    report = fixture_report()
+    text = schema.report_json(report)
+    assert errors_of(json.loads(text)) == []
+    assert schema.decode_report(json.loads(text)) == report
+
+
+def test_the_schema_rejects_what_no_aitop_writes() -> None:
+    doc = json.loads(schema.report_json(fixture_report()))
+    doc["findings"][0]["severity"] = "urgent"
+    del doc["metrics"]
+    doc["bottleneck"]["category"] = "slow"
+    errors = errors_of(doc)
+    assert any(e.startswith("findings/0/severity") for e in errors), errors
+    assert any("'metrics' is a required property" in e for e in errors), errors
+    assert any(e.startswith("bottleneck/category") for e in errors), errors
+
+
+def test_recorded_reports_of_both_versions_decode_and_the_2_one_validates() -> None:
+    for path in sorted(FIXTURES.glob("report-*.json")):
+        doc = json.loads(path.read_text())
+        report = schema.decode_report(doc)
+        assert report.schema == doc["schema"]
+        assert [f.id for f in report.findings] == [f["id"] for f in doc["findings"]]
+        if doc["schema"] == schema.SCHEMA:  # an older /2 aitop: no job or ranks yet
+            assert errors_of(doc) == [], path
+
+
+@pytest.mark.timeout(120)
+def test_a_real_replay_report_validates_against_the_shipped_schema(tmp_path: Path) -> None:
+    """The CLI's own ``--json`` bytes (a subprocess), not a struct built here."""
+    recording = tmp_path / "rec.json"
+    write_snapshot(recording, replay_source())
+    result = subprocess.run(
+        [sys.executable, "-m", "aitop.tui", "replay", "--headless", "--json", str(recording)],
+        capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert errors_of(doc) == []
+    assert doc["findings"] and doc["steps_source"] is not None
+
+
+@pytest.mark.attach
+def test_a_live_headless_report_validates_against_the_shipped_schema(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``aitop --pid P --headless --json`` of a real training job, py-spy attached."""
+    report = watched("data", tmp_path_factory.mktemp("data")).report
+    assert errors_of(report) == []
+    assert report["findings"] and report["steps_source"] is not None
+
+
+# ------------------------------------------------------------- the readers
+
+
+def minimal_report(**fields: Any) -> dict[str, Any]:
+    """What tests/test_diff.py gives ``aitop diff``: a hand-trimmed report/1."""
+    return {"schema": "aitop.report/1", "target": {"pid": 1, "cmdline": ["python"]},
+            "phases": None, "steps_per_s": None, "bottleneck": {"category": "none"},
+            "findings": [], **fields}
+
+
+def test_a_trimmed_report_1_still_reads_with_the_old_assumptions() -> None:
+    run = run_of_report(minimal_report(states=[{"id": "s1"}]), "old.json")
+    assert (run.pid, run.command, run.category, run.summary) == (1, "python", "none", "")
+    assert run.phases is None and run.steps.estimate is None and run.phase_samples == 0.0
+    assert run.states == (("s1", "s1"),)
+    assert run_of_report(minimal_report(target={}), "x").pid is None
+
+
+@pytest.mark.parametrize(("fields", "where"), [
+    ({"findings": 5}, "$.findings"),
+    ({"findings": [{"id": "a"}]}, "$.findings[0]"),
+    ({"step_windows": [[1, 2]]}, "$.step_windows[0]"),
+    ({"bottleneck": {"category": "slow"}}, "$.bottleneck.category"),
+])
+def test_a_damaged_report_is_one_line_saying_where(fields: dict[str, Any], where: str) -> None:
+    with pytest.raises(RunError) as caught:
+        run_of_report(minimal_report(**fields), "bad.json")
+    message = str(caught.value)
+    assert message.startswith("bad.json is a damaged aitop report (ValidationError: ")
+    assert where in message and message.endswith("write it again with --headless --json")
+    assert "\n" not in message
+
+
+def test_the_findings_gate_reads_the_struct(capsys: pytest.CaptureFixture[str]) -> None:
+    report = fixture_report()
+    severities = [f.severity for f in report.findings]
+    assert "high" in severities and "critical" not in severities
+    assert findings_gate(report, "critical") == 0
+    assert findings_gate(report, "high") == EXIT_GATE
+    line = capsys.readouterr().err.strip()
+    hits = [f for f in report.findings if f.severity == "high"]
+    assert line == (f"aitop: --fail-on high: {len(hits)} finding(s) at high or worse fire: "
+                    + ", ".join(f"{f.id} [high]" for f in hits))
+
+
+def test_the_struct_is_what_both_readers_see() -> None:
+    """``aitop diff FILE`` (decoded) and ``--baseline`` (the struct itself) agree."""
+    report = fixture_report()
+    from_file = run_of_report(msgspec.to_builtins(report), "r")
+    assert from_file == run_of_report(report, "r")
+    assert [f.id for f in from_file.findings] == [f.id for f in report.findings]
+    assert from_file.steps.estimate is not None and from_file.steps.windows > 2
