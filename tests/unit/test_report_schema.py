@@ -1,32 +1,23 @@
 """``aitop.report/2`` has one declaration (engine/reports/schema.py): writer, readers
 and the shipped JSON Schema follow it.
 
-All unit tests (no process, milliseconds) except two:
-``test_a_real_replay_report_validates_against_the_shipped_schema`` runs
-``aitop replay --headless --json`` in a subprocess (about a second), and
-``test_a_live_headless_report_validates_against_the_shipped_schema`` (marked
-``attach``) reads the data demo's watched run, shared with the scenario and diff
-tests (alone: a training job and 13 s of aitop attached).
+Real reports of the command validate too: a replay's in
+``cli/test_report_schema_cli.py``, a live run's in ``attach/test_report_schema_live.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, get_args
 
-import jsonschema
 import msgspec
 import pytest
 from aitop.engine.compare.gates import findings_gate
 from aitop.engine.compare.runs import RunError, run_of_report
 from aitop.engine.errors import EXIT_GATE
-from aitop.engine.headless.export import write_snapshot
 from aitop.engine.headless.report import report_of
 from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
 from aitop.engine.reports import schema
@@ -35,22 +26,10 @@ from aitop.knowledge import gains
 from aitop.knowledge.model import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
 from aitop.knowledge.ranks import judge_job, rank_view
 from aitop.probes import ranks as probe_ranks
-from demo_jobs import watched
-from fixtures.tui_session import replay_source
+from support.report_schema import errors_of, shipped_schema
+from support.tui_session import replay_source
 
-FIXTURES = Path(__file__).parent / "fixtures" / "selftest"
-
-
-def shipped_schema() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(schema.SCHEMA_FILE.read_text(encoding="utf-8"))
-    return data
-
-
-@functools.cache
-def validator() -> jsonschema.protocols.Validator:
-    meta = jsonschema.Draft202012Validator
-    meta.check_schema(shipped_schema())
-    return meta(shipped_schema())
+FIXTURES = Path(__file__).resolve().parents[1] / "support" / "selftest_data"
 
 
 def fixture_report() -> schema.Report:
@@ -59,11 +38,6 @@ def fixture_report() -> schema.Report:
     started = source.session.started_at or 0.0
     now = source.session.latest_time() or started
     return report_of(source, now, history[-1], RunFacts(now - started, 1.5, 30_000_000), started)
-
-
-def errors_of(doc: Any) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator().iter_errors(doc)]
 
 
 # ------------------------------------------------------------ the shipped file
@@ -174,28 +148,8 @@ def test_recorded_reports_of_both_versions_decode_and_the_2_one_validates() -> N
             assert errors_of(doc) == [], path
 
 
-@pytest.mark.timeout(120)
-def test_a_real_replay_report_validates_against_the_shipped_schema(tmp_path: Path) -> None:
-    """The CLI's own ``--json`` bytes (a subprocess), not a struct built here."""
-    recording = tmp_path / "rec.json"
-    write_snapshot(recording, replay_source())
-    result = subprocess.run(
-        [sys.executable, "-m", "aitop.tui", "replay", "--headless", "--json", str(recording)],
-        capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert errors_of(doc) == []
-    assert doc["findings"] and doc["steps_source"] is not None
 
 
-@pytest.mark.attach
-def test_a_live_headless_report_validates_against_the_shipped_schema(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """``aitop --pid P --headless --json`` of a real training job, py-spy attached."""
-    report = watched("data", tmp_path_factory.mktemp("data")).report
-    assert errors_of(report) == []
-    assert report["findings"] and report["steps_source"] is not None
 
 
 # ------------------------------------------------------------- the readers
