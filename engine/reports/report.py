@@ -370,7 +370,7 @@ def render_text(report: Report) -> str:
         f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none"
     )
     for i, f in enumerate(findings, 1):
-        lines.append(f"{i}. [{f.severity}] {f.title}  ({gain_text(f.gain)})")
+        lines.append(f"{i}. [{f.severity}] {f.title}  — {gain_text(f.gain)}")
         lines.append(f"   why: {f.why}")
         for action in f.actions:
             lines.append(f"   -> {action}")
