@@ -169,7 +169,7 @@ def test_rule_file_with_unknown_metric_names_file_and_line(tmp_path: Path) -> No
         "    source: {document: mine}\n",
     )
     result = run_aitop("--pid", str(os.getpid()), "--headless", "--rules", str(path))
-    assert_one_line_error(result, f"{path}:2:", "unknown metric gpu_utilisation_mean")
+    assert_one_line_error(result, f"{path}:3:", "unknown metric gpu_utilisation_mean")
     assert result.returncode == 2
 
 

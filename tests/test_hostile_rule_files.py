@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.expressions import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,
@@ -29,7 +30,6 @@ from aitop.knowledge.expressions import (
     names_in,
     render,
 )
-from aitop.knowledge.metrics import CATALOGUE
 from aitop.knowledge.yamlio import (
     MAX_ALIASES,
     MAX_DEPTH,
@@ -136,9 +136,9 @@ def test_a_non_utf8_byte(tmp_path: Path, target: subprocess.Popen[bytes]) -> Non
     ("field", "value", "message"),
     [
         ("why", "[a]", "'why' must be text, not a list"),
-        ("title", "[a, b]", "'title' must be str, not a list"),
-        ("title", "{a: 1}", "'title' must be str, not a mapping"),
-        ("title", "12", "'title' must be str, not int 12"),
+        ("title", "[a, b]", "'title' must be text, not a list"),
+        ("title", "{a: 1}", "'title' must be text, not a mapping"),
+        ("title", "12", "'title' must be text, not int 12"),
         ("snippet", "[pip install x]", "'snippet' must be text, not a list"),
         ("snippet", "{code: x}", "'snippet' must be text, not a mapping"),
     ],
@@ -146,8 +146,8 @@ def test_a_non_utf8_byte(tmp_path: Path, target: subprocess.Popen[bytes]) -> Non
 def test_a_text_field_of_the_wrong_type(
     tmp_path: Path, target: subprocess.Popen[bytes], field: str, value: str, message: str
 ) -> None:
-    path = _write(tmp_path, _rule(**{field: value}))
-    assert_refused(target, path, 2, message)
+    text = _rule(**{field: value})
+    assert_refused(target, _write(tmp_path, text), _line_of(text, f"{field}:"), message)
 
 
 def test_removable_that_is_not_a_number(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
@@ -159,13 +159,13 @@ def test_removable_that_is_not_a_number(tmp_path: Path, target: subprocess.Popen
 def test_an_expression_of_50000_terms(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
     expr = " + ".join(["phase_data_wait"] * 50_000) + " > 1"
     path = _write(tmp_path, _rule(expr=expr))
-    assert_refused(target, path, 2, f"condition is {len(expr):,} characters long",
+    assert_refused(target, path, 5, f"condition is {len(expr):,} characters long",
                    f"over the limit of {MAX_EXPR_CHARS:,}")
 
 
 def test_an_expression_of_100000_nots(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
     path = _write(tmp_path, _rule(expr="not " * 100_000 + "has_gpu"))
-    assert_refused(target, path, 2, "condition is 400,007 characters long")
+    assert_refused(target, path, 5, "condition is 400,007 characters long")
 
 
 @pytest.mark.parametrize(
@@ -178,8 +178,8 @@ def test_an_expression_of_100000_nots(tmp_path: Path, target: subprocess.Popen[b
 def test_a_format_spec_inside_an_expression(
     tmp_path: Path, target: subprocess.Popen[bytes], expr: str, message: str
 ) -> None:
-    path = _write(tmp_path, _rule(expr=expr))
-    assert_refused(target, path, 2, message)
+    text = _rule(expr=expr)
+    assert_refused(target, _write(tmp_path, text), _line_of(text, "expr:"), message)
 
 
 def _alias_bomb(levels: int = 9, width: int = 10) -> str:
@@ -222,16 +222,17 @@ def test_deep_nesting(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
 def test_a_huge_width_in_a_title_template(
     tmp_path: Path, target: subprocess.Popen[bytes]
 ) -> None:
-    path = _write(tmp_path, _rule(title='"{phase_samples:>300000000}"'))
-    assert_refused(target, path, 2, "format width 300000000",
+    text = _rule(title='"{phase_samples:>300000000}"')
+    assert_refused(target, _write(tmp_path, text), _line_of(text, "title:"),
+                   "format width 300000000",
                    f"over the limit of {MAX_FORMAT_WIDTH}")
 
 
 def test_a_huge_precision_in_an_action_template(
     tmp_path: Path, target: subprocess.Popen[bytes]
 ) -> None:
-    path = _write(tmp_path, _rule(actions='["now {phase_data_wait:.999999999f}"]'))
-    assert_refused(target, path, 2, "format precision")
+    text = _rule(actions='["now {phase_data_wait:.999999999f}"]')
+    assert_refused(target, _write(tmp_path, text), _line_of(text, "actions:"), "format precision")
 
 
 def test_a_file_over_the_size_cap(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
@@ -259,7 +260,7 @@ def test_a_control_character(tmp_path: Path, target: subprocess.Popen[bytes]) ->
         ("rules:\n  - just a name\n", 2, "each item of 'rules' must be a mapping"),
         ("phases: 5\n", 1, "'phases' must be a list of mappings"),
         ("phases:\n  - forward\n", 2, "each item of 'phases' must be a mapping"),
-        ("phases: []\nstep_counters: abc\n", 1, "'step_counters' must be a list of names"),
+        ("phases: []\nstep_counters: abc\n", 2, "'step_counters' must be a list of names"),
     ],
 )
 def test_a_section_of_the_wrong_shape(
