@@ -15,6 +15,7 @@ templates may not ask for widths or precisions over ``MAX_FORMAT_WIDTH``.
 from __future__ import annotations
 
 import ast
+import difflib
 import operator
 import re
 import string
@@ -241,7 +242,9 @@ class Condition:
         self.names = names_in(self.expr)
         unknown = sorted(n for n in self.names if n not in known)
         if unknown:
-            hint = "run `aitop metrics` for the list"
+            close = difflib.get_close_matches(unknown[0], [*known, *(named or {})], n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            hint += "run `aitop metrics` for the list"
             if named:
                 hint += f"; named conditions: {', '.join(sorted(named))}"
             raise ExpressionError(

@@ -12,7 +12,7 @@ a file that changes while aitop starts.
 Every problem of every file is reported at once (``KnowledgeError``, one
 ``file:line: ...`` per problem), as Prometheus' rule checker does.
 
-The result is cached per set of rule files (by path, size and modification time:
+The result is cached per set of rule files (by path and a digest of the content:
 an edited file is read again), so every caller in a process shares one object.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -44,7 +44,14 @@ from .rules_reader import (
 )
 from .schema import Reader, in_order
 from .targets import Target
-from .yamlio import KnowledgeError, Located, Problem, load_yaml_file, load_yaml_text
+from .yamlio import (
+    MAX_FILE_BYTES,
+    KnowledgeError,
+    Located,
+    Problem,
+    load_yaml_file,
+    load_yaml_text,
+)
 
 PACKAGED_RULES = "rules.yaml"
 PACKAGED_PHASES = "phases.yaml"
@@ -75,12 +82,14 @@ def load_knowledge_base(rule_files: Iterable[Path] = ()) -> KnowledgeBase:
     return _load(tuple((str(p), _stamp(p)) for p in paths))
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
+def _stamp(path: Path) -> str | None:
+    """What the file holds, for the cache key (a modification time can repeat within
+    the file system's clock tick; the content cannot look the same and differ)."""
     try:
-        stat = os.stat(path)
+        with path.open("rb") as handle:
+            return hashlib.blake2b(handle.read(MAX_FILE_BYTES + 1), digest_size=16).hexdigest()
     except OSError:
         return None  # reading it says why
-    return stat.st_mtime_ns, stat.st_size
 
 
 def _packaged(name: str) -> str:
@@ -88,7 +97,7 @@ def _packaged(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(key: tuple[tuple[str, tuple[int, int] | None], ...]) -> KnowledgeBase:
+def _load(key: tuple[tuple[str, str | None], ...]) -> KnowledgeBase:
     problems: list[Problem] = []
     documents = documents_text(
         _packaged(PACKAGED_DOCUMENTS),
@@ -145,7 +154,7 @@ def _combine(
         if r.file != PACKAGED_PHASES:
             rule_files.append(r.file)
     ruleset, targets = _merge_rules(sections, context, rule_files)
-    problems += _dangling_explains(ruleset.rules)
+    problems += _dangling_explains(ruleset.rules) + _conditionless(ruleset.states)
     for r, _doc in read:
         problems += r.problems
     if problems:
@@ -185,6 +194,13 @@ def _over(earlier: StateSpec | None, later: StateSpec) -> StateSpec:
                                given=earlier.given | later.given, **changed)
 
 
+def _conditionless(states: Iterable[StateSpec]) -> list[Problem]:
+    """States that no file gave a condition (a row of its own needs one)."""
+    return [Problem(f"state '{s.id}': give 'expr' or 'measured_by' (the documents' own "
+                    "conditions)", s.file, s.line)
+            for s in states if not {"expr", "measured_by"} & s.given]
+
+
 def _dangling_explains(rules: Iterable[Rule]) -> list[Problem]:
     """``explains`` naming a rule no file defines (checked once all files are merged)."""
     rules = list(rules)
@@ -208,5 +224,7 @@ def rules_in_document(doc: Any) -> RuleSet:
         + read_conditions(r, top))
     r.use(Context(named, packaged.documents))
     section = read_rule_sections(r, top)
+    packaged_states = {s.id for s in packaged.rules.states}
+    r.problems += _conditionless(s for s in section.states if s.id not in packaged_states)
     r.done()
     return RuleSet(tuple(section.rules), tuple(section.states), (file,), named)

@@ -411,9 +411,12 @@ def _state(r: RulesReader, node: Located, what: str) -> StateSpec:
     r.keys(node, what, ("id",), STATE_KEYS)
     row = next((p for p in r.context.documents.priority_framework if p.id == state_id), None)
     thresholds: tuple[Threshold, ...] = ()
-    if ("expr" in node) == ("measured_by" in node):
-        r.report(node, f"{what}: give 'expr' or 'measured_by' (the documents' own conditions)")
+    if "expr" in node and "measured_by" in node:
+        r.report(node, f"{what}: give 'expr' or 'measured_by' (the documents' own conditions), "
+                       "not both")
         condition = _UNREADABLE
+    elif "expr" not in node and "measured_by" not in node:
+        condition = _UNREADABLE  # a change to an earlier file's row (the loader checks)
     elif "expr" in node:
         condition = r.condition(node, "expr", what)
     else:
