@@ -98,6 +98,8 @@ def _packaged(name: str) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _load(key: tuple[tuple[str, str | None], ...]) -> KnowledgeBase:
+    """The knowledge base for rule files ``(path, digest)``: the packaged files are
+    aitop's own and must read cleanly; the user's are collected, problems and all."""
     problems: list[Problem] = []
     documents = documents_text(
         _packaged(PACKAGED_DOCUMENTS),
@@ -136,7 +138,7 @@ def _combine(
     named: list[NamedCondition] = []
     placeholder = Context({}, documents)
     for index, (file, doc) in enumerate(files):
-        r = rules_reader.rules_reader(file, placeholder)
+        r = rules_reader.RulesReader(file, placeholder)
         top = _top_level(r, doc, user=index >= user_from)
         if top is None:
             problems += r.problems
@@ -214,7 +216,7 @@ def rules_in_document(doc: Any) -> RuleSet:
     knowledge base (its named conditions and documents), for checking one file."""
     packaged = load_knowledge_base()
     file = doc.file if isinstance(doc, Located) else "<string>"
-    r = rules_reader.rules_reader(file, Context(packaged.rules.conditions, packaged.documents))
+    r = rules_reader.RulesReader(file, Context(packaged.rules.conditions, packaged.documents))
     top = _top_level(r, doc, user=True)
     if top is None:
         r.done()

@@ -467,7 +467,3 @@ def read_rule_sections(r: RulesReader, doc: Located) -> RulesRead:
         name, target = _target(r, m, label)
         out.targets[name] = target
     return out
-
-
-def rules_reader(file: str, context: Context) -> RulesReader:
-    return RulesReader(file, context)
