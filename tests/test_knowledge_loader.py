@@ -179,3 +179,22 @@ def test_one_file_is_read_against_the_packaged_conditions(tmp_path: Path) -> Non
                   "    source: {document: diagnose}\n")
     ruleset = rules_in_document(load_yaml_file(path))
     assert ruleset.rules[0].condition.expr == "phase_other > 0.5 and phase_samples >= 20"
+
+
+def test_the_documents_reader_reports_every_problem_too(tmp_path: Path) -> None:
+    """Same reader, same dialect: two mistakes in documents.yaml are two located lines."""
+    from aitop.knowledge import documents as kdoc
+    from aitop.knowledge.documents_reader import read_documents
+
+    text = (Path(kdoc.__file__).parent / "data" / "documents.yaml").read_text(encoding="utf-8")
+    first = text.index("category: data_loading")
+    second = text.index('op: "<", value: 70,')
+    broken = (text[:first] + "category: gpu_starved" + text[first + 22 : second]
+              + 'op: "<", value: "70%",' + text[second + 19 :])
+    path = _write(tmp_path, broken, "documents.yaml")
+    with pytest.raises(KnowledgeError) as info:
+        read_documents(path)
+    lines = [text.count("\n", 0, at) + 1 for at in (first, second)]
+    assert [(p.line, p.file) for p in info.value.problems] == [(n, str(path)) for n in lines]
+    assert "unknown category 'gpu_starved'" in info.value.problems[0].message
+    assert "malformed number '70%'" in info.value.problems[1].message

@@ -16,7 +16,13 @@ from typing import Any
 
 from aitop.engine.live.source import DataSource, RankPeer
 from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import JobJudgement, RankView, judge_ranks, rank_view
+from aitop.knowledge.straggler import (
+    HOLDS_BACK,
+    JobJudgement,
+    RankView,
+    judge_ranks,
+    rank_view,
+)
 from aitop.probes.session import Session
 
 
@@ -61,7 +67,10 @@ def judge(source: DataSource, now: float, lead: Diagnosis | None) -> JobJudgemen
     if not peers:
         return None
     own = rank_view(rank_label(source), source.session.target_pid, lead)
-    return judge_ranks([own, *peer_views(peers, now)])
+    # Live, the cut is the lead evaluator's knowledge base's (--rules may move it).
+    evaluator = getattr(source, "evaluator", None)
+    holds_back = evaluator.knowledge.rules.conditions.get(HOLDS_BACK) if evaluator else None
+    return judge_ranks([own, *peer_views(peers, now)], holds_back)
 
 
 @dataclass(frozen=True)
