@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 
 from aitop.probes.session import PHASES
 
+from .catalogue import CATALOGUE
+from .documents import Threshold
 from .expressions import render
 from .facts import Facts
 from .gains import estimate_gain
-from .metrics import CATALOGUE
 from .model import COLLECTING, SEVERITIES, Citation, Diagnosis, Evidence, Finding, StateMatch
 from .rules import FRAMEWORKS, Rule, RuleEngine, RuleSet
-from .targets import Target, judge, target_for
+from .targets import Target, target_for, target_status
 
 __all__ = ["Diagnoser", "Facts", "build_finding", "estimate_gain", "rank"]
 
@@ -54,7 +55,7 @@ def evidence_for(
                 value=value,
                 display=display(name, value),
                 target=target.text if target else None,
-                status=judge(value, target),
+                status=target_status(value, target),
             )
         )
     return tuple(out)
@@ -193,42 +194,39 @@ def rank(
     )
 
 
-def hardware_use(metrics: Mapping[str, float | None]) -> tuple[bool | None, str]:
+_WORDS = {"<": "below", "<=": "at most", ">": "above", ">=": "at least"}
+
+
+def hardware_use(
+    metrics: Mapping[str, float | None], band: Sequence[Threshold] = ()
+) -> tuple[bool | None, str]:
     """Whether the computing hardware is well used, said apart from the bottleneck.
 
-    The documents: above 85 % GPU utilisation "the GPU is already well-utilized;
-    further gains come from memory, storage, distribution". Without a GPU the
-    same question is asked of the CPU cores the job may use.
+    ``band`` is the documents' own condition for it, the priority framework's row
+    marked ``well_used`` (GPU utilisation above 85 %: "the GPU is already
+    well-utilized; further gains come from memory, storage, distribution").
+    Without a GPU the same band is asked of the share of the CPU cores the job
+    may use that it keeps busy.
     """
+    if not band:
+        return None, ""
+    target = " and ".join(f"{_WORDS[t.op]} {t.value:g}%" for t in band)
     if metrics.get("has_gpu") == 1.0:
         util = metrics.get("gpu_util_mean")
         if util is None:
             return None, ""
-        if util >= 85:
+        if all(t.holds(util) for t in band):
             return True, (f"GPU well used ({util:.0f}% busy): further gains come from "
                           "doing the arithmetic more efficiently, memory, storage, distribution")
-        return False, f"GPU underused ({util:.0f}% busy; target above 85%)"
+        return False, f"GPU underused ({util:.0f}% busy; target {target})"
     cores = metrics.get("cpu_count")
     used = metrics.get("proc_cpu_mean")
     if cores is None or used is None or not cores:
         return None, ""
     busy = used / 100.0
-    if busy >= 0.85 * cores:
+    if all(t.holds(100.0 * busy / cores) for t in band):
         return True, f"CPU cores well used ({busy:.1f} of {cores:.0f} busy with this job)"
     return False, f"CPU cores underused ({busy:.1f} of {cores:.0f} busy with this job)"
-
-
-#: Priority-framework rows that come last unless memory is the bottleneck.
-VRAM_STATES = frozenset({"running_out_of_vram"})
-#: Rows about GPU utilisation (not shown without a GPU).
-GPU_STATES = frozenset({"gpu_util_below_70", "gpu_util_70_85", "gpu_util_above_85"})
-#: The row each bottleneck category belongs to, shown first.
-CATEGORY_STATE = {
-    "data_loading": "high_data_loading_latency",
-    "io": "high_data_loading_latency",
-    "memory": "running_out_of_vram",
-    "communication": "poor_multi_gpu_scaling",
-}
 
 
 class Diagnoser:
@@ -300,6 +298,7 @@ class Diagnoser:
             f"{render(rule.title, metrics, words)} (held {held:.0f} s of its {rule.for_s:g} s)"
             for rule, held in self.engine.pending(now) if rule.bottleneck
         )
+        category: str  # a Category, or what a diagnosis says before it can judge
         if top is not None:
             category, summary = top.category, top.title
         elif pending:
@@ -311,7 +310,7 @@ class Diagnoser:
         else:
             category = COLLECTING
             summary = "Collecting: no stack samples yet"
-        well_used, hardware = hardware_use(metrics)
+        well_used, hardware = hardware_use(metrics, self.ruleset.well_used_band())
         return Diagnosis(
             t=now,
             window_s=float(metrics.get("window_s") or 0.0),
@@ -337,13 +336,14 @@ class Diagnoser:
         The row follows the bottleneck, not the other way round: a data-starved
         job whose allocator fills the GPU's memory is in "high data loading
         latency" first; "running out of VRAM" leads only when memory is the
-        bottleneck (NVML counts the allocator's cache as used). GPU-utilisation
-        rows are not shown for a job without a GPU (the compute share is no
-        stand-in for them).
+        bottleneck (NVML counts the allocator's cache as used). Which row leads
+        for which category, which come last and which need a GPU is the rule
+        file's (``leads_for``, ``last``, ``gpu_only``).
         """
         out = []
+        order: dict[str, int] = {}
         for spec in self.ruleset.states:
-            if spec.id in GPU_STATES and metrics.get("has_gpu") != 1.0:
+            if spec.gpu_only and metrics.get("has_gpu") != 1.0:
                 continue
             try:
                 matched = spec.condition.evaluate(metrics)
@@ -362,12 +362,7 @@ class Diagnoser:
                     ),
                 )
             )
-        first = CATEGORY_STATE.get(category or "")
-
-        def order(state: StateMatch) -> int:
-            if state.id == first:
-                return 0
-            return 2 if state.id in VRAM_STATES else 1
-
-        out.sort(key=order)  # stable: rows of equal order keep the file's order
+            leads = category is not None and category in spec.leads_for
+            order[spec.id] = 0 if leads else (2 if spec.last else 1)
+        out.sort(key=lambda state: order[state.id])  # stable: equal rows keep the file's order
         return tuple(out)

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from aitop.probes.session import Session
 
+from .catalogue import SCALARS, SERIES
 from .diagnosis import Diagnoser
-from .facts import Facts
-from .metrics import SCALARS, SERIES, compute_metrics, compute_words
+from .loader import KnowledgeBase
+from .metrics import compute_metrics, compute_words
 from .model import COLLECTING, UNKNOWN, Diagnosis
 from .packed_metrics import PackedMetrics
-from .ranks import JobJudgement, RankView, judge_job, rank_view
-from .rules import RuleSet
+from .straggler import HOLDS_BACK, JobJudgement, RankView, judge_ranks, rank_view
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
 DEFAULT_WINDOW_S = 20.0
@@ -62,13 +62,13 @@ class Evaluator:
     def __init__(
         self,
         session: Session,
-        ruleset: RuleSet,
-        facts: Facts,
+        knowledge: KnowledgeBase,
         window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self.session = session
         self.window_s = window_s
-        self.diagnoser = Diagnoser(ruleset, facts)
+        self.knowledge = knowledge
+        self.diagnoser = Diagnoser(knowledge.rules, knowledge.facts)
         self._history: deque[Diagnosis] = deque(maxlen=HISTORY)
         self._published = Published()
         #: The job's other ranks, each as its own evaluator last saw it; set for
@@ -88,7 +88,8 @@ class Evaluator:
             kept = self._last_live_verdict(now)
             if kept is not None:
                 return kept
-            metrics = compute_metrics(self.session, now, self.window_s)
+            metrics = compute_metrics(self.session, now, self.window_s,
+                                      self.knowledge.phases.helper_threads)
             words = compute_words(self.session, now, self.window_s)
             if self.peers is not None:
                 self._judge_job(metrics, words)
@@ -112,7 +113,8 @@ class Evaluator:
             rank_view(label, pid, self.latest()),
             comm_share=metrics.get("comm_share"), steps_per_s=metrics.get("steps_per_s"),
         )
-        judgement = judge_job([own, *self.peers()])
+        judgement = judge_ranks([own, *self.peers()],
+                                self.knowledge.rules.conditions.get(HOLDS_BACK))
         metrics.update(judgement.metrics())
         words.update(judgement.words())
         self.judgement = judgement

@@ -15,6 +15,7 @@ templates may not ask for widths or precisions over ``MAX_FORMAT_WIDTH``.
 from __future__ import annotations
 
 import ast
+import difflib
 import operator
 import re
 import string
@@ -121,6 +122,57 @@ def names_in(expr: str) -> set[str]:
     }
 
 
+def _offset(lines: list[str], lineno: int, col: int) -> int:
+    """Character offset of an ``ast`` position (its column counts UTF-8 bytes)."""
+    before = sum(len(line) + 1 for line in lines[: lineno - 1])
+    return before + len(lines[lineno - 1].encode("utf-8")[:col].decode("utf-8", "ignore"))
+
+
+#: What a named condition may be written out as without brackets: atoms anywhere.
+_ATOMS = (ast.Name, ast.Constant, ast.Call)
+
+
+def _needs_brackets(text: str, parent: ast.AST | None) -> bool:
+    """Whether ``text`` put where a name stood, under ``parent``, would change meaning.
+
+    Under ``and``/``or`` any comparison or arithmetic binds tighter, so
+    ``rate > 1 and enough_samples`` reads ``rate > 1 and phase_samples >= 20``;
+    only a nested ``and``/``or`` needs brackets there (and, for the reader,
+    anything but an atom after ``not``).
+    """
+    top = parse_bounded(text).body
+    if isinstance(top, _ATOMS) or isinstance(parent, ast.Expression):
+        return False
+    return not isinstance(parent, ast.BoolOp) or isinstance(top, (ast.BoolOp, ast.IfExp))
+
+
+def expand(expr: str, named: Mapping[str, str]) -> str:
+    """``expr`` with every named condition it uses written out in full.
+
+    The text is replaced in place, not printed again from the syntax tree, so the
+    rest of the condition reads exactly as its author wrote it.
+    """
+    tree = parse_bounded(expr)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    lines = expr.split("\n")
+    spans: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name) or node.id not in named:
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            continue
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        text = named[node.id]
+        spans.append((_offset(lines, node.lineno, node.col_offset),
+                      _offset(lines, node.end_lineno, node.end_col_offset),
+                      f"({text})" if _needs_brackets(text, parent) else text))
+    out = expr
+    for start, end, text in sorted(spans, reverse=True):
+        out = out[:start] + text + out[end:]
+    return out
+
+
 class _UnknownValue(Exception):
     """Raised by any use of an unknown metric inside a condition."""
 
@@ -174,16 +226,29 @@ OPERATORS: dict[type, Any] = {**DEFAULT_OPERATORS, ast.Pow: _power, ast.Mod: _mo
 
 
 class Condition:
-    """A parsed condition, checked against the known metric names."""
+    """A parsed condition, checked against the known metric names.
 
-    def __init__(self, expr: str, known: Mapping[str, object]) -> None:
-        self.expr = expr.strip()
+    ``named`` maps names of shared conditions (a rule file's ``conditions:``) to
+    their metric-only text; a condition that uses one is stored written out
+    (``expr``), so evaluation, the UI and the PromQL export see metrics only,
+    while ``written`` keeps it as its author wrote it.
+    """
+
+    def __init__(
+        self, expr: str, known: Mapping[str, object], named: Mapping[str, str] | None = None
+    ) -> None:
+        self.written = expr.strip()
+        self.expr = expand(self.written, named) if named else self.written
         self.names = names_in(self.expr)
         unknown = sorted(n for n in self.names if n not in known)
         if unknown:
+            close = difflib.get_close_matches(unknown[0], [*known, *(named or {})], n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            hint += "run `aitop metrics` for the list"
+            if named:
+                hint += f"; named conditions: {', '.join(sorted(named))}"
             raise ExpressionError(
-                f"unknown metric {', '.join(unknown)} in '{self.expr}' "
-                "(run `aitop metrics` for the list)"
+                f"unknown metric {', '.join(unknown)} in '{_clip(self.written, 200)}' ({hint})"
             )
         self._evaluator = SimpleEval(
             operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={}

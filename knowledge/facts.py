@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from .documents import Effect, KnowledgeDocuments, MetricTarget, Technique, load_documents
+from .documents import Effect, KnowledgeDocuments, MetricTarget, Technique
 from .model import Citation
 from .targets import Target
 
@@ -42,30 +41,12 @@ class Facts:
     documents: Mapping[str, str] = field(default_factory=dict)  # id -> title
 
 
-
 #: Which rule metrics each of the documents' key metrics governs, and the
 #: factor from the document's unit to the metric's (percent -> fraction).
 METRIC_NAMES: dict[str, tuple[tuple[str, float], ...]] = {
     "gpu_utilization": (("gpu_util", 1.0), ("accel_util", 1.0)),
     "gpu_memory_usage": (("gpu_mem_used", 1.0),),
     "data_loading_time": (("phase_data_wait", 0.01),),
-}
-
-#: Targets aitop adds where the documents give no number; labelled as such.
-AITOP_TARGETS: dict[str, Target] = {
-    "phase_checkpoint": Target(None, 0.05, "< 5 % of step time", "aitop default"),
-    "phase_other": Target(None, 0.30, "< 30 % of step time", "aitop default"),
-    "phase_sync": Target(None, 0.10, "< 10 % of step time", "aitop default"),
-    "host_ram_used": Target(None, 90.0, "< 90 % of RAM", "aitop default"),
-    "host_swap_used": Target(None, 10.0, "< 10 % of swap", "aitop default"),
-    "host_iowait": Target(None, 10.0, "< 10 % of CPU time", "aitop default"),
-    "host_cpu": Target(None, 90.0, "< 90 %", "aitop default"),
-    "disk_busy": Target(None, 80.0, "< 80 % busy", "aitop default"),
-    "worker_cpu_max": Target(None, 80.0, "< 80 % of a core", "aitop default"),
-    "network_fs": Target(None, 0.0, "local disk (documents: local NVMe)", "diagnose"),
-    "pin_memory": Target(1.0, None, "on (pin_memory=True)", "diagnose"),
-    "num_workers": Target(1.0, None, "> 0 workers", "optimize"),
-    "cpu_headroom": Target(None, 1.5, "compute uses the cores it has", "aitop default"),
 }
 
 
@@ -138,9 +119,13 @@ def _targets_from(metric: MetricTarget) -> dict[str, Target]:
     return out
 
 
-def facts_from(docs: KnowledgeDocuments) -> Facts:
+def facts_from(
+    docs: KnowledgeDocuments, own_targets: Mapping[str, Target] | None = None
+) -> Facts:
+    """The facts a diagnosis needs; ``own_targets`` (rule files' ``targets:``) are
+    aitop's where the documents give no number, and the documents' win over them."""
     titles = {d.id: d.title for d in docs.documents}
-    targets: dict[str, Target] = dict(AITOP_TARGETS)
+    targets: dict[str, Target] = dict(own_targets or {})
     for metric in docs.metrics:
         targets.update(_targets_from(metric))
     return Facts(
@@ -152,9 +137,3 @@ def facts_from(docs: KnowledgeDocuments) -> Facts:
         targets=targets,
         documents=titles,
     )
-
-
-@lru_cache(maxsize=1)
-def load_facts() -> Facts:
-    """Facts from the packaged knowledge base (cached: it never changes at runtime)."""
-    return facts_from(load_documents())

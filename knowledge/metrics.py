@@ -1,21 +1,16 @@
-"""The metric catalogue: every name a rule may use, and how it is computed.
+"""Computing the catalogue's metrics from a session's samples, one window at a time.
 
-Rules are written over flat names (``gpu_util_mean``, ``phase_data_wait``), so a
-rule file can be checked at load time: a name that is not in the catalogue is an
-error with file and line. Series metrics are sampled every tick and summarised
-over the window with each aggregate (``_mean``, ``_p5``, ``_p95``, ``_last``,
-``_min``, ``_max``, ``_stdev``, ``_trend`` per minute); scalar metrics are one
-number per window. A metric that cannot be known (no GPU, no step counter) is
-``None``, and a rule that needs it waits instead of guessing.
+Every name in ``catalogue.CATALOGUE`` gets a value here for the window ending at
+``now``. A metric that cannot be known (no GPU, no step counter) is ``None``, and
+a rule that needs it waits instead of guessing.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from aitop.probes.process_tree import PIN_THREAD_NAME
 from aitop.probes.samples import (
     GpuDevice,
     GpuSample,
@@ -30,7 +25,9 @@ from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
 
 from .capacity import suggested_workers
-from .ranks import comm_metrics
+from .catalogue import AGGREGATES
+from .loader import load_knowledge_base
+from .straggler import comm_metrics
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
 #: not look like a 10 % stall just because it fell inside a 20 s window.
@@ -38,19 +35,9 @@ LONG_WINDOW_S = 300.0
 #: Window for steps/s: the loop counter is read every 5 s, so 30 s gives ~6 readings.
 STEPS_WINDOW_S = 30.0
 
-AGGREGATES: tuple[str, ...] = ("mean", "p5", "p95", "last", "min", "max", "stdev", "trend")
-
 #: hw_slowdown alone is not counted: the driver raises it for power brakes too.
 THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
 POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    name: str
-    unit: str
-    description: str
-    series: bool
 
 
 def _pct(part: float | None, whole: float | None) -> float | None:
@@ -138,21 +125,19 @@ def _worker_max_cpu(sample: ProcessTreeSample) -> float | None:
 BUSY_THREAD_PERCENT = 10.0
 
 
-#: Thread names (prefixes of the kernel's 15-character ``comm``) of helpers that
-#: are busy without being compute parallelism: gloo's and NCCL's communication
-#: threads in a DDP rank (gloo_tcp_loop took 18 % of a core in the ddp demo, and
-#: a rank read as "2 busy compute threads" for torch.set_num_threads(1)) and the
-#: DataLoader's pin-memory thread.
-HELPER_THREAD_PREFIXES = ("gloo", "pt_gloo", "pt_nccl", "NCCL", "nccl", PIN_THREAD_NAME)
+def _main_busy_threads(
+    sample: ProcessTreeSample, helpers: tuple[str, ...] = ()
+) -> float | None:
+    """How many of the main process's threads are busy computing (parallelism in use).
 
-
-def _main_busy_threads(sample: ProcessTreeSample) -> float | None:
-    """How many of the main process's threads are busy computing (parallelism in use)."""
+    ``helpers``: name prefixes of threads busy without being compute parallelism
+    (phases.yaml ``helper_threads``: communication, pin memory).
+    """
     main = sample.main
     if main is None or not main.threads or not sample.alive:
         return None
     known = [t.cpu_percent for t in main.threads
-             if t.cpu_percent is not None and not t.name.startswith(HELPER_THREAD_PREFIXES)]
+             if t.cpu_percent is not None and not t.name.startswith(helpers)]
     if not known:
         return None
     return float(sum(1 for c in known if c >= BUSY_THREAD_PERCENT))
@@ -181,163 +166,35 @@ def _host_load(sample: HostSample) -> float | None:
     return None if sample.load1 is None else sample.load1 / max(sample.cpu_count, 1)
 
 
-#: Series metrics: (name, ring attribute, value function, unit, description).
-SERIES: tuple[tuple[str, str, Callable[..., float | None], str, str], ...] = (
-    ("gpu_util", "gpu", _gpu(lambda d: d.util_percent), "%",
-     "GPU utilisation: share of time a kernel was running (NVML)"),
-    ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes)), "%",
-     "GPU memory used, % of capacity"),
-    ("gpu_temp_margin", "gpu", _gpu(_temp_margin), "°C",
-     "degrees below the GPU's slowdown threshold (83 °C if the driver does not say)"),
-    ("gpu_power", "gpu", _gpu(lambda d: _pct(d.power_w, d.power_limit_w)), "%",
-     "power draw, % of the enforced limit"),
-    ("gpu_sm_clock", "gpu", _gpu(lambda d: _pct(d.sm_clock_mhz, d.sm_clock_max_mhz)), "%",
-     "SM clock, % of its maximum"),
-    ("gpu_pcie_rx", "gpu", _gpu(lambda d: _mb(d.pcie_rx_bps)), "MB/s",
-     "PCIe host-to-GPU traffic"),
-    ("host_cpu", "host", lambda s: s.cpu_percent, "%", "whole-machine CPU utilisation"),
-    ("host_iowait", "host", lambda s: s.iowait_percent, "%", "CPU time waiting on I/O"),
-    ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes), "%",
-     "system RAM used"),
-    ("host_swap_used", "host", lambda s: _swap_pct(s), "%",
-     "swap used (0 when the machine has no swap)"),
-    ("host_load_per_core", "host", _host_load, "", "1-minute load average per core"),
-    ("proc_cpu", "processes", _tree_sum(lambda p: p.cpu_percent), "% of a core",
-     "CPU of the whole target tree (main process and workers)"),
-    ("main_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "main"), "% of a core",
-     "CPU of the main training process"),
-    ("main_busy_threads", "processes", _main_busy_threads, "threads",
-     "threads of the main process keeping at least 10 % of a core busy"),
-    ("workers_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "worker"), "% of a core",
-     "CPU of all DataLoader workers together"),
-    ("worker_cpu_max", "processes", _worker_max_cpu, "% of a core",
-     "CPU of the busiest DataLoader worker"),
-    ("main_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent, "main"),
-     "% of a core",
-     "time the main process's main thread was runnable but waiting for a CPU (contention)"),
-    ("worker_cpu_wait", "processes", _worker_cpu_wait, "% of a core",
-     "time the average DataLoader worker was runnable but waiting for a CPU (contention)"),
-    ("worker_blocked", "processes", _worker_blocked, "%",
-     "time the average DataLoader worker neither ran nor waited for a CPU: asleep on its "
-     "reads or a lock"),
-    ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes)), "MB",
-     "resident memory of the target tree"),
-    ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps)), "MB/s",
-     "bytes the target tree reads from storage"),
-    ("proc_write", "processes", _tree_sum(lambda p: _mb(p.write_bps)), "MB/s",
-     "bytes the target tree writes to storage"),
-    ("disk_read", "storage", _mounts(lambda m: _mb(m.read_bps)), "MB/s",
-     "read rate of the busiest disk behind the target's files"),
-    ("disk_write", "storage", _mounts(lambda m: _mb(m.write_bps)), "MB/s",
-     "write rate of the busiest disk behind the target's files"),
-    ("disk_busy", "storage", _mounts(lambda m: m.busy_percent), "%",
-     "busy time of the busiest disk behind the target's files"),
+#: How each series metric of the catalogue is sampled: (name, ring attribute,
+#: value function); the catalogue's ``SERIES`` says what each one means.
+SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
+    ("gpu_util", "gpu", _gpu(lambda d: d.util_percent)),
+    ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes))),
+    ("gpu_temp_margin", "gpu", _gpu(_temp_margin)),
+    ("gpu_power", "gpu", _gpu(lambda d: _pct(d.power_w, d.power_limit_w))),
+    ("gpu_sm_clock", "gpu", _gpu(lambda d: _pct(d.sm_clock_mhz, d.sm_clock_max_mhz))),
+    ("gpu_pcie_rx", "gpu", _gpu(lambda d: _mb(d.pcie_rx_bps))),
+    ("host_cpu", "host", lambda s: s.cpu_percent),
+    ("host_iowait", "host", lambda s: s.iowait_percent),
+    ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes)),
+    ("host_swap_used", "host", lambda s: _swap_pct(s)),
+    ("host_load_per_core", "host", _host_load),
+    ("proc_cpu", "processes", _tree_sum(lambda p: p.cpu_percent)),
+    ("main_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "main")),
+    ("main_busy_threads", "processes", _main_busy_threads),
+    ("workers_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "worker")),
+    ("worker_cpu_max", "processes", _worker_max_cpu),
+    ("main_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent, "main")),
+    ("worker_cpu_wait", "processes", _worker_cpu_wait),
+    ("worker_blocked", "processes", _worker_blocked),
+    ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes))),
+    ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps))),
+    ("proc_write", "processes", _tree_sum(lambda p: _mb(p.write_bps))),
+    ("disk_read", "storage", _mounts(lambda m: _mb(m.read_bps))),
+    ("disk_write", "storage", _mounts(lambda m: _mb(m.write_bps))),
+    ("disk_busy", "storage", _mounts(lambda m: m.busy_percent)),
 )
-
-SCALARS: tuple[tuple[str, str, str], ...] = (
-    ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
-    ("gpu_count", "", "number of GPUs NVML sees"),
-    ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
-    ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),
-    ("gpu_throttle_thermal", "fraction", "share of the window with thermal clock slowdown"),
-    ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
-    *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),
-    ("phase_compute", "fraction", "forward + backward + optimizer"),
-    ("phase_device", "fraction",
-     "forward + backward + optimizer, plus host-device sync when there is a GPU (the sync "
-     "is the GPU finishing queued work): the time the accelerator's work sets the pace"),
-    ("phase_eval_long", "fraction",
-     "share of time in evaluation passes over the last 5 minutes (validation runs in bursts)"),
-    ("phase_checkpoint_long", "fraction",
-     "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
-    ("phase_samples", "samples", "stack samples behind the phase fractions"),
-    ("accel_util", "%",
-     "GPU utilisation when there is a GPU; without one, the training thread's share of "
-     "time in forward/backward/optimizer (compute then means the CPU)"),
-    ("steps_per_s", "1/s", "training steps per second, from the loop counter"),
-    ("step_time", "s", "seconds per training step"),
-    ("cpu_headroom", "x",
-     "CPUs the target may use / busy threads of the main process: how much wider CPU "
-     "compute could go"),
-    ("num_workers", "", "DataLoader worker processes"),
-    ("free_cores", "cores",
-     "CPU cores the job could still use: allowed cores minus the tree's CPU, and no more "
-     "than the machine has idle"),
-    ("suggested_threads", "",
-     "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
-    ("suggested_workers", "",
-     "DataLoader workers that would use the free cores (now + free cores / cores per worker)"),
-    ("data_from_queue", "0/1",
-     "1 when the training thread's data waits are spent on a queue or pipe another thread "
-     "or process fills (a hand-written prefetcher)"),
-    ("data_in_own_code", "0/1",
-     "1 when the data waits run the job's own code beneath the loop's fetch statement "
-     "(a generator or iterator producing batches in the training thread)"),
-    ("producer_busy", "fraction",
-     "share of samples the busiest other thread of the target spent working, not waiting"),
-    ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
-    ("training_thread_cpu", "% of a core", "CPU of the training thread itself"),
-    ("busy_python_threads", "threads",
-     "Python threads besides the training thread keeping >= 10 % of a core busy (the rest of "
-     "the main process's busy threads are native: intra-op compute)"),
-    ("uses_lightning", "0/1", "1 when PyTorch Lightning's frames drive the loop"),
-    ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
-    ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
-    ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
-    ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
-    ("local_ranks", "",
-     "ranks of the target's job on this machine (1 for a single-process job, or when the "
-     "job was not looked for, as in older recordings)"),
-    ("comm_hidden", "fraction",
-     "share of wall time a CPU rank's training thread was blocked inside forward/backward/"
-     "optimizer (neither running nor queued for a CPU): DDP's gradient all-reduce waiting for "
-     "the other ranks; unknown on GPU ranks and single processes"),
-    ("comm_share", "fraction",
-     "share of wall time this rank communicates or waits for the other ranks: phase_comm plus "
-     "comm_hidden"),
-    ("ranks_watched", "", "ranks of the job whose communication share is known"),
-    ("job_comm_share", "fraction", "mean communication share over the watched ranks"),
-    ("straggler_score", "",
-     "the straggler's score: the fastest rank's own work per step over the straggler's (own "
-     "work = time not waiting for other ranks); below 0.75 it holds the others back"),
-    ("straggler_rank_comm", "fraction", "the straggler's own communication share"),
-    ("job_wait_share", "fraction",
-     "mean communication share of the ranks other than the straggler"),
-    ("straggler_excess", "fraction",
-     "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
-    ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
-    ("scheduler_ok", "0/1",
-     "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
-    ("checkpoint_writing", "0/1", "1 when the target has files open for writing"),
-    ("uses_compile", "0/1", "1 when torch.compile frames were seen"),
-    ("uses_amp", "0/1", "1 when autocast/GradScaler frames were seen"),
-    ("uses_grad_checkpointing", "0/1", "1 when torch.utils.checkpoint frames were seen"),
-    ("target_alive", "0/1", "1 while the target process runs"),
-    ("window_s", "s", "length of the evaluation window"),
-)
-
-
-#: Names (not numbers) a rule's text may use: filled by :func:`compute_words`.
-WORDS: frozenset[str] = frozenset({
-    "producer", "producer_frame", "data_source", "other_frame",
-    # The job-level judgement of a multi-rank job (knowledge/ranks.py).
-    "straggler", "straggler_cause", "straggler_action",
-})
-
-
-def catalogue() -> dict[str, MetricSpec]:
-    """Every metric name a rule may use."""
-    specs: dict[str, MetricSpec] = {}
-    for name, _ring, _fn, unit, desc in SERIES:
-        for agg in AGGREGATES:
-            full = f"{name}_{agg}"
-            specs[full] = MetricSpec(full, unit + ("/min" if agg == "trend" else ""), desc, True)
-    for name, unit, desc in SCALARS:
-        specs[name] = MetricSpec(name, unit, desc, False)
-    return specs
-
-
-CATALOGUE = catalogue()
 
 
 def _aggregate_values(prefix: str, agg: Aggregate | None) -> dict[str, float | None]:
@@ -359,10 +216,20 @@ def _flag(value: bool | None) -> float | None:
     return None if value is None else float(value)
 
 
-def compute_metrics(session: Session, now: float, window_s: float) -> dict[str, float | None]:
-    """All catalogue metrics over the window ending at ``now``."""
+def compute_metrics(
+    session: Session, now: float, window_s: float, helper_threads: tuple[str, ...] | None = None
+) -> dict[str, float | None]:
+    """All catalogue metrics over the window ending at ``now``.
+
+    ``helper_threads``: the knowledge base's helper-thread prefixes (None: the
+    packaged knowledge base's).
+    """
+    if helper_threads is None:
+        helper_threads = load_knowledge_base().phases.helper_threads
     metrics: dict[str, float | None] = {"window_s": window_s}
-    for name, ring_name, fn, _unit, _desc in SERIES:
+    for name, ring_name, fn in SERIES_VALUES:
+        if fn is _main_busy_threads:
+            fn = functools.partial(_main_busy_threads, helpers=helper_threads)
         ring = getattr(session, ring_name)
         metrics.update(_aggregate_values(name, session.aggregate(ring, fn, now, window_s)))
     has_gpu = _gpu_metrics(metrics, session, now, window_s)

@@ -8,22 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 #: The bottleneck categories, after the documents' bottleneck-location table
 #: (data loading, GPU computation, GPU memory, system RAM/CPU) plus the checklist's
 #: I/O symptom, host-device synchronisation, evaluation passes, and ``none`` when
 #: nothing limits the job.
-CATEGORIES: tuple[str, ...] = (
+Category = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
     "none",
-)
+]
+CATEGORIES: tuple[Category, ...] = get_args(Category)
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
 #: still held for its ``for:``): not a verdict.
 COLLECTING = "collecting"
 #: What it says when it cannot judge at all (no stacks: py-spy missing or denied).
 UNKNOWN = "unknown"
 
-SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
+Severity = Literal["info", "low", "medium", "high", "critical"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+#: Where a value stands against its target (``targets.target_status``).
+Status = Literal["within", "near", "outside", "unknown"]
+#: How a gain was worked out (see ``Gain.method``).
+GainMethod = Literal["predicted", "amdahl", "document", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +52,7 @@ class Evidence:
     display: str
     target: str | None = None
     #: ``within`` / ``near`` / ``outside`` the target range, or ``unknown``.
-    status: str = "unknown"
+    status: Status = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +67,7 @@ class Gain:
     #: ``predicted`` (a range for this action on this machine, from the phases
     #: and the resources it needs), ``amdahl`` (a ceiling: removing the phase
     #: entirely), ``document`` (the figure the source documents claim), ``none``.
-    method: str = "none"
+    method: GainMethod = "none"
     explanation: str = ""
     #: The Amdahl ceiling beside a prediction (removing the phase entirely).
     ceiling: float | None = None
@@ -72,8 +79,8 @@ class Finding:
 
     id: str
     title: str
-    severity: str
-    category: str
+    severity: Severity
+    category: Category
     why: str
     evidence: tuple[Evidence, ...]
     actions: tuple[str, ...]

@@ -1,7 +1,7 @@
 """Target ranges and the one rule that judges a value against them.
 
 Every verdict aitop shows (a finding's evidence, a panel's colour, a row of the
-key-metrics table) is ``judge(value, target)`` with a target from the knowledge
+key-metrics table) is ``target_status(value, target)`` with a target from the knowledge
 base, so one screen can never call the same value "near" in one place and
 "outside" in another.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .model import Status
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,6 @@ class Target:
     source: str = ""
 
 
-
 def target_for(metric: str, targets: Mapping[str, Target]) -> Target | None:
     """Exact name first, then the series name without its aggregate suffix."""
     if metric in targets:
@@ -31,7 +32,7 @@ def target_for(metric: str, targets: Mapping[str, Target]) -> Target | None:
     return targets.get(base)
 
 
-def judge(value: float | None, target: Target | None) -> str:
+def target_status(value: float | None, target: Target | None) -> Status:
     """within / near / outside the target (near: within 10 % of the range's edge)."""
     if value is None:
         return "unknown"

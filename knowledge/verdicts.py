@@ -1,7 +1,7 @@
 """Verdicts for the values a screen shows, from the knowledge base's targets.
 
 A panel colours a GPU at 75 % by asking here, and here asks the same targets and
-the same :func:`~aitop.knowledge.targets.judge` that a finding's evidence uses,
+the same :func:`~aitop.knowledge.targets.target_status` that a finding's evidence uses,
 so a value reads the same in a panel, a finding and the Markdown report. Each
 function takes the value in the unit the probes report it in (percent, a
 fraction, degrees) and converts it to the metric's unit.
@@ -11,36 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .facts import load_facts
+from .loader import load_knowledge_base
 from .metrics import POWER_REASONS, THERMAL_REASONS, temperature_margin
-from .targets import Target, judge, target_for
+from .model import Status
+from .targets import Target, target_for, target_status
 
 
 def _targets() -> Mapping[str, Target]:
-    return load_facts().targets
+    return load_knowledge_base().facts.targets
 
 
-def verdict(metric: str, value: float | None) -> str:
+def verdict(metric: str, value: float | None) -> Status:
     """``within`` / ``near`` / ``outside`` the metric's target, or ``unknown``."""
-    return judge(value, target_for(metric, _targets()))
+    return target_status(value, target_for(metric, _targets()))
 
 
-def gpu_util(percent: float | None) -> str:
+def gpu_util(percent: float | None) -> Status:
     """GPU utilisation against the documents' 80-95 % during training."""
     return verdict("gpu_util", percent)
 
 
-def gpu_memory(fraction: float | None) -> str:
+def gpu_memory(fraction: float | None) -> Status:
     """Memory in use (a fraction of capacity) against the documents' 70-90 %."""
     return verdict("gpu_mem_used", None if fraction is None else fraction * 100)
 
 
-def gpu_temperature(temp_c: float | None, slowdown_c: float | None) -> str:
+def gpu_temperature(temp_c: float | None, slowdown_c: float | None) -> Status:
     """Below the GPU's own slowdown temperature (the documents' 83 °C if unknown)."""
     return verdict("gpu_temp_margin", temperature_margin(temp_c, slowdown_c))
 
 
-def clock_reasons(reasons: Iterable[str]) -> str:
+def clock_reasons(reasons: Iterable[str]) -> Status:
     """Thermal slowdown is outside, a power cap near, anything else within.
 
     The same reason sets as the ``gpu_throttle_thermal``/``gpu_throttle_power``
@@ -55,21 +56,21 @@ def clock_reasons(reasons: Iterable[str]) -> str:
     return "within"
 
 
-def data_wait(fraction: float | None) -> str:
+def data_wait(fraction: float | None) -> Status:
     """The documents: data loading under 5 % of total step time."""
     return verdict("phase_data_wait", fraction)
 
 
-def process_cpu(percent: float | None) -> str:
+def process_cpu(percent: float | None) -> Status:
     """One process's CPU (100 % = a core): one that fills its core cannot go faster."""
     return verdict("worker_cpu_max", percent)
 
 
-def host_ram(fraction: float | None) -> str:
+def host_ram(fraction: float | None) -> Status:
     """System RAM in use: the documents' 'high system memory usage' symptom."""
     return verdict("host_ram_used", None if fraction is None else fraction * 100)
 
 
-def iowait(percent: float | None) -> str:
+def iowait(percent: float | None) -> Status:
     """CPU time waiting on storage."""
     return verdict("host_iowait", percent)

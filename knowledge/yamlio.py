@@ -13,9 +13,9 @@ line, never a traceback or minutes of work.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,67 @@ def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+#: Most problems one error lists: a file that is wrong everywhere (the wrong file
+#: passed as --rules) should not print thousands of lines.
+MAX_PROBLEMS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong in a knowledge-base file, where it is."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else (
+            f"{self.file}: " if self.file else "")
+        return f"{where}{self.message}"
+
+
 class KnowledgeError(ValueError):
-    """A knowledge-base file is malformed; the message starts with file:line."""
+    """Knowledge-base files are malformed: every problem found, each ``file:line: ...``.
+
+    As Prometheus' rule checker does, a file is read to its end and every problem
+    is reported at once, so fixing a rule file takes one run, not one per mistake.
+    ``str()`` is one line per problem; ``message``, ``file`` and ``line`` are the
+    first problem's.
+    """
 
     def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
-        message = one_line(message)
-        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
-        super().__init__(f"{where}{message}")
-        self.message = message
-        self.file = file
-        self.line = line
+        self.problems: tuple[Problem, ...] = (Problem(one_line(message), file, line),)
+        super().__init__(str(self.problems[0]))
+
+    @classmethod
+    def of(cls, problems: Iterable[Problem]) -> KnowledgeError:
+        """One error listing ``problems`` (at least one), at most ``MAX_PROBLEMS`` of them."""
+        found = list(problems)
+        if not found:
+            raise ValueError("a KnowledgeError needs at least one problem")
+        error = cls(found[0].message, found[0].file, found[0].line)
+        shown = found[:MAX_PROBLEMS]
+        if len(found) > MAX_PROBLEMS:
+            shown.append(Problem(f"... and {len(found) - MAX_PROBLEMS} more problems",
+                                 found[0].file))
+        error.problems = tuple(shown)
+        error.args = ("\n".join(str(p) for p in shown),)
+        return error
+
+    @property
+    def message(self) -> str:
+        return self.problems[0].message
+
+    @property
+    def file(self) -> str | None:
+        return self.problems[0].file
+
+    @property
+    def line(self) -> int | None:
+        return self.problems[0].line
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
 
 
 #: libyaml's C parser when PyYAML was built with it (about 10x faster: the
@@ -310,81 +361,3 @@ def load_yaml_file(path: Path) -> Any:
         raise KnowledgeError(f"cannot read: {exc.strerror}", str(path)) from exc
     _check_size(len(data), str(path))
     return load_yaml_text(_decode(data, str(path)), str(path))
-
-
-def where(node: object) -> tuple[str | None, int | None]:
-    """File and line of a Located mapping (None, None for other values)."""
-    if isinstance(node, Located):
-        return node.file, node.line
-    return None, None
-
-
-def fail(node: object, message: str) -> KnowledgeError:
-    """A KnowledgeError located at ``node``."""
-    file, line = where(node)
-    return KnowledgeError(message, file, line)
-
-
-def kind_of(value: object) -> str:
-    """What a YAML value is, in the words a rule author would use (not LocatedList)."""
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"{type(value).__name__} {value!r}"
-
-
-def require(node: object, key: str, kind: type | tuple[type, ...] = object) -> Any:
-    """``node[key]``, checked to exist and be of ``kind``, else a located error."""
-    if not isinstance(node, dict):
-        raise fail(node, f"expected a mapping with '{key}'")
-    if key not in node:
-        raise fail(node, f"missing '{key}'")
-    value = node[key]
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise fail(node, f"'{key}' must be {names}, not {kind_of(value)}")
-    return value
-
-
-def mappings(doc: object, key: str) -> list[Located]:
-    """``doc[key]``: a list of mappings (or nothing), else an error at the offending line.
-
-    Without this check ``rules: 5`` or ``rules: [x]`` reach code that iterates
-    or indexes them, and fail with a TypeError instead of a line number.
-    """
-    value = doc.get(key) if isinstance(doc, dict) else None
-    if not value:
-        return []
-    file, line = where(doc)
-    if isinstance(doc, Located):
-        line = doc.lines.get(key, line)
-    if not isinstance(value, list):
-        raise KnowledgeError(
-            f"'{key}' must be a list of mappings (each item starts with '- ')", file, line
-        )
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            at = value.lines[index] if isinstance(value, LocatedList) else line
-            raise KnowledgeError(
-                f"each item of '{key}' must be a mapping, not {type(item).__name__}", file, at
-            )
-    return value
-
-
-def only_keys(node: object, allowed: Iterable[str], what: str) -> None:
-    """Reject a key ``node`` may not have, at that key's line.
-
-    As Prometheus' rule parser does: a misspelt ``keep_firing_for`` must not be
-    silently ignored, or the rule runs without the hysteresis its author wrote.
-    """
-    if not isinstance(node, dict):
-        return
-    known = list(allowed)
-    for key in node:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(str(key), known, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else f" (expected {', '.join(known)})"
-        line = node.key_lines.get(key, node.line) if isinstance(node, Located) else None
-        raise KnowledgeError(f"{what}: unknown key '{key}'{hint}", where(node)[0], line)

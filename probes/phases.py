@@ -78,6 +78,37 @@ class TechniqueRule:
     signatures: tuple[FrameSignature, ...]
 
 
+#: What a data wait can be spent in, besides the job's own code (``own code``):
+#: the metrics read these words, so a knowledge base may add files, not words.
+DATA_SOURCES = ("dataloader", "process queue", "thread queue")
+
+
+@dataclass(frozen=True, slots=True)
+class DataSourceRule:
+    """Frames in any of these files, beneath the loop, mean a data wait went to ``source``."""
+
+    source: str
+    files: tuple[str, ...]
+
+    def matches(self, file: str) -> bool:
+        return any(fnmatchcase(file, g) or fnmatchcase(file, "*/" + g) for g in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class StackReading:
+    """How the other threads and a data wait are read, as the knowledge base says.
+
+    Passed in with the signatures (phases.yaml) rather than kept here, so that a
+    user's rule file can teach aitop a new loader library or a new way to park a
+    thread without touching code.
+    """
+
+    #: Innermost functions (bare names) of a thread that is parked, not working.
+    idle_functions: frozenset[str] = frozenset()
+    #: In order: the first rule with a frame beneath the loop names the source.
+    data_sources: tuple[DataSourceRule, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Classification:
     phase: str
@@ -95,11 +126,13 @@ class PhaseClassifier:
         rules: Iterable[PhaseRule],
         techniques: Iterable[TechniqueRule] = (),
         loop_frames: Iterable[FrameSignature] = (),
+        reading: StackReading = StackReading(),
     ) -> None:
         self.rules = tuple(rules)
         self.techniques = tuple(techniques)
         #: Frames known to drive a training step (a framework's epoch loop).
         self.loop_frames = tuple(loop_frames)
+        self.reading = reading
         self._frame_cache: dict[Frame, tuple[str, int] | None] = {}
         self._technique_cache: dict[Frame, tuple[str, ...]] = {}
 

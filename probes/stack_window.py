@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .phases import OTHER, Frame, PhaseClassifier, RawStack
+from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading
 from .samples import HotFrame, StackWindow, ThreadActivity
 from .source_lines import is_fetch_line, is_host_sync_line
 
@@ -51,17 +51,6 @@ STEP_PHASES = frozenset({"data_wait", "forward", "backward", "optimizer"})
 LOOP_COVERAGE = 0.9
 #: Minimum samples at a loop line before it is read as an evaluation line.
 EVAL_LINE_MIN_SAMPLES = 3
-#: Innermost functions of a thread that is parked, not working.
-IDLE_LEAVES = frozenset({
-    "wait", "get", "select", "poll", "epoll", "accept", "recv", "recv_into", "_recv",
-    "_recv_bytes", "_poll", "sleep", "join", "acquire", "_wait_for_tstate_lock",
-    "wait_for", "read", "readline", "readinto", "_worker", "_handle_workers",
-})
-#: Files whose frames show where a data wait was spent.
-_DATALOADER_FILES = ("torch/utils/data/",)
-_THREAD_QUEUE_FILES = ("queue.py", "threading.py")
-_PROCESS_QUEUE_FILES = ("multiprocessing/",)
-
 #: Reads line ``n`` of a file in the target (see :class:`source_lines.SourceLines`).
 SourceReader = Callable[[str, int], "str | None"]
 
@@ -178,16 +167,13 @@ def _loop_index(frames: Sequence[Frame], loop_frame: str | None) -> int:
     return -1
 
 
-def _data_source(frames: Sequence[Frame], loop_index: int) -> str:
+def _data_source(frames: Sequence[Frame], loop_index: int, reading: StackReading) -> str:
     """What a data-wait sample was spent in, from the frames beneath the loop."""
     below = frames[loop_index + 1 :] if loop_index >= 0 else frames
     files = [f.file for f in below]
-    if any(part in file for file in files for part in _DATALOADER_FILES):
-        return "dataloader"
-    if any(file.endswith(_PROCESS_QUEUE_FILES) or "multiprocessing/" in file for file in files):
-        return "process queue"
-    if any(file.endswith(name) for file in files for name in _THREAD_QUEUE_FILES):
-        return "thread queue"
+    for rule in reading.data_sources:
+        if any(rule.matches(file) for file in files):
+            return rule.source
     return "own code"
 
 
@@ -276,7 +262,9 @@ def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) 
             s.phase = "eval"
 
 
-def _other_threads(stacks: Sequence[RawStack], training: str | None) -> tuple[ThreadActivity, ...]:
+def _other_threads(
+    stacks: Sequence[RawStack], training: str | None, idle: frozenset[str]
+) -> tuple[ThreadActivity, ...]:
     """The target's other threads with the samples they spent working, busiest first."""
     samples: Counter[str] = Counter()
     busy: Counter[str] = Counter()
@@ -289,7 +277,7 @@ def _other_threads(stacks: Sequence[RawStack], training: str | None) -> tuple[Th
         names[tid] = stack.thread_name or names.get(tid)
         samples[tid] += stack.count
         leaf = stack.frames[-1]
-        if leaf.short_function in IDLE_LEAVES:
+        if leaf.short_function in idle:
             continue
         busy[tid] += stack.count
         leaves[tid][f"{leaf.function} ({leaf.location})"] += stack.count
@@ -347,7 +335,7 @@ def summarize_window(
             caller = frames[s.outermost - 1].location
         hot[(s.phase, leaf.function, leaf.location, caller)] += s.stack.count
         if s.phase == "data_wait":
-            sources[_data_source(frames, s.loop_index)] += s.stack.count
+            sources[_data_source(frames, s.loop_index, classifier.reading)] += s.stack.count
     hot_frames: list[HotFrame] = []
     per_phase: Counter[str] = Counter()
     for (phase, function, location, caller), n in hot.most_common():
@@ -365,5 +353,5 @@ def summarize_window(
         techniques_seen=tuple(sorted(techniques)),
         loop_frame=loop_frame,
         data_source=sources.most_common(1)[0][0] if sources else None,
-        other_threads=_other_threads(stacks, thread),
+        other_threads=_other_threads(stacks, thread, classifier.reading.idle_functions),
     )

@@ -38,7 +38,7 @@ from textual.worker import get_current_worker
 from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
 from .screens.export_path import ExportPathScreen
-from .screens.knowledge import load_knowledge
+from .screens.knowledge import documents_or_error
 from .screens.main import MainScreen
 from .widgets.baseline_bar import BaselineBar
 from .widgets.key_bar import KeyBar
@@ -186,7 +186,7 @@ class AitopApp(App[int]):
         self.call_after_refresh(self._mark_first_frame)
         # Parse the knowledge file in the background so that ``k`` opens at once. A
         # daemon thread, not a worker: quitting must never wait for it.
-        threading.Thread(target=load_knowledge, name="aitop-knowledge", daemon=True).start()
+        threading.Thread(target=documents_or_error, name="aitop-knowledge", daemon=True).start()
         if self.baseline is not None:
             self.call_after_refresh(self._mount_baseline)
 

@@ -10,7 +10,7 @@ from typing import Any
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.files import FileError, write_atomic
 from aitop.engine.prometheus.alerts import render, translate
-from aitop.knowledge.loader import load_knowledge
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.knowledge.yamlio import KnowledgeError
 
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise CliError(f"rule file not found: {path}", EXIT_USAGE)
     try:
-        ruleset = load_knowledge(args.rules).rules
+        ruleset = load_knowledge_base(args.rules).rules
     except KnowledgeError as exc:
         raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
     alerts, skipped = translate(ruleset)

@@ -30,8 +30,8 @@ from aitop.engine.compare.runs import FindingBrief, Run, RunError, read_run, run
 from aitop.engine.compare.stats import Rate, share_tolerance
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.reports.schema import Report
-from aitop.knowledge.documents import KnowledgeDocuments, load_documents
-from aitop.knowledge.rules import load_rules
+from aitop.knowledge.documents import KnowledgeDocuments
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.session import PHASES
 
@@ -207,7 +207,7 @@ def _rule_techniques() -> dict[str, tuple[str, ...]]:
     """Technique ids each packaged rule recommends (a rule the file names but this
     aitop lacks simply has none)."""
     try:
-        return {r.id: r.techniques for r in load_rules().rules}
+        return {r.id: r.techniques for r in load_knowledge_base().rules.rules}
     except KnowledgeError:
         return {}
 
@@ -230,7 +230,7 @@ def next_steps(after: Run, resolved: Sequence[FindingBrief]) -> list[str]:
     for f in after.findings[:2]:
         action = f" -> {f.actions[0]}" if f.actions else ""
         lines.append(f"still limiting [{f.severity}]: {f.title}{action}")
-    docs = load_documents()
+    docs = load_knowledge_base().documents
     techniques = _rule_techniques()
     done: dict[str, str] = {}  # technique -> the resolved finding that recommended it
     for f in resolved:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def at_least(severity: str, threshold: str) -> bool:
     """Whether ``severity`` is ``threshold`` or worse (the knowledge base's order)."""
-    order = {s: i for i, s in enumerate(SEVERITIES)}
+    order: dict[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
     return order.get(severity, -1) >= order[threshold]
 
 

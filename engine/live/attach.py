@@ -24,8 +24,8 @@ from aitop.engine.live.follow import JobFollower, watched_peers
 from aitop.engine.live.job import peer_views
 from aitop.engine.live.source import RankPeer
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
-from aitop.knowledge.facts import Facts, load_facts
-from aitop.knowledge.loader import Knowledge, load_knowledge
+from aitop.knowledge.facts import Facts
+from aitop.knowledge.loader import KnowledgeBase, load_knowledge_base
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
 from aitop.probes.environment import EnvironmentProbe
@@ -268,7 +268,7 @@ def attach(
     full set of probes and every other rank on this machine is watched as a
     peer at lighter cadences; the lead's evaluator judges the job as a whole.
     """
-    knowledge = load_knowledge(options.rule_files)  # bad rule files fail before attaching
+    knowledge = load_knowledge_base(options.rule_files)  # bad rule files fail before attaching
     job = find_job(pid)
     pid = job.training_pid()  # a launcher has no training thread: rank 0 has
     notice = job_notice(job)
@@ -352,7 +352,7 @@ def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
     )
 
 
-def _peer(pid: int, job: Job, options: AttachOptions, knowledge: Knowledge,
+def _peer(pid: int, job: Job, options: AttachOptions, knowledge: KnowledgeBase,
           facts: Facts | None, host: SharedHost) -> RankPeer:
     """Watch one other rank; a rank that cannot be watched is listed with the reason."""
     label = job.label(pid)
@@ -370,7 +370,7 @@ def _build(
     pid: int,
     job: Job,
     options: AttachOptions,
-    knowledge: Knowledge,
+    knowledge: KnowledgeBase,
     *,
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
@@ -382,7 +382,7 @@ def _build(
     ``host`` given: the machine-wide samples come from the lead rank's host
     probe, shared, instead of a probe of this process's own.
     """
-    ruleset, phase_config = knowledge.rules, knowledge.phases
+    phase_config = knowledge.phases
     session = Session(pid)
 
     def names_workers() -> bool:
@@ -435,7 +435,9 @@ def _build(
         session.probe_status["steps"] = ProbeStatus("unavailable", "needs stacks")
     if host is not None:
         session.probe_status["host"] = ProbeStatus("ok", "shared with the lead rank")
-    evaluator = Evaluator(session, ruleset, facts or load_facts(), options.window_s)
+    if facts is not None:
+        knowledge = dataclasses.replace(knowledge, facts=facts)
+    evaluator = Evaluator(session, knowledge, options.window_s)
     source = LiveSource(
         session,
         collector,

@@ -4,7 +4,7 @@ aitop leads with one rank (the PID given, or rank 0 of a launcher) and watches
 every other rank on this machine as a peer: each peer is a full DataSource of
 its own (live: its own probes and evaluator; replayed: its own recording), so
 the UI can open any rank's single-process view and the report can judge each.
-The job-level judgement (knowledge/ranks.py) is recomputed from the newest
+The job-level judgement (knowledge/straggler.py) is recomputed from the newest
 diagnoses of all of them, the same way live and in a replay.
 """
 
@@ -16,7 +16,13 @@ from typing import Any
 
 from aitop.engine.live.source import DataSource, RankPeer
 from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.ranks import STRAGGLER_SCORE, JobJudgement, RankView, judge_job, rank_view
+from aitop.knowledge.straggler import (
+    HOLDS_BACK,
+    JobJudgement,
+    RankView,
+    judge_ranks,
+    rank_view,
+)
 from aitop.probes.session import Session
 
 
@@ -61,7 +67,10 @@ def judge(source: DataSource, now: float, lead: Diagnosis | None) -> JobJudgemen
     if not peers:
         return None
     own = rank_view(rank_label(source), source.session.target_pid, lead)
-    return judge_job([own, *peer_views(peers, now)])
+    # Live, the cut is the lead evaluator's knowledge base's (--rules may move it).
+    evaluator = getattr(source, "evaluator", None)
+    holds_back = evaluator.knowledge.rules.conditions.get(HOLDS_BACK) if evaluator else None
+    return judge_ranks([own, *peer_views(peers, now)], holds_back)
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,7 @@ def rank_rows(source: DataSource, now: float, lead: Diagnosis | None,
         if peer.source is not None:
             sessions[peer.pid] = peer.source.session
     straggler = judgement.straggler
-    flagged = (straggler is not None
-               and judgement.scores.get(straggler.pid, 1.0) < STRAGGLER_SCORE)
+    flagged = straggler is not None and judgement.flagged
     rows = []
     for view in judgement.ranks:
         d = diagnoses.get(view.pid)
@@ -151,7 +159,7 @@ def job_verdict_json(judgement: JobJudgement | None) -> dict[str, Any] | None:
     metrics = judgement.metrics()
     words = judgement.words()
     score = metrics.get("straggler_score")
-    flagged = score is not None and score < STRAGGLER_SCORE
+    flagged = score is not None and judgement.flagged
     return {
         "ranks_watched": int(metrics.get("ranks_watched") or 0),
         "straggler": words.get("straggler") if flagged else None,

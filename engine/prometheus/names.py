@@ -3,7 +3,7 @@
 The exporter (``exporter.py``) and the alert-rule translator (``promql.py``)
 must agree on every exported series, so both read this one mapping. It is
 derived from the code's own lists, never a copy of them: every name in the
-metric catalogue (``knowledge.metrics.CATALOGUE``) and every step phase
+metric catalogue (``knowledge.catalogue.CATALOGUE``) and every step phase
 (``probes.session.PHASES``), so a metric or phase added there is exported, and
 usable in a translated rule, without touching this file.
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from aitop.knowledge.metrics import CATALOGUE, MetricSpec
+from aitop.knowledge.catalogue import CATALOGUE, MetricSpec
 from aitop.probes.session import PHASES
 
 PREFIX = "aitop_"

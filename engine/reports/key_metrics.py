@@ -15,7 +15,7 @@ from functools import lru_cache
 from aitop.engine.live.series import gpu_values, latest, recent
 from aitop.engine.reports import humanize as fmt
 from aitop.knowledge import verdicts
-from aitop.knowledge.documents import load_documents
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates
@@ -32,7 +32,7 @@ class Reading:
 @lru_cache(maxsize=1)
 def key_metric_rows() -> tuple[tuple[str, str, str], ...]:
     """``(id, metric, target)`` of the documents' key-metrics table, from the knowledge base."""
-    return tuple((m.id, m.metric, m.target) for m in load_documents().metrics)
+    return tuple((m.id, m.metric, m.target) for m in load_knowledge_base().documents.metrics)
 
 
 #: The documents' rows, shown by the knowledge screen only while its thread is

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.jobs import run_aitop
+from support.rule_files import THREE_MISTAKES
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -169,7 +170,7 @@ def test_rule_file_with_unknown_metric_names_file_and_line(tmp_path: Path) -> No
         "    source: {document: mine}\n",
     )
     result = run_aitop("--pid", str(os.getpid()), "--headless", "--rules", str(path))
-    assert_one_line_error(result, f"{path}:2:", "unknown metric gpu_utilisation_mean")
+    assert_one_line_error(result, f"{path}:3:", "unknown metric gpu_utilisation_mean")
     assert result.returncode == 2
 
 
@@ -185,3 +186,22 @@ def test_replay_of_a_file_that_is_not_a_snapshot(tmp_path: Path) -> None:
     assert_one_line_error(result)
     missing = run_aitop("replay", str(tmp_path / "absent.json"), "--headless")
     assert_one_line_error(missing)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("--pid", "1", "--headless"), ("rules",)],
+    ids=["attach", "rules-export"],
+)
+def test_the_cli_prints_every_problem_with_file_and_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(THREE_MISTAKES, encoding="utf-8")
+    result = run_aitop(*command, "--rules", str(path), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 3, result.stderr
+    assert lines[0].startswith(f"aitop: bad rule file: {path}:3: ")
+    assert lines[1].startswith(f"{path}:4: ") and lines[2].startswith(f"{path}:7: ")

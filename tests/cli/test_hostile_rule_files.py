@@ -99,9 +99,9 @@ def test_a_non_utf8_byte(tmp_path: Path, target: subprocess.Popen[bytes]) -> Non
     ("field", "value", "message"),
     [
         ("why", "[a]", "'why' must be text, not a list"),
-        ("title", "[a, b]", "'title' must be str, not a list"),
-        ("title", "{a: 1}", "'title' must be str, not a mapping"),
-        ("title", "12", "'title' must be str, not int 12"),
+        ("title", "[a, b]", "'title' must be text, not a list"),
+        ("title", "{a: 1}", "'title' must be text, not a mapping"),
+        ("title", "12", "'title' must be text, not int 12"),
         ("snippet", "[pip install x]", "'snippet' must be text, not a list"),
         ("snippet", "{code: x}", "'snippet' must be text, not a mapping"),
     ],
@@ -109,8 +109,8 @@ def test_a_non_utf8_byte(tmp_path: Path, target: subprocess.Popen[bytes]) -> Non
 def test_a_text_field_of_the_wrong_type(
     tmp_path: Path, target: subprocess.Popen[bytes], field: str, value: str, message: str
 ) -> None:
-    path = write_rule_file(tmp_path, rule_text(**{field: value}))
-    assert_refused(target, path, 2, message)
+    text = rule_text(**{field: value})
+    assert_refused(target, write_rule_file(tmp_path, text), _line_of(text, f"{field}:"), message)
 
 
 def test_removable_that_is_not_a_number(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
@@ -122,13 +122,13 @@ def test_removable_that_is_not_a_number(tmp_path: Path, target: subprocess.Popen
 def test_an_expression_of_50000_terms(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
     expr = " + ".join(["phase_data_wait"] * 50_000) + " > 1"
     path = write_rule_file(tmp_path, rule_text(expr=expr))
-    assert_refused(target, path, 2, f"condition is {len(expr):,} characters long",
+    assert_refused(target, path, 5, f"condition is {len(expr):,} characters long",
                    f"over the limit of {MAX_EXPR_CHARS:,}")
 
 
 def test_an_expression_of_100000_nots(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
     path = write_rule_file(tmp_path, rule_text(expr="not " * 100_000 + "has_gpu"))
-    assert_refused(target, path, 2, "condition is 400,007 characters long")
+    assert_refused(target, path, 5, "condition is 400,007 characters long")
 
 
 @pytest.mark.parametrize(
@@ -141,8 +141,8 @@ def test_an_expression_of_100000_nots(tmp_path: Path, target: subprocess.Popen[b
 def test_a_format_spec_inside_an_expression(
     tmp_path: Path, target: subprocess.Popen[bytes], expr: str, message: str
 ) -> None:
-    path = write_rule_file(tmp_path, rule_text(expr=expr))
-    assert_refused(target, path, 2, message)
+    text = rule_text(expr=expr)
+    assert_refused(target, write_rule_file(tmp_path, text), _line_of(text, "expr:"), message)
 
 
 def test_a_yaml_alias_bomb(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
@@ -176,16 +176,18 @@ def test_deep_nesting(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
 def test_a_huge_width_in_a_title_template(
     tmp_path: Path, target: subprocess.Popen[bytes]
 ) -> None:
-    path = write_rule_file(tmp_path, rule_text(title='"{phase_samples:>300000000}"'))
-    assert_refused(target, path, 2, "format width 300000000",
+    text = rule_text(title='"{phase_samples:>300000000}"')
+    assert_refused(target, write_rule_file(tmp_path, text), _line_of(text, "title:"),
+                   "format width 300000000",
                    f"over the limit of {MAX_FORMAT_WIDTH}")
 
 
 def test_a_huge_precision_in_an_action_template(
     tmp_path: Path, target: subprocess.Popen[bytes]
 ) -> None:
-    path = write_rule_file(tmp_path, rule_text(actions='["now {phase_data_wait:.999999999f}"]'))
-    assert_refused(target, path, 2, "format precision")
+    text = rule_text(actions='["now {phase_data_wait:.999999999f}"]')
+    assert_refused(target, write_rule_file(tmp_path, text), _line_of(text, "actions:"),
+                   "format precision")
 
 
 def test_a_file_over_the_size_cap(tmp_path: Path, target: subprocess.Popen[bytes]) -> None:
@@ -213,7 +215,7 @@ def test_a_control_character(tmp_path: Path, target: subprocess.Popen[bytes]) ->
         ("rules:\n  - just a name\n", 2, "each item of 'rules' must be a mapping"),
         ("phases: 5\n", 1, "'phases' must be a list of mappings"),
         ("phases:\n  - forward\n", 2, "each item of 'phases' must be a mapping"),
-        ("phases: []\nstep_counters: abc\n", 1, "'step_counters' must be a list of names"),
+        ("phases: []\nstep_counters: abc\n", 2, "'step_counters' must be a list of names"),
     ],
 )
 def test_a_section_of_the_wrong_shape(

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from aitop.engine.prometheus.alerts import alert_name, duration
 from aitop.engine.prometheus.names import base_value, exported_metrics
-from aitop.knowledge.rules import Rule, load_rules
+from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.rules import Rule
 from support.jobs import run_aitop
 from support.prometheus import tool
 
@@ -52,7 +53,7 @@ def test_packaged_rules_pass_promtool_check(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     doc = yaml.safe_load(path.read_text())
     alerts = {a["alert"]: a for a in doc["groups"][0]["rules"]}
-    rules = load_rules().rules
+    rules = load_knowledge_base().rules.rules
     assert set(alerts) == {alert_name(r.id) for r in rules}, "every packaged rule translates"
     for rule in rules:
         alert = alerts[alert_name(rule.id)]
@@ -179,7 +180,7 @@ def test_translation_fires_where_aitop_fires(tmp_path: Path) -> None:
         alert.pop("annotations", None)
     bare = tmp_path / "bare-rules.yml"
     bare.write_text(yaml.safe_dump(doc, sort_keys=False))
-    rules = list(load_rules().rules)
+    rules = list(load_knowledge_base().rules.rules)
     probes = thresholds(rules)
     rng = random.Random(20240611)
     series: list[dict[str, str]] = []

@@ -40,3 +40,16 @@ def alias_bomb(levels: int = 9, width: int = 10) -> str:
     ]
     section = "      document: diagnose\n      section:\n"
     return rule_text(source="") + section + "\n".join(lines) + "\n"
+
+
+#: One rule with three independent mistakes, each on its own line.
+THREE_MISTAKES = (
+    "rules:\n"
+    "  - name: mine\n"
+    "    expr: phase_data_wiat > 0.5 and enough_samples\n"  # line 3: unknown metric
+    "    severity: urgent\n"  # line 4: unknown severity
+    "    category: data_loading\n"
+    "    title: t\n"
+    "    for: soon\n"  # line 7: not a duration
+    "    source: {document: diagnose}\n"
+)

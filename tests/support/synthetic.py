@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from aitop.knowledge.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.ranks import RankView, judge_job
 from aitop.knowledge.rules import RuleEngine, RuleSet
+from aitop.knowledge.straggler import RankView, judge_ranks
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
@@ -373,7 +373,7 @@ def evaluate(
     if peers:
         # As Evaluator._judge_job does with the other ranks' newest diagnoses.
         own = RankView("rank 0", PID, metrics.get("comm_share"), None, None, None)
-        judgement = judge_job([own, *(RankView(f"rank {i + 1}", PID + 1000 * (i + 1), c,
+        judgement = judge_ranks([own, *(RankView(f"rank {i + 1}", PID + 1000 * (i + 1), c,
                                                None, None, "data wait 40%")
                                       for i, c in enumerate(peers))])
         metrics.update(judgement.metrics())

@@ -20,8 +20,7 @@ import pytest
 from aitop.engine.headless.export import write_snapshot
 from aitop.engine.live.attach import LiveSource
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.facts import load_facts
-from aitop.knowledge.rules import load_rules
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.probes.collector import Collector
 from aitop.tui.screens.help import HelpScreen
 from aitop.tui.screens.main import MainScreen
@@ -53,7 +52,7 @@ def hanging_source(monkeypatch: pytest.MonkeyPatch) -> Any:
     session = build_session()
     collector = Collector(session, process=None, host=None, gpu=None, storage=None,
                           environment=None, stacks=None, steps=None)
-    evaluator = Evaluator(session, load_rules(), load_facts())
+    evaluator = Evaluator(session, load_knowledge_base())
     evaluator.evaluate(NOW)  # the first, good diagnosis
     source = LiveSource(session, collector, evaluator, evaluate_every_s=0.1).start()
     assert hang.hanging.wait(5), "the evaluator thread never reached the hang"
@@ -99,7 +98,7 @@ def test_rules_are_evaluated_every_second_while_the_first_verdict_forms() -> Non
     session = build_session()
     collector = Collector(session, process=None, host=None, gpu=None, storage=None,
                           environment=None, stacks=None, steps=None)
-    evaluator = Evaluator(session, load_rules(), load_facts())
+    evaluator = Evaluator(session, load_knowledge_base())
     source = LiveSource(session, collector, evaluator, evaluate_every_s=3.0,
                         evaluate_warmup_s=1.5).start()
     try:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 from aitop.knowledge.capacity import loading_capacity_factor, suggested_workers
 from aitop.knowledge.diagnosis import Facts, estimate_gain
-from aitop.knowledge.rules import GainSpec, load_rules
+from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.rules import GainSpec
 from support.synthetic import diagnose_job, mix
 
-RULESET = load_rules()
+RULESET = load_knowledge_base().rules
 #: 16 cores at 40 % busy, main process 100 %, four workers 95/90/85/80 %:
 #: allowed 16 - 4.5 = 11.5, idle 16 x 0.6 = 9.6 -> 9.6 free cores.
 DATA_BOUND = dict(gpu_util=30.0, workers=4, worker_cpu=95.0, phases=mix(data_wait=0.5))

@@ -8,11 +8,10 @@ from pathlib import Path
 
 from aitop.engine.live.source import ReplaySource
 from aitop.engine.records.snapshot import encode, load_snapshot, snapshot_of
+from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator, compact
-from aitop.knowledge.facts import load_facts
-from aitop.knowledge.metrics import CATALOGUE
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.knowledge.packed_metrics import PackedMetrics
-from aitop.knowledge.rules import load_rules
 from aitop.probes.session import Session
 from support.synthetic import T0, Job, extend, mix
 
@@ -20,7 +19,7 @@ from support.synthetic import T0, Job, extend, mix
 def run_starved_job(seconds: int) -> Evaluator:
     session = Session(4242)
     extend(session, Job(phases=mix(data_wait=0.6)), 1, seconds)
-    evaluator = Evaluator(session, load_rules(), load_facts())
+    evaluator = Evaluator(session, load_knowledge_base())
     for tick in range(20, seconds + 1):
         evaluator.evaluate(T0 + tick)
     return evaluator

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.expressions import (
     Condition,
     ExpressionError,
@@ -12,7 +13,6 @@ from aitop.knowledge.expressions import (
     render,
     template_fields,
 )
-from aitop.knowledge.metrics import CATALOGUE
 
 
 def cond(expr: str) -> Condition:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.expressions import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,
@@ -17,7 +18,6 @@ from aitop.knowledge.expressions import (
     names_in,
     render,
 )
-from aitop.knowledge.metrics import CATALOGUE
 from aitop.knowledge.yamlio import (
     MAX_DEPTH,
     MAX_FILE_BYTES,

@@ -17,27 +17,26 @@ from typing import Any
 
 import pytest
 from aitop.knowledge import documents as kdoc
-from aitop.knowledge.documents import (
-    KnowledgeDocuments,
-    KnowledgeError,
+from aitop.knowledge.documents import KnowledgeDocuments
+from aitop.knowledge.documents_reader import read_documents
+from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.model import CATEGORIES
+from aitop.knowledge.passages import (
     find_passage,
     headings,
-    load_documents,
     normalize,
     sections_containing,
     source_text,
     verify_sources,
 )
-from aitop.knowledge.facts import load_facts
-from aitop.knowledge.model import CATEGORIES
-from aitop.knowledge.rules import load_rules
+from aitop.knowledge.yamlio import KnowledgeError
 
-RULES = load_rules()
+RULES = load_knowledge_base().rules
 
 
 @pytest.fixture(scope="module")
 def kd() -> KnowledgeDocuments:
-    return load_documents()
+    return load_knowledge_base().documents
 
 
 def _doc(kd: KnowledgeDocuments, document: str) -> str:
@@ -506,7 +505,7 @@ def test_every_claimed_figure_is_in_its_quote(kd: KnowledgeDocuments) -> None:
 
 def test_step_speed_claims_convert_to_the_documents_figures(kd: KnowledgeDocuments) -> None:
     """The figures gains are shown with: AMP's +30-50 % throughput, compile's -20-50 %."""
-    facts = load_facts()
+    facts = load_knowledge_base().facts
     amp = facts.techniques["mixed_precision"]
     assert (amp.speedup_low, amp.speedup_high) == pytest.approx((1.3, 1.5))
     compiled = facts.techniques["torch_compile"]
@@ -849,7 +848,7 @@ def test_loaded_data_is_immutable(kd: KnowledgeDocuments) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         kd.techniques[0].summary = "changed"
     assert isinstance(kd.techniques, tuple)
-    assert load_documents() is kd  # the packaged file is parsed once
+    assert load_knowledge_base().documents is kd  # the packaged file is parsed once
 
 
 # ---------------------------------------------------------------------------------
@@ -877,13 +876,14 @@ def _mutated(tmp_path: Path, old: str, new: str, *, after: str = "") -> tuple[Pa
 
 def _error(path: Path) -> KnowledgeError:
     with pytest.raises(KnowledgeError) as info:
-        load_documents(path)
+        read_documents(path)
     return info.value
 
 
 def test_packaged_copy_loads_from_an_explicit_path(tmp_path: Path) -> None:
     path, _ = _mutated(tmp_path, "version: 1", "version: 1")
-    assert dataclasses.replace(load_documents(path), path=load_documents().path) == load_documents()
+    packaged = load_knowledge_base().documents
+    assert dataclasses.replace(read_documents(path), path=packaged.path) == packaged
 
 
 def test_error_unknown_category(tmp_path: Path) -> None:

@@ -15,17 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.diagnosis import Diagnoser, Facts, estimate_gain
-from aitop.knowledge.loader import load_knowledge
-from aitop.knowledge.metrics import CATALOGUE
-from aitop.knowledge.rules import (
-    GainSpec,
-    Rule,
-    RuleEngine,
-    RuleSet,
-    load_rules,
-    parse_rules_document,
-)
+from aitop.knowledge.loader import load_knowledge_base, rules_in_document
+from aitop.knowledge.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
 from support.synthetic import (
     T0,
@@ -39,7 +32,7 @@ from support.synthetic import (
     run,
 )
 
-RULESET = load_rules()
+RULESET = load_knowledge_base().rules
 RULES: dict[str, Rule] = {r.id: r for r in RULESET.rules}
 
 #: Evaluation starts once the 20 s window is full and runs to tick LAST, which
@@ -481,13 +474,14 @@ STATE_CASES: dict[str, Cases] = {
         # No GPU, no GPU-utilisation row (the compute share does not stand in for it).
         misses=(k(gpu_util=70.0), k(phases=mix(other=0.5), gpu=False)),
     ),
+    # The documents' bands: "70-85%" holds 85 itself, "above 85%" starts past it.
     "gpu_util_70_85": Cases(
-        fires=(k(gpu_util=70.0), k(gpu_util=84.9)),
-        misses=(k(gpu_util=69.9), k(gpu_util=85.0)),
+        fires=(k(gpu_util=70.0), k(gpu_util=85.0)),
+        misses=(k(gpu_util=69.9), k(gpu_util=85.1)),
     ),
     "gpu_util_above_85": Cases(
-        fires=(k(gpu_util=85.0),),
-        misses=(k(gpu_util=84.9), k(phases=mix(other=0.05), gpu=False)),
+        fires=(k(gpu_util=85.1),),
+        misses=(k(gpu_util=85.0), k(phases=mix(other=0.05), gpu=False)),
     ),
 }
 
@@ -979,13 +973,13 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def _load_user_file(path: Path) -> RuleSet:
-    """What ``load_rules([path])`` does with the user's file, without re-reading ours.
+    """What ``load_knowledge_base([path])`` does with the user's file, without re-reading ours.
 
-    Parsing the packaged file takes most of a ``load_rules`` call; the error cases
-    below are about the user's file, so they parse only that (a few go through
-    ``load_rules`` itself to show the errors surface there unchanged).
+    Reading the packaged files takes most of a ``load_knowledge_base`` call; the
+    error cases below are about the user's file, so they read only that (a few go
+    through ``load_knowledge_base`` itself to show the errors surface there unchanged).
     """
-    return parse_rules_document(load_yaml_file(path))
+    return rules_in_document(load_yaml_file(path))
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -997,7 +991,7 @@ def test_user_file_adds_and_replaces_rules(tmp_path: Path) -> None:
         "data_wait_dominant", expr="phase_data_wait >= 0.9", severity="critical"
     )
     path = _write(tmp_path, text)
-    ruleset = load_rules([path])
+    ruleset = load_knowledge_base([path]).rules
     ids = [r.id for r in ruleset.rules]
     assert len(ids) == len(RULESET.rules) + 1
     assert len(set(ids)) == len(ids)
@@ -1015,7 +1009,7 @@ def test_user_file_adds_and_replaces_rules(tmp_path: Path) -> None:
 
 def test_user_file_adds_states(tmp_path: Path) -> None:
     path = _write(tmp_path, "states:\n  - id: gpu_util_below_70\n    expr: accel_util < 50\n")
-    ruleset = load_rules([path])
+    ruleset = load_knowledge_base([path]).rules
     states = {s.id: s for s in ruleset.states}
     assert len(states) == len(RULESET.states)
     assert states["gpu_util_below_70"].condition.expr == "accel_util < 50"
@@ -1051,8 +1045,10 @@ def test_rule_file_errors_carry_file_and_line(tmp_path: Path, case: str) -> None
     path = _write(tmp_path, text)
     with pytest.raises(KnowledgeError) as info:
         _load_user_file(path)
-    line = _line_of(text, "name: broken_rule")
-    assert line == 9
+    # At the line of the field that is wrong, in the broken rule (from line 9 on).
+    (key,) = fields
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if i > 9 and f"    {key}:" in ln)
+    assert len(info.value.problems) == 1, str(info.value)
     assert info.value.file == str(path)
     assert info.value.line == line
     assert str(info.value).startswith(f"{path}:{line}: ")
@@ -1076,12 +1072,12 @@ def test_gain_errors_point_at_the_gain_mapping(tmp_path: Path, gain: str, messag
     assert info.value.line == _line_of(text, "gain:") == 16
 
 
-def test_load_rules_reports_user_file_errors_with_file_and_line(tmp_path: Path) -> None:
+def test_the_loader_reports_user_file_errors_with_file_and_line(tmp_path: Path) -> None:
     text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", expr="nope > 1")
     path = _write(tmp_path, text)
     with pytest.raises(KnowledgeError, match="unknown metric nope") as info:
-        load_rules([path])
-    assert str(info.value).startswith(f"{path}:9: ")
+        load_knowledge_base([path])
+    assert str(info.value).startswith(f"{path}:10: ")  # the broken rule's expr
 
 
 def test_duplicate_rule_in_one_file(tmp_path: Path) -> None:
@@ -1110,7 +1106,7 @@ def test_python_tags_are_rejected_by_safe_loading(tmp_path: Path) -> None:
     )
     path = _write(tmp_path, text)
     with pytest.raises(KnowledgeError, match="could not determine a constructor") as info:
-        load_rules([path])
+        load_knowledge_base([path])
     assert info.value.line == 14
     assert not marker.exists()
     other = _write(tmp_path, "rules:\n  - name: x\n    title: !!python/object:os.system {}\n")
@@ -1122,13 +1118,13 @@ def test_python_tags_are_rejected_by_safe_loading(tmp_path: Path) -> None:
 def test_file_without_rules_is_rejected(tmp_path: Path) -> None:
     path = _write(tmp_path, "rulez:\n  - name: x\n")
     with pytest.raises(KnowledgeError, match="expected top-level 'rules:'") as info:
-        load_rules([path])
+        load_knowledge_base([path])
     assert info.value.file == str(path)
 
 
 def test_missing_file_is_a_knowledge_error(tmp_path: Path) -> None:
     with pytest.raises(KnowledgeError, match="cannot read") as info:
-        load_rules([tmp_path / "nope.yaml"])
+        load_knowledge_base([tmp_path / "nope.yaml"])
     assert info.value.file == str(tmp_path / "nope.yaml")
 
 
@@ -1143,7 +1139,7 @@ def test_negative_duration_is_rejected(tmp_path: Path) -> None:
     text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{"for": "-5"})
     with pytest.raises(KnowledgeError, match="'for' must not be negative") as info:
         _load_user_file(_write(tmp_path, text))
-    assert info.value.line == 9
+    assert info.value.line == _line_of(text, "for: -5") == 11
 
 
 def test_every_packaged_metric_reference_is_in_the_catalogue() -> None:
@@ -1171,7 +1167,7 @@ def test_unknown_keys_are_rejected_at_their_line(
     text = "rules:\n" + _rule("fine_rule") + _rule("broken_rule", **{field: value})
     path = _write(tmp_path, text)
     with pytest.raises(KnowledgeError) as info:
-        load_rules([path])
+        load_knowledge_base([path])
     assert message in str(info.value)
     assert info.value.line == _line_of(text, where)
     assert str(info.value).startswith(f"{path}:{info.value.line}: ")
@@ -1180,11 +1176,11 @@ def test_unknown_keys_are_rejected_at_their_line(
 def test_unknown_top_level_and_phase_keys_are_rejected(tmp_path: Path) -> None:
     path = _write(tmp_path, "rules: []\nstate:\n  - id: x\n")
     with pytest.raises(KnowledgeError, match=r"unknown key 'state' \(did you mean") as info:
-        load_knowledge([path])
+        load_knowledge_base([path])
     assert info.value.line == 2
     path = _write(tmp_path, "phases:\n  - phase: forward\n    rank: 5\n    signature: []\n")
     with pytest.raises(KnowledgeError, match="phase: unknown key 'signature'") as info:
-        load_knowledge([path])
+        load_knowledge_base([path])
     assert info.value.line == 4
 
 
@@ -1203,7 +1199,7 @@ def test_a_user_file_is_read_once_for_rules_and_phases(
         return real(p)
 
     monkeypatch.setattr(loader, "load_yaml_file", counting)
-    knowledge = load_knowledge([path])
+    knowledge = load_knowledge_base([path])
     assert reads == [path]
     assert "mine" in {r.id for r in knowledge.rules.rules}
     assert any(r.rank == 50 for r in knowledge.phases.rules)

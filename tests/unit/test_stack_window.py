@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.phases import load_phase_config
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.probes.phases import PhaseClassifier, parse_raw, shorten_path
 from aitop.probes.source_lines import SourceLines, is_fetch_line, is_host_sync_line
 from aitop.probes.stack_window import summarize_window
@@ -38,7 +38,7 @@ def train(model, loader, opt):
 
 @pytest.fixture(scope="module")
 def classifier() -> PhaseClassifier:
-    return load_phase_config().classifier()
+    return load_knowledge_base().phases.classifier()
 
 
 @pytest.fixture()

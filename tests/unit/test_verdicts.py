@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 from aitop.knowledge import verdicts
 from aitop.knowledge.diagnosis import evidence_for
-from aitop.knowledge.documents import load_documents
-from aitop.knowledge.facts import load_facts
+from aitop.knowledge.loader import load_knowledge_base
 from aitop.knowledge.metrics import FALLBACK_TEMPERATURE_LIMIT_C, POWER_REASONS, THERMAL_REASONS
 
-TARGETS = load_facts().targets
+TARGETS = load_knowledge_base().facts.targets
 
 
 def finding_status(metric: str, value: float) -> str:
@@ -52,7 +51,7 @@ def test_temperature_reads_the_same(temp: float, slowdown: float | None) -> None
 
 
 def test_the_temperature_fallback_is_the_documents_figure() -> None:
-    row = next(m for m in load_documents().metrics if m.id == "gpu_temperature")
+    row = next(m for m in load_knowledge_base().documents.metrics if m.id == "gpu_temperature")
     assert row.bounds.high == FALLBACK_TEMPERATURE_LIMIT_C
     assert row.bounds.prefer == "gpu_slowdown_temperature"
 

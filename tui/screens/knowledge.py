@@ -3,7 +3,7 @@
 The priority framework (current state → priorities 1-3) with the matching
 rows marked, the key-metrics table with this job's current values judged
 against each target, and the bottleneck-location table with the current
-category marked. Loaded with ``aitop.knowledge.documents.load_documents()``;
+category marked. Loaded with ``aitop.knowledge.loader.load_knowledge_base()``;
 if the knowledge file cannot be loaded, the screen says why and still shows
 the diagnosis's states and the current values.
 """
@@ -29,12 +29,12 @@ from .base import DetailScreen
 NOW_STYLE = "bold reverse"
 
 
-def load_knowledge() -> tuple[Any | None, str | None]:
+def documents_or_error() -> tuple[Any | None, str | None]:
     """The loaded documents, or why they could not be loaded (one line)."""
     try:
-        from aitop.knowledge.documents import load_documents
+        from aitop.knowledge.loader import load_knowledge_base
 
-        return load_documents(), None
+        return load_knowledge_base().documents, None
     except Exception as exc:  # a missing or malformed file must not break the UI
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -124,7 +124,7 @@ class KnowledgeScreen(DetailScreen):
     @work(thread=True, exclusive=True, group="knowledge", exit_on_error=False)
     def _load_documents(self) -> None:
         """Parse the knowledge file off the event loop (seconds on a busy machine)."""
-        documents, error = load_knowledge()
+        documents, error = documents_or_error()
         self.app.call_from_thread(self._loaded, documents, error)
 
     def _loaded(self, documents: Any | None, error: str | None) -> None:

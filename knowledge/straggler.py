@@ -15,20 +15,26 @@ Across ranks, DDP steps in lockstep: every rank runs at the straggler's pace,
 and the straggler is the rank that waits least. Its score follows NVIDIA's
 straggler detector (the fastest rank's step time over this rank's), with each
 rank's own work (step time less its waits) standing for its step time:
-``score = min own work / this rank's own work``, flagged below 0.75.
+``score = min own work / this rank's own work``. Where the cut lies is the
+knowledge base's named condition ``holds_back_job`` (rules.yaml), the same one
+the rules use, so the panel and the findings can never disagree about it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
+from .expressions import Condition
+from .loader import load_knowledge_base
 from .model import Diagnosis, Finding
 
 Metrics = Mapping[str, "float | None"]
 
-#: NVIDIA's straggler detector flags a rank scoring below this.
-STRAGGLER_SCORE = 0.75
+#: The named condition (rules.yaml ``conditions:``) under which the straggler
+#: holds the job back.
+HOLDS_BACK = "holds_back_job"
 #: Categories that say "this rank waits for the others": not a rank's own cause.
 WAITING_CATEGORIES = frozenset({"communication"})
 
@@ -130,6 +136,8 @@ class JobJudgement:
     straggler: RankView | None
     #: Each rank's straggler score (None until its comm share is known).
     scores: Mapping[int, float]
+    #: Whether the straggler holds the others back (its score is below the cut).
+    flagged: bool = False
 
     def metrics(self) -> dict[str, float | None]:
         known = [r for r in self.ranks if r.comm_share is not None]
@@ -169,12 +177,22 @@ class JobJudgement:
                 "straggler_action": action}
 
 
-def judge_job(ranks: Sequence[RankView]) -> JobJudgement:
-    """Straggler scores, and the rank that waits least when others wait for it."""
+def judge_ranks(
+    ranks: Sequence[RankView], holds_back: Condition | None = None
+) -> JobJudgement:
+    """Straggler scores, and the rank that waits least when others wait for it.
+
+    ``holds_back`` is the knowledge base's ``holds_back_job`` condition (None: the
+    packaged knowledge base's), evaluated on the judgement's own metrics.
+    """
     known = [r for r in ranks if r.own_work is not None]
     if len(known) < 2:
         return JobJudgement(tuple(ranks), None, {})
     fastest = min(r.own_work or 1.0 for r in known)
     scores = {r.pid: fastest / (r.own_work or 1.0) for r in known}
     straggler = min(known, key=lambda r: scores[r.pid])
-    return JobJudgement(tuple(ranks), straggler, scores)
+    judgement = JobJudgement(tuple(ranks), straggler, scores)
+    if holds_back is None:
+        holds_back = load_knowledge_base().rules.conditions.get(HOLDS_BACK)
+    flagged = holds_back is not None and holds_back.evaluate(judgement.metrics()) is True
+    return dataclasses.replace(judgement, flagged=flagged)

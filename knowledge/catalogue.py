@@ -1,0 +1,189 @@
+"""The metric catalogue: every name a rule may use, its unit and what it means.
+
+Rules are written over flat names (``gpu_util_mean``, ``phase_data_wait``), so a
+rule file can be checked at load time: a name that is not in the catalogue is an
+error with file and line. Series metrics are sampled every tick and summarised
+over the window with each aggregate (``_mean``, ``_p5``, ``_p95``, ``_last``,
+``_min``, ``_max``, ``_stdev``, ``_trend`` per minute); scalar metrics are one
+number per window. The catalogue is apart from the computation (``metrics.py``)
+because reading a rule file needs the names only, not the probes' sample types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aitop.probes.session import PHASES
+
+AGGREGATES: tuple[str, ...] = ("mean", "p5", "p95", "last", "min", "max", "stdev", "trend")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    unit: str
+    description: str
+    series: bool
+
+
+#: Series metrics: (name, unit, description); ``metrics.SERIES_VALUES`` computes each.
+SERIES: tuple[tuple[str, str, str], ...] = (
+    ("gpu_util", "%",
+     "GPU utilisation: share of time a kernel was running (NVML)"),
+    ("gpu_mem_used", "%",
+     "GPU memory used, % of capacity"),
+    ("gpu_temp_margin", "°C",
+     "degrees below the GPU's slowdown threshold (83 °C if the driver does not say)"),
+    ("gpu_power", "%",
+     "power draw, % of the enforced limit"),
+    ("gpu_sm_clock", "%",
+     "SM clock, % of its maximum"),
+    ("gpu_pcie_rx", "MB/s",
+     "PCIe host-to-GPU traffic"),
+    ("host_cpu", "%",
+     "whole-machine CPU utilisation"),
+    ("host_iowait", "%",
+     "CPU time waiting on I/O"),
+    ("host_ram_used", "%",
+     "system RAM used"),
+    ("host_swap_used", "%",
+     "swap used (0 when the machine has no swap)"),
+    ("host_load_per_core", "",
+     "1-minute load average per core"),
+    ("proc_cpu", "% of a core",
+     "CPU of the whole target tree (main process and workers)"),
+    ("main_cpu", "% of a core",
+     "CPU of the main training process"),
+    ("main_busy_threads", "threads",
+     "threads of the main process keeping at least 10 % of a core busy"),
+    ("workers_cpu", "% of a core",
+     "CPU of all DataLoader workers together"),
+    ("worker_cpu_max", "% of a core",
+     "CPU of the busiest DataLoader worker"),
+    ("main_cpu_wait", "% of a core",
+     "time the main process's main thread was runnable but waiting for a CPU (contention)"),
+    ("worker_cpu_wait", "% of a core",
+     "time the average DataLoader worker was runnable but waiting for a CPU (contention)"),
+    ("worker_blocked", "%",
+     "time the average DataLoader worker neither ran nor waited for a CPU: asleep on its "
+     "reads or a lock"),
+    ("proc_rss", "MB",
+     "resident memory of the target tree"),
+    ("proc_read", "MB/s",
+     "bytes the target tree reads from storage"),
+    ("proc_write", "MB/s",
+     "bytes the target tree writes to storage"),
+    ("disk_read", "MB/s",
+     "read rate of the busiest disk behind the target's files"),
+    ("disk_write", "MB/s",
+     "write rate of the busiest disk behind the target's files"),
+    ("disk_busy", "%",
+     "busy time of the busiest disk behind the target's files"),
+)
+
+SCALARS: tuple[tuple[str, str, str], ...] = (
+    ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
+    ("gpu_count", "", "number of GPUs NVML sees"),
+    ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
+    ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),
+    ("gpu_throttle_thermal", "fraction", "share of the window with thermal clock slowdown"),
+    ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
+    *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),
+    ("phase_compute", "fraction", "forward + backward + optimizer"),
+    ("phase_device", "fraction",
+     "forward + backward + optimizer, plus host-device sync when there is a GPU (the sync "
+     "is the GPU finishing queued work): the time the accelerator's work sets the pace"),
+    ("phase_eval_long", "fraction",
+     "share of time in evaluation passes over the last 5 minutes (validation runs in bursts)"),
+    ("phase_checkpoint_long", "fraction",
+     "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
+    ("phase_samples", "samples", "stack samples behind the phase fractions"),
+    ("accel_util", "%",
+     "GPU utilisation when there is a GPU; without one, the training thread's share of "
+     "time in forward/backward/optimizer (compute then means the CPU)"),
+    ("steps_per_s", "1/s", "training steps per second, from the loop counter"),
+    ("step_time", "s", "seconds per training step"),
+    ("cpu_headroom", "x",
+     "CPUs the target may use / busy threads of the main process: how much wider CPU "
+     "compute could go"),
+    ("num_workers", "", "DataLoader worker processes"),
+    ("free_cores", "cores",
+     "CPU cores the job could still use: allowed cores minus the tree's CPU, and no more "
+     "than the machine has idle"),
+    ("suggested_threads", "",
+     "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
+    ("suggested_workers", "",
+     "DataLoader workers that would use the free cores (now + free cores / cores per worker)"),
+    ("data_from_queue", "0/1",
+     "1 when the training thread's data waits are spent on a queue or pipe another thread "
+     "or process fills (a hand-written prefetcher)"),
+    ("data_in_own_code", "0/1",
+     "1 when the data waits run the job's own code beneath the loop's fetch statement "
+     "(a generator or iterator producing batches in the training thread)"),
+    ("producer_busy", "fraction",
+     "share of samples the busiest other thread of the target spent working, not waiting"),
+    ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
+    ("training_thread_cpu", "% of a core", "CPU of the training thread itself"),
+    ("busy_python_threads", "threads",
+     "Python threads besides the training thread keeping >= 10 % of a core busy (the rest of "
+     "the main process's busy threads are native: intra-op compute)"),
+    ("uses_lightning", "0/1", "1 when PyTorch Lightning's frames drive the loop"),
+    ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
+    ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
+    ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
+    ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
+    ("local_ranks", "",
+     "ranks of the target's job on this machine (1 for a single-process job, or when the "
+     "job was not looked for, as in older recordings)"),
+    ("comm_hidden", "fraction",
+     "share of wall time a CPU rank's training thread was blocked inside forward/backward/"
+     "optimizer (neither running nor queued for a CPU): DDP's gradient all-reduce waiting for "
+     "the other ranks; unknown on GPU ranks and single processes"),
+    ("comm_share", "fraction",
+     "share of wall time this rank communicates or waits for the other ranks: phase_comm plus "
+     "comm_hidden"),
+    ("ranks_watched", "", "ranks of the job whose communication share is known"),
+    ("job_comm_share", "fraction", "mean communication share over the watched ranks"),
+    ("straggler_score", "",
+     "the straggler's score: the fastest rank's own work per step over the straggler's (own "
+     "work = time not waiting for other ranks); below the cut of the named condition "
+     "holds_back_job (rules.yaml) it holds the others back"),
+    ("straggler_rank_comm", "fraction", "the straggler's own communication share"),
+    ("job_wait_share", "fraction",
+     "mean communication share of the ranks other than the straggler"),
+    ("straggler_excess", "fraction",
+     "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
+    ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
+    ("scheduler_ok", "0/1",
+     "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
+    ("checkpoint_writing", "0/1", "1 when the target has files open for writing"),
+    ("uses_compile", "0/1", "1 when torch.compile frames were seen"),
+    ("uses_amp", "0/1", "1 when autocast/GradScaler frames were seen"),
+    ("uses_grad_checkpointing", "0/1", "1 when torch.utils.checkpoint frames were seen"),
+    ("target_alive", "0/1", "1 while the target process runs"),
+    ("window_s", "s", "length of the evaluation window"),
+)
+
+
+
+#: Names (not numbers) a rule's text may use: filled by :func:`compute_words`.
+WORDS: frozenset[str] = frozenset({
+    "producer", "producer_frame", "data_source", "other_frame",
+    # The job-level judgement of a multi-rank job (knowledge/straggler.py).
+    "straggler", "straggler_cause", "straggler_action",
+})
+
+
+def catalogue() -> dict[str, MetricSpec]:
+    """Every metric name a rule may use."""
+    specs: dict[str, MetricSpec] = {}
+    for name, unit, desc in SERIES:
+        for agg in AGGREGATES:
+            full = f"{name}_{agg}"
+            specs[full] = MetricSpec(full, unit + ("/min" if agg == "trend" else ""), desc, True)
+    for name, unit, desc in SCALARS:
+        specs[name] = MetricSpec(name, unit, desc, False)
+    return specs
+
+
+CATALOGUE = catalogue()
