@@ -23,12 +23,16 @@ import signal
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from aitop.demo.truth import Truth
 from torch.utils.data import DataLoader, Dataset
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 #: Samples per batch.
 BATCH = 64
@@ -97,13 +101,34 @@ class Samples(Dataset[tuple[torch.Tensor, int]]):
         return torch.randn(256), index % 10
 
 
+def _attempt_store(world_size: int, rank: int) -> dist.Store | None:
+    """Under torchrun, the rendezvous store with keys of this attempt only.
+
+    After an elastic restart the new ranks meet in the store the old ones used;
+    without a prefix of their own, a new rank can read an address the old rank
+    0 published and the restarted job deadlocks in its first all-reduce
+    (seen under torchrun's static and c10d rendezvous alike).
+    """
+    import torch.distributed as dist
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return None
+    hosted_by_agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          world_size, is_master=not hosted_by_agent and rank == 0,
+                          timeout=timedelta(seconds=120))
+    return dist.PrefixStore(f"aitop-demo/attempt-{attempt}", store)
+
+
 def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(1)
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                                store=_attempt_store(world_size, rank))
     model = DistributedDataParallel(torch.nn.Sequential(
         torch.nn.Linear(256, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
