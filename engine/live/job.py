@@ -61,8 +61,10 @@ class LiveJob:
         self.peers: list[RankPeer] = list(peers)
         #: One line each: what the user should know (the PID watched, stacks off, restarts).
         self.warnings: list[str] = [*warnings, *lead.warnings]
+        #: When the lead was built, and aitop's CPU then: the job's own cost since
+        #: includes watching its peers.
         self.started_at = lead.started_at
-        self.cpu_at_start = self_cpu_seconds()
+        self.cpu_at_start = lead.cpu_at_start
         #: Set on close: stops what outlives one lead (the follower).
         self.closing = threading.Event()
         self._rebuild = rebuild

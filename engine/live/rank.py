@@ -97,6 +97,7 @@ class LiveSource:
         #: The host probe this rank's collector samples (the lead) or shares (a peer).
         self.host = host
         self.started_at = time.time()
+        self.cpu_at_start = self_cpu_seconds()
         self._closed = False
         #: What the evaluator had concluded before this source was built, if anything.
         self._published = Conclusion(evaluator.latest(), evaluator.judgement)
