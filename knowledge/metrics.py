@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from aitop.probes.samples import (
     GpuDevice,
@@ -64,6 +64,18 @@ def _gpu(fn: Callable[[GpuDevice], float | None]) -> Callable[[GpuSample], float
         return _mean([v for d in target_devices(sample) if (v := fn(d)) is not None])
 
     return value
+
+
+#: GPU utilisation, the one definition every reader uses (the rules' ``gpu_util_*``,
+#: the key-metrics table, the Ranks panel): NVML's share of time a kernel was
+#: running, the mean over the GPUs the target uses (all healthy GPUs when it
+#: holds none). A device's own reading is ``GpuDevice.util_percent``.
+gpu_util: Callable[[GpuSample], float | None] = _gpu(lambda d: d.util_percent)
+
+
+def gpu_util_over(samples: Iterable[GpuSample]) -> float | None:
+    """``gpu_util`` over a span: the mean of each sample's (``gpu_util_mean``'s rule)."""
+    return _mean([v for s in samples if (v := gpu_util(s)) is not None])
 
 
 #: The documents' key-metric bound ("GPU temperature: below 83 degrees C"), used
@@ -169,7 +181,7 @@ def _host_load(sample: HostSample) -> float | None:
 #: How each series metric of the catalogue is sampled: (name, ring attribute,
 #: value function); the catalogue's ``SERIES`` says what each one means.
 SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
-    ("gpu_util", "gpu", _gpu(lambda d: d.util_percent)),
+    ("gpu_util", "gpu", gpu_util),
     ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes))),
     ("gpu_temp_margin", "gpu", _gpu(_temp_margin)),
     ("gpu_power", "gpu", _gpu(lambda d: _pct(d.power_w, d.power_limit_w))),

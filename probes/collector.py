@@ -11,25 +11,19 @@ in ``session.probe_status``; the others keep running.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .cadence import HEADLESS, UI, Profile
 from .pyspy import PySpyError
 from .samples import StackWindow, StepCounterSample
 from .session import Session
 from .status import ProbeStatus
 
-#: Step-counter readings taken every ``STEPS_WARMUP_INTERVAL_S`` before settling
-#: to the configured cadence: a short report (or the first seconds of the UI)
-#: gets several per-window rates, what ``aitop diff``'s interval is built from
-#: (a 16 s run read every 5 s had one window; a 13 s run read every 2.5 s had
-#: three, and ``aitop diff`` called a 96 % speed-up "no significant change").
-#: Every 2 s, a 13 s run has four. ~12 ms of CPU per reading.
-STEPS_WARMUP_READINGS = 6
-STEPS_WARMUP_INTERVAL_S = 2.0
 #: A failing task retries after this long at first (even one that runs back to
 #: back when healthy, like py-spy windows), doubling up to ``MAX_RETRY_S``.
 MIN_RETRY_S = 1.0
@@ -58,53 +52,35 @@ class StepSampler(Protocol):
 
 @dataclass(frozen=True)
 class CollectorConfig:
-    """Cadences, chosen by measured cost (docs/benchmarks.md).
+    """The collector's cadences: a column of ``probes.cadence.TABLE`` (each row says
+    its rule and cites the measurement behind it). The defaults are the UI's."""
 
-    py-spy dominates aitop's CPU: each ``record`` launch costs ~20 ms (it reads
-    the target's symbols) and each sample ~0.5 ms; each ``dump --locals`` ~12 ms.
-    So stacks are sampled at 10 Hz in 10 s windows (the first ones shorter, so a
-    diagnosis comes within seconds), and the step counter is read every 10 s
-    after its warm-up readings. 5 s windows and readings cost the UI ~0.35 % of
-    a core more for phase bars and steps/s that moved twice as often; the
-    evaluation window (20 s) is what they are judged on either way.
-    """
-
-    interval_s: float = 1.0
-    gpu_interval_s: float = 1.0
-    storage_interval_s: float = 2.0
-    environment_interval_s: float = 30.0
-    stack_rate_hz: int = 10
-    stack_window_s: int = 10
-    first_stack_window_s: int = 3
-    steps_interval_s: float = 10.0
-    #: Readings taken every ``STEPS_WARMUP_INTERVAL_S`` before settling.
-    steps_warmup_readings: int = STEPS_WARMUP_READINGS
+    interval_s: float = UI.interval_s
+    gpu_interval_s: float = UI.gpu_interval_s
+    storage_interval_s: float = UI.storage_interval_s
+    environment_interval_s: float = UI.environment_interval_s
+    stack_rate_hz: int = UI.stack_rate_hz
+    stack_window_s: int = UI.stack_window_s
+    first_stack_window_s: int = UI.first_stack_window_s
+    steps_interval_s: float = UI.steps_interval_s
+    #: Readings taken every ``steps_warmup_interval_s`` before settling.
+    steps_warmup_readings: int = UI.steps_warmup_readings
+    steps_warmup_interval_s: float = UI.steps_warmup_interval_s
 
     def stack_window(self, index: int) -> int:
-        """Length of the index-th py-spy window: 3 s, 6 s, then the steady length.
-
-        Short first windows give a diagnosis within seconds of attaching (30
-        samples at 10 Hz after 3 s); longer steady windows spread py-spy's ~20 ms
-        launch cost.
-        """
+        """Length of the index-th py-spy window: the first one, doubling up to the
+        steady length (a verdict within seconds, then the launch cost spread)."""
         return min(self.stack_window_s, self.first_stack_window_s * 2**index)
 
     @classmethod
+    def of(cls, profile: Profile) -> CollectorConfig:
+        """The collector's part of a profile."""
+        return cls(**{f.name: getattr(profile, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
     def headless(cls) -> CollectorConfig:
-        """Cadences for reports: nobody watches a display refresh, so sample the
-        process tree, GPU and storage half as often, and launch py-spy and read
-        the step counter every 15 s once warmed up (10 s cost ~0.1 % of a core
-        more, over the 1 % budget). The rate stays 10 Hz: phase shares are
-        counted samples. The step counter's warm-up readings (every 2 s for
-        the first six) give a short report the several per-window rates that
-        ``aitop diff`` takes its confidence interval from."""
-        return cls(
-            interval_s=2.0,
-            gpu_interval_s=2.0,
-            storage_interval_s=4.0,
-            stack_window_s=15,
-            steps_interval_s=15.0,
-        )
+        """The headless column: nobody watches a refresh (see ``probes.cadence``)."""
+        return cls.of(HEADLESS)
 
 
 class PeriodicTask:
@@ -263,7 +239,7 @@ class Collector:
         session, cfg = self.session, self.config
         # First read right after the first stack window has found the loop frame.
         task = PeriodicTask(
-            "steps", lambda: None, min(cfg.steps_interval_s, STEPS_WARMUP_INTERVAL_S),
+            "steps", lambda: None, min(cfg.steps_interval_s, cfg.steps_warmup_interval_s),
             session.probe_status,
             self.stop_event, first_delay_s=cfg.first_stack_window_s + 0.5,
         )

@@ -1,11 +1,11 @@
 """The stack probe: py-spy ``record`` windows turned into phase counts.
 
-Why rolling ``record --format raw`` windows rather than periodic ``dump``: one
-``dump`` costs about 10 ms of CPU (a fresh attach each time), so sampling at
-20 Hz with dumps would cost ~20 % of a core. One ``record`` process attaches once
-per window and then samples for a few milliseconds of CPU per second; the price
-of restarting it every window (~20 ms) is spread over the window. Measured on the
-2-core development machine: see docs/benchmarks.md.
+Why rolling ``record --format raw`` windows rather than periodic ``dump``: each
+``dump`` is a fresh attach, so sampling with dumps costs one attach per sample,
+while one ``record`` process attaches once per window and then each sample is a
+small fraction of an attach; the price of launching it is spread over the
+window. What each costs is measured in docs/benchmarks.md ("What one py-spy call
+costs"), and the windows' lengths are ``probes.cadence.TABLE``'s.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""The aitop application: ticks, evaluation off the event loop, keys, export.
+"""The aitop application: ticks, keys, and the screens they draw.
 
 The app owns three pieces of state and nothing else: the time ``now`` it draws
-at (the clock when live, frozen when paused, the cursor in a replay), the last
-diagnosis, and the refresh rate. Every tick it builds a ``View`` from the source's
-session and pushes it to the active screen. ``source.evaluate`` runs on a daemon
-thread watched by a Textual thread worker, so a slow or hung rule evaluation
-never delays a key press, a redraw, or quitting.
+at (the clock when live, frozen when paused, the cursor in a replay), the
+conclusion it shows, and the refresh rate. Every tick it reads what the source
+has concluded (live: the value its evaluation thread last published, a
+reference read that never waits, so a slow or hung evaluation never delays a
+key press, a redraw or quitting; replay: the recorded one at the cursor),
+builds a ``View`` from the source's session and pushes it to the active
+screen. Exports are the engine's ``ExportFlow``; the app only draws them.
 """
 
 from __future__ import annotations
@@ -22,18 +24,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from aitop.engine.compare.runs import Run
-from aitop.engine.headless.export import write_snapshot
-from aitop.engine.live.job import diagnosis_at, peers_of, rank_rows
-from aitop.engine.live.source import DataSource, Evaluation, RankPeer, ReplaySource
-from aitop.engine.records.snapshot import SnapshotError
+from aitop.engine.headless.export import EXIT_UNSAVED, Exported, ExportFlow, ExportRequest
+from aitop.engine.live.job import rank_rows
+from aitop.engine.live.source import NOTHING, Conclusion, DataSource, RankPeer
 from aitop.knowledge.model import Diagnosis
-from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.worker import get_current_worker
 
 from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
@@ -46,8 +45,7 @@ from .widgets.panel import Panel
 from .widgets.ranks_panel import RanksPanel
 from .widgets.view import View
 
-#: Exit status when the user quits while the last export failed.
-EXIT_UNSAVED = 1
+__all__ = ["EXIT_UNSAVED", "REFRESH_STEPS", "AitopApp", "run_app"]
 
 #: The refresh intervals ``+``/``-`` step through, in seconds.
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -57,19 +55,12 @@ REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 SLOW_EVALUATION_S = 2.0
 
 
-class Evaluated(Message):
-    """An evaluation finished (posted from the watcher thread).
+class ExportLanded(Message):
+    """An export written in the background finished (posted from its thread)."""
 
-    A newer one replaces one still queued: if the event loop is busy, results
-    collapse into the latest instead of being drawn one after another.
-    """
-
-    def __init__(self, evaluation: Evaluation) -> None:
+    def __init__(self, outcome: Exported) -> None:
         super().__init__()
-        self.evaluation = evaluation
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, Evaluated)
+        self.outcome = outcome
 
 
 class AitopApp(App[int]):
@@ -133,32 +124,22 @@ class AitopApp(App[int]):
         super().__init__(ansi_color=True if "NO_COLOR" in os.environ else None)
         self.source = source
         self.refresh_s = float(refresh_s)
-        self.export_path = Path(export_path) if export_path is not None else None
-        self.export_on_exit = export_on_exit
+        #: Snapshots on ``s``, at exit and on signals, and how each went.
+        self.export_flow = ExportFlow(source, path=export_path, on_exit=export_on_exit)
         #: An earlier run to compare with (``--baseline``); a bar shows it when given.
         self.baseline = baseline
         self.clock = clock
         self.paused = False
         self.paused_at: float | None = None
-        self.diagnosis: Diagnosis | None = None
+        #: What the source had concluded when last read (frozen while paused).
+        self.conclusion: Conclusion = NOTHING
         #: The rank shown instead of the lead one (a peer's PID), or None.
         self.viewed_pid: int | None = None
-        #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
-        self.exports: list[list[Path]] = []
-        self.export_errors: list[str] = []
-        #: Lines for run_app to print after the screen is restored (to stdout / stderr).
-        self.exit_messages: list[str] = []
-        self.exit_errors: list[str] = []
         self.view: View | None = None
         #: Monotonic time the first frame was drawn (for start-up measurements).
         self.first_frame_at: float | None = None
         self._timer: Timer | None = None
-        self._evaluation: Evaluation | None = None
-        self._evaluation_dirty = False
         self._last_error: str | None = None
-        self._exit_export_failed = False
-        #: Why the last export failed, until one succeeds (quitting then exits 1).
-        self.unsaved_failure: str | None = None
         self._signals: list[int] = []
         #: Set by run_app: a signalled exit that hangs ends the process anyway.
         self.exit_watchdog = False
@@ -169,11 +150,45 @@ class AitopApp(App[int]):
         self.cursor: float = 0.0
         self.playing = False
         self._step = 1.0
-        if isinstance(source, ReplaySource):
-            self.replay_range = source.time_range()
-            self._step = source.step_s()
-        if self.replay_range is not None:
-            self.cursor = self.replay_range[1]
+        timeline = source.timeline()
+        if timeline is not None:
+            self.replay_range = (timeline.start, timeline.end)
+            self._step = timeline.step_s
+            self.cursor = timeline.end
+
+    # ------------------------------------------------- what the flow records
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        """The lead rank's diagnosis on screen."""
+        return self.conclusion.diagnosis
+
+    @property
+    def export_path(self) -> Path | None:
+        return self.export_flow.path
+
+    @property
+    def exports(self) -> list[list[Path]]:
+        return self.export_flow.exports
+
+    @property
+    def export_errors(self) -> list[str]:
+        return self.export_flow.errors
+
+    @property
+    def unsaved_failure(self) -> str | None:
+        """Why the last export failed, until one succeeds (quitting then exits 1)."""
+        return self.export_flow.unsaved_failure
+
+    @property
+    def exit_messages(self) -> list[str]:
+        """Lines for run_app to print after the screen is restored (stdout)."""
+        return self.export_flow.messages
+
+    @property
+    def exit_errors(self) -> list[str]:
+        """Lines for run_app to print after the screen is restored (stderr)."""
+        return self.export_flow.exit_errors
 
     # ----------------------------------------------------------- lifecycle
 
@@ -219,13 +234,7 @@ class AitopApp(App[int]):
             self._signals.append(sig)
 
     def _on_signal(self, sig: int) -> None:
-        code = 0
-        if self.wants_exit_export():
-            error = self.export_now()
-            if error is not None:
-                self.exit_errors.append(f"aitop: export on {signal.Signals(sig).name} failed: "
-                                        f"{error}")
-                code = 1
+        code = self.export_flow.on_signal(signal.Signals(sig).name, self._exit_export_request)
         if sig in (signal.SIGHUP, signal.SIGTERM):
             # The terminal may be gone (SIGHUP: window closed, ssh dropped). Stop
             # sampling the job now, and do not trust the UI to shut down: Textual's
@@ -258,19 +267,15 @@ class AitopApp(App[int]):
     # ---------------------------------------------------------------- ticks
 
     def _tick(self) -> None:
-        """One refresh: advance a playing cursor, ask for a diagnosis, redraw, re-arm.
+        """One refresh: advance a playing cursor, read the conclusion, redraw, re-arm.
 
-        The next tick is armed only after this one ran, so ticks never pile up;
-        evaluation is one-at-a-time on its own thread, so it cannot pile up either.
+        The next tick is armed only after this one ran, so ticks never pile up.
         """
         self._timer = None
         if self.playing:
             self._move_cursor(self.cursor + self._step, keep_playing=True)
-        # A started evaluation redraws when it lands (milliseconds later); drawing
-        # now as well would paint every frame twice, and painting is most of the
-        # UI's CPU. A slow or synchronous one (replay) is drawn now.
-        if not self.request_evaluation():
-            self.redraw()
+        self.read_conclusion()
+        self.redraw()
         self._timer = self.set_timer(self.refresh_s, self._tick)
 
     def _rearm(self) -> None:
@@ -278,66 +283,36 @@ class AitopApp(App[int]):
             self._timer.stop()
         self._timer = self.set_timer(self.refresh_s, self._tick)
 
-    def request_evaluation(self) -> bool:
-        """Start evaluating at ``now`` unless one is already running.
-
-        Returns True when an evaluation was started (it redraws when it lands).
-        """
-        now = self.current_now()
-        if isinstance(self.source, ReplaySource):
-            # A recorded diagnosis is a bisect: no thread, and always in step.
-            self.diagnosis = self.source.evaluate(now)
-            return False
-        running = self._evaluation
-        if running is not None and not running.done.is_set():
-            self._evaluation_dirty = True
-            return False
-        evaluation = Evaluation(self.source, now).start()
-        self._evaluation = evaluation
-        self._watch_evaluation(evaluation)
-        return True
-
-    @work(thread=True, exclusive=True, group="evaluate", exit_on_error=False)
-    def _watch_evaluation(self, evaluation: Evaluation) -> None:
-        """Wait for an evaluation without blocking the loop; give up if cancelled."""
-        worker = get_current_worker()
-        while not evaluation.done.wait(0.05):
-            if worker.is_cancelled:
-                return
-        if not worker.is_cancelled:
-            self.post_message(Evaluated(evaluation))
-
-    def on_evaluated(self, message: Evaluated) -> None:
-        evaluation = message.evaluation
-        if evaluation is not self._evaluation:
+    def read_conclusion(self) -> None:
+        """Take what the source concluded: live, its published value (kept as it was
+        while paused); in a replay, the recorded one at the cursor."""
+        if not self.live:
+            self.conclusion = self.source.at(self.cursor)
             return
-        if evaluation.error is not None:
-            text = f"rules failed: {type(evaluation.error).__name__}: {evaluation.error}"
-            if text != self._last_error:
-                self.notify(text.splitlines()[0], severity="error", timeout=8)
-            self._last_error = text
-        else:
-            self._last_error = None
-            if not self.paused:
-                self.diagnosis = evaluation.result
-        if self._evaluation_dirty:
-            self._evaluation_dirty = False
-            self.request_evaluation()
-        self.redraw()
+        published = self.source.latest()
+        self._report_error(published.error)
+        if not self.paused:
+            self.conclusion = published
+
+    def _report_error(self, error: str | None) -> None:
+        """A failed evaluation, said once (the source keeps evaluating, backing off)."""
+        if error is not None and error != self._last_error:
+            self.notify(f"rules failed: {error}".splitlines()[0], severity="error", timeout=8)
+        self._last_error = error
 
     def evaluating_for(self) -> float | None:
-        """Seconds the running evaluation has taken, once it counts as slow."""
-        ev = self._evaluation
-        if ev is None or ev.done.is_set():
+        """Seconds the source's evaluation in progress has taken, once it counts as slow."""
+        since = self.source.latest().evaluating_since if self.live else None
+        if since is None:
             return None
-        elapsed = ev.elapsed()
+        elapsed = time.monotonic() - since
         return elapsed if elapsed >= max(SLOW_EVALUATION_S, 2 * self.refresh_s) else None
 
     def viewed_peer(self) -> RankPeer | None:
         """The other rank shown now, when one is (and it is watched)."""
         if self.viewed_pid is None:
             return None
-        return next((p for p in peers_of(self.source)
+        return next((p for p in self.source.peers
                      if p.pid == self.viewed_pid and p.source is not None), None)
 
     def make_view(self) -> View:
@@ -345,7 +320,9 @@ class AitopApp(App[int]):
         peer = self.viewed_peer()
         shown = peer.source if peer is not None and peer.source is not None else self.source
         history = tuple(shown.history())
-        diagnosis = self.diagnosis if peer is None else diagnosis_at(shown, now)
+        diagnosis = self.diagnosis
+        if peer is not None:
+            diagnosis = (shown.latest() if self.live else shown.at(now)).diagnosis
         return View(
             session=shown.session,
             diagnosis=diagnosis,
@@ -357,7 +334,7 @@ class AitopApp(App[int]):
             evaluating_for=self.evaluating_for(),
             replay_range=self.replay_range,
             playing=self.playing,
-            ranks=tuple(rank_rows(self.source, now, self.diagnosis)),
+            ranks=tuple(rank_rows(self.source, self.conclusion, now)),
             viewing=peer.label if peer is not None else None,
         )
 
@@ -403,8 +380,7 @@ class AitopApp(App[int]):
         """Freeze the display; probes keep collecting and rules keep evaluating."""
         self.paused = not self.paused
         self.paused_at = self.clock() if self.paused else None
-        if not self.paused and self._evaluation is not None and self._evaluation.done.is_set():
-            self.diagnosis = self._evaluation.result or self.diagnosis
+        self.read_conclusion()
         self.notify("Display paused; collection continues. p resumes." if self.paused
                     else "Display resumed.", timeout=2)
         self.refresh_bindings()
@@ -467,7 +443,7 @@ class AitopApp(App[int]):
         self.cursor = min(hi, max(lo, t))
         if not keep_playing or self.cursor >= hi:
             self.playing = self.playing and keep_playing and self.cursor < hi
-        self.request_evaluation()
+        self.read_conclusion()
         self.redraw()
 
     def action_cursor_step(self, steps: int) -> None:
@@ -495,74 +471,45 @@ class AitopApp(App[int]):
 
     def export_target(self) -> Path:
         """Where ``s`` writes: ``export_path``, else a timestamped file here."""
-        if self.export_path is not None:
-            return self.export_path
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time()))
-        return Path.cwd() / f"aitop-{self.source.session.target_pid}-{stamp}.json"
+        return self.export_flow.target()
 
-    def wants_exit_export(self) -> bool:
-        return self.export_on_exit or self.export_path is not None
+    def _export_request(self, svg: str | None) -> ExportRequest:
+        view = self.view or self.make_view()
+        return ExportRequest(view.now, view.diagnosis, svg)
+
+    def _exit_export_request(self) -> ExportRequest:
+        """What an export at exit writes (without the screenshot if it cannot be had)."""
+        try:
+            svg = self.export_screenshot()
+        except Exception:
+            svg = None
+        return self._export_request(svg)
 
     def action_export(self) -> None:
-        """Write snapshot, report and screenshot on a thread; notify when done."""
-        svg = self.export_screenshot()
-        view = self.view or self.make_view()
-        self._export_in_thread(self.export_target(), svg, view.now, view.diagnosis)
+        """Write snapshot, report and screenshot in the background; notify when done."""
+        request = self._export_request(self.export_screenshot())
 
-    @work(thread=True, group="export", exit_on_error=False)
-    def _export_in_thread(
-        self, path: Path, svg: str, now: float, diagnosis: Diagnosis | None
-    ) -> None:
-        try:
-            paths = write_snapshot(path, self.source, now=now, diagnosis=diagnosis,
-                                   screenshot_svg=svg)
-        except SnapshotError as exc:
-            self.call_from_thread(self._export_failed, str(exc))
-        except Exception as exc:  # an encoding bug must not kill the session
-            self.call_from_thread(self._export_failed, f"{type(exc).__name__}: {exc}")
-        else:
-            self.call_from_thread(self._export_done, paths)
+        def landed(outcome: Exported) -> None:
+            self.post_message(ExportLanded(outcome))
 
-    def _export_done(self, paths: list[Path]) -> None:
-        self.exports.append(paths)
-        self.unsaved_failure = None
-        extra = ", ".join(p.suffix for p in paths[1:])
-        self.notify(f"Saved {paths[0]} (+ {extra})", timeout=6)
+        self.export_flow.start(request, landed)
 
-    def _export_failed(self, reason: str) -> None:
-        """Keep the session and ask for another path (Escape keeps the old one)."""
-        self.export_errors.append(reason)
-        self.unsaved_failure = reason
-        self.push_screen(ExportPathScreen(reason, self.export_target()), self._export_to)
+    def on_export_landed(self, message: ExportLanded) -> None:
+        outcome = message.outcome
+        if outcome.error is None:
+            extra = ", ".join(p.suffix for p in outcome.paths[1:])
+            self.notify(f"Saved {outcome.paths[0]} (+ {extra})", timeout=6)
+            return
+        # Keep the session and ask for another path (Escape keeps the old one).
+        self.push_screen(ExportPathScreen(outcome.error, self.export_target()), self._export_to)
 
     def _export_to(self, path: Path | None) -> None:
         if path is None:
             self.notify("Not saved. Nothing is lost; press s to try again.",
                         severity="warning", timeout=8)
             return
-        self.export_path = path
+        self.export_flow.retry_at(path)
         self.action_export()
-
-    def export_now(self) -> str | None:
-        """Export synchronously (at exit); returns why it failed, or ``None``."""
-        view = self.view or self.make_view()
-        try:
-            svg = self.export_screenshot()
-        except Exception:
-            svg = None
-        try:
-            paths = write_snapshot(self.export_target(), self.source, now=view.now,
-                                   diagnosis=view.diagnosis, screenshot_svg=svg)
-        except SnapshotError as exc:
-            self.export_errors.append(str(exc))
-            return str(exc)
-        except Exception as exc:
-            self.export_errors.append(str(exc))
-            return f"{type(exc).__name__}: {exc}"
-        self.exports.append(paths)
-        self.unsaved_failure = None
-        self.exit_messages.append(f"aitop: saved {paths[0]}")
-        return None
 
     def action_quit_app(self) -> None:
         """Quit; export first when asked to. A failed export keeps the app open once.
@@ -570,19 +517,13 @@ class AitopApp(App[int]):
         Quitting while the last export failed (and none succeeded since) exits
         with status 1 and says so: a script must not take it for a saved run.
         """
-        if self.wants_exit_export() and not self._exit_export_failed:
-            error = self.export_now()
-            if error is not None:
-                self._exit_export_failed = True
-                self.unsaved_failure = error
-                self.notify(f"Export at exit failed: {error}. Press s to save elsewhere, "
-                            "or q again to quit without saving.", severity="error", timeout=15)
-                return
-        if self.unsaved_failure is not None:
-            self.exit_errors.append(f"aitop: quit without saving: {self.unsaved_failure}")
-            self.exit(EXIT_UNSAVED, return_code=EXIT_UNSAVED)
-            return
-        self.exit(0)
+        step = self.export_flow.quit(self._exit_export_request)
+        if step.code is None:
+            self.notify(step.notice or "", severity="error", timeout=15)
+        elif step.code:
+            self.exit(step.code, return_code=step.code)
+        else:
+            self.exit(0)
 
 
 #: How long a signalled shutdown may take before the process exits regardless.
@@ -617,6 +558,7 @@ def run_app(
         result = app.run()
     finally:
         app.shut_down.set()
+        app.export_flow.finish(EXIT_GRACE_S)  # an export on its way lands first
         source.close()
     for line in app.exit_messages:
         print(line)

@@ -36,11 +36,11 @@ def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
     if args.headless:
-        history = source.history()
-        diagnosis = history[-1] if history else None
+        conclusion = source.latest()
+        diagnosis = conclusion.diagnosis
         started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
         latest = source.session.latest_time() or started
-        report = report_of(source, latest, diagnosis, RunFacts(latest - started, None, None),
+        report = report_of(source, latest, conclusion, RunFacts(latest - started, None, None),
                            started)
         print(report_json(report) if args.json else render_text(report))
         return EXIT_OK

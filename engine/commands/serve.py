@@ -25,7 +25,7 @@ from types import FrameType
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.options import options_from, start_source
-from aitop.engine.live.attach import LiveSource, self_cpu_seconds, self_rss_bytes
+from aitop.engine.live.attach import LiveJob, self_cpu_seconds, self_rss_bytes
 from aitop.engine.prometheus.exporter import AitopCollector, Publisher
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -102,7 +102,7 @@ def run_serve(
 
 
 def _publish_until_done(
-    source: LiveSource, collector: AitopCollector, url: str, export: Path | None
+    source: LiveJob, collector: AitopCollector, url: str, export: Path | None
 ) -> int:
     stop = threading.Event()
 
@@ -113,7 +113,7 @@ def _publish_until_done(
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     session = source.session
     publisher = Publisher(
-        session, source.evaluator.latest, source.started_at,
+        session, lambda: source.latest().diagnosis, source.started_at,
         tuple(source.evaluator.diagnoser.ruleset.rules),
     )
     collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job

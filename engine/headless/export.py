@@ -1,15 +1,20 @@
 """Exporting a session: the snapshot with its Markdown report and screenshot, as one set.
 
 The snapshot format (:mod:`aitop.engine.records.snapshot`) knows nothing of the
-report written beside it; this flow renders the report, stages every file and
-renames them into place together (:func:`aitop.engine.files.write_all`), and
-says in one line what landed.
+report written beside it; ``write_snapshot`` renders the report, stages every
+file and renames them into place together (:func:`aitop.engine.files.write_all`),
+and says in one line what landed. ``ExportFlow`` is an interactive session's
+exports: written in the background on request, in the foreground at exit, and
+what became of each (a UI draws it; nothing here knows of one).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aitop.engine.errors import CliError
@@ -82,3 +87,144 @@ def export_snapshot(source: DataSource, path: Path) -> None:
     except (OSError, SnapshotError) as exc:
         raise CliError(f"could not write the snapshot to {path}: {exc}") from exc
     print("exported: " + ", ".join(str(p) for p in written), file=sys.stderr)
+
+
+#: Exit status when the user quits while the last export failed.
+EXIT_UNSAVED = 1
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What to export: the time the report describes, its conclusion, the screen."""
+
+    now: float | None = None
+    diagnosis: Diagnosis | None = None
+    screenshot_svg: str | None = None
+
+
+@dataclass(frozen=True)
+class Exported:
+    """How one export went: the paths written (JSON first), or why nothing was."""
+
+    path: Path
+    paths: tuple[Path, ...] = ()
+    #: One line, None when the export landed.
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Quit:
+    """What quitting comes to: exit with ``code``, or (``code`` None) stay open once
+    after a failed export at exit, saying ``notice``."""
+
+    code: int | None
+    notice: str | None = None
+
+
+class ExportFlow:
+    """An interactive session's exports: on request, at exit, and after a failure.
+
+    ``start`` writes on a daemon thread (a hung disk never holds up the
+    session or quitting) and calls back with the outcome on that thread;
+    ``quit`` and ``on_signal`` write at once, at exit, when asked to. A failed
+    export is remembered until one succeeds: quitting then exits
+    ``EXIT_UNSAVED``, so that a script does not take it for a saved run.
+    """
+
+    def __init__(self, source: DataSource, *, path: Path | None = None,
+                 on_exit: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.source = source
+        #: Where exports go (``--export``, or the path given after a failure).
+        self.path = Path(path) if path is not None else None
+        self.on_exit = on_exit
+        self.clock = clock
+        #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
+        self.exports: list[list[Path]] = []
+        self.errors: list[str] = []
+        #: Why the last export failed, until one succeeds.
+        self.unsaved_failure: str | None = None
+        #: Lines for after the screen is restored (to stdout / to stderr).
+        self.messages: list[str] = []
+        self.exit_errors: list[str] = []
+        self._exit_failed = False
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def target(self) -> Path:
+        """Where the next export goes: ``path``, else a timestamped file here."""
+        if self.path is not None:
+            return self.path
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        return Path.cwd() / f"aitop-{self.source.session.target_pid}-{stamp}.json"
+
+    @property
+    def wants_exit_export(self) -> bool:
+        return self.on_exit or self.path is not None
+
+    def write(self, request: ExportRequest, path: Path | None = None, *,
+              at_exit: bool = False) -> Exported:
+        """Export now, on this thread, and remember how it went."""
+        path = path or self.target()
+        try:
+            paths = write_snapshot(path, self.source, now=request.now,
+                                   diagnosis=request.diagnosis,
+                                   screenshot_svg=request.screenshot_svg)
+        except SnapshotError as exc:
+            outcome = Exported(path, error=str(exc))
+        except Exception as exc:  # an encoding bug must not kill the session
+            outcome = Exported(path, error=f"{type(exc).__name__}: {exc}")
+        else:
+            outcome = Exported(path, tuple(paths))
+        with self._lock:
+            if outcome.error is not None:
+                self.errors.append(outcome.error)
+                self.unsaved_failure = outcome.error
+            else:
+                self.exports.append(list(outcome.paths))
+                self.unsaved_failure = None
+                if at_exit:
+                    self.messages.append(f"aitop: saved {outcome.paths[0]}")
+        return outcome
+
+    def start(self, request: ExportRequest, done: Callable[[Exported], None]) -> threading.Thread:
+        """Export on a daemon thread; ``done`` gets the outcome, on that thread."""
+        path = self.target()
+        thread = threading.Thread(target=lambda: done(self.write(request, path)),
+                                  name="aitop-export", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return thread
+
+    def retry_at(self, path: Path) -> None:
+        """Export there from now on (the path given after a failure)."""
+        self.path = Path(path)
+
+    def quit(self, request: Callable[[], ExportRequest]) -> Quit:
+        """Quitting: export first when asked to; a failed export at exit keeps the
+        session open once (to save elsewhere), the second quit leaves unsaved."""
+        if self.wants_exit_export and not self._exit_failed:
+            outcome = self.write(request(), at_exit=True)
+            if outcome.error is not None:
+                self._exit_failed = True
+                return Quit(None, f"Export at exit failed: {outcome.error}. Press s to save "
+                                  "elsewhere, or q again to quit without saving.")
+        if self.unsaved_failure is not None:
+            self.exit_errors.append(f"aitop: quit without saving: {self.unsaved_failure}")
+            return Quit(EXIT_UNSAVED)
+        return Quit(0)
+
+    def on_signal(self, name: str, request: Callable[[], ExportRequest]) -> int:
+        """A signal ends the session: export first when asked to; the exit status."""
+        if not self.wants_exit_export:
+            return 0
+        outcome = self.write(request(), at_exit=True)
+        if outcome.error is None:
+            return 0
+        self.exit_errors.append(f"aitop: export on {name} failed: {outcome.error}")
+        return 1
+
+    def finish(self, timeout_s: float) -> None:
+        """Let exports still being written land (up to ``timeout_s`` in all)."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))

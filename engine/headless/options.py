@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from aitop.engine.errors import EXIT_USAGE, CliError
-from aitop.engine.live.attach import AttachError, AttachOptions, LiveSource, attach
+from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
@@ -58,7 +58,7 @@ def require_terminal() -> None:
 
 def start_source(
     pid: int, options: AttachOptions, popen: subprocess.Popen[bytes] | None = None
-) -> LiveSource:
+) -> LiveJob:
     """Attach to ``pid``; an expected failure becomes one ``CliError`` line."""
     try:
         return attach(pid, options, popen=popen)

@@ -15,14 +15,14 @@ from aitop.engine.compare.runs import Run
 from aitop.engine.errors import EXIT_OK, STOP_SIGNALS
 from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.report import report_of
-from aitop.engine.live.attach import LiveSource, self_rss_bytes
+from aitop.engine.live.job import LiveJob
+from aitop.engine.live.rank import self_rss_bytes
 from aitop.engine.reports.report import RunFacts, render_text
 from aitop.engine.reports.schema import report_json
-from aitop.knowledge.model import Diagnosis
 
 
 def run_headless(
-    source: LiveSource, duration_s: float, as_json: bool, export: Path | None,
+    source: LiveJob, duration_s: float, as_json: bool, export: Path | None,
     fail_on: str | None = None, baseline: Run | None = None,
 ) -> int:
     """Sample for ``duration_s`` (or until the target exits), then report."""
@@ -57,9 +57,9 @@ def run_headless(
     # One last look with that window; once the target has exited, the evaluator
     # answers with its last verdict made on live samples instead.
     now = time.time()
-    diagnosis: Diagnosis | None = source.evaluator.evaluate(now)
+    conclusion = source.conclude(now)
     facts = RunFacts(elapsed, cpu, self_rss_bytes(), source.warnings, interrupted)
-    report = report_of(source, now, diagnosis, facts, attached_at)
+    report = report_of(source, now, conclusion, facts, attached_at)
     print(report_json(report) if as_json else render_text(report))
     if export is not None:
         export_snapshot(source, export)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
 from aitop.engine.live.source import RankPeer
@@ -31,17 +31,19 @@ RESTART_WAIT_S = 30.0
 
 
 class Lead(Protocol):
-    """What the follower needs of the lead rank's source (engine.live.LiveSource)."""
+    """What the follower needs of the job it follows (engine.live.job.LiveJob)."""
 
-    session: Session
     peers: list[RankPeer]
     warnings: list[str]
+
+    @property
+    def session(self) -> Session: ...
 
     def adopt_lead(self, pid: int, job: Job) -> None: ...
 
 
 class JobFollower:
-    """Re-reads the launcher's ranks every ``RESCAN_S`` and updates the lead's peers."""
+    """Re-reads the launcher's ranks every ``RESCAN_S`` and updates the job's peers."""
 
     def __init__(self, lead: Lead, launcher_pid: int,
                  make_peer: Callable[[int, Job], RankPeer],
@@ -111,7 +113,3 @@ def _mark_exited(peer: RankPeer) -> RankPeer:
     source.close()
     return RankPeer(peer.label, peer.pid, source, status="exited")
 
-
-def watched_peers(peers: Sequence[RankPeer]) -> list[RankPeer]:
-    """The peers still watched (exited ones leave the job's judgement)."""
-    return [p for p in peers if p.status == "watched"]

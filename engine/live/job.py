@@ -1,76 +1,146 @@
-"""The other ranks of a multi-process job, beside the one aitop leads with.
+"""A job as readers see it: the lead rank, the other ranks beside it, and their rows.
 
 aitop leads with one rank (the PID given, or rank 0 of a launcher) and watches
 every other rank on this machine as a peer: each peer is a full DataSource of
 its own (live: its own probes and evaluator; replayed: its own recording), so
 the UI can open any rank's single-process view and the report can judge each.
-The job-level judgement (knowledge/straggler.py) is recomputed from the newest
-diagnoses of all of them, the same way live and in a replay.
+A live job is a :class:`LiveJob`: the lead's source, the peers, and the
+follower that keeps both up to date with the launcher. The job's judgement
+(straggler, scores) is made once per evaluation by the lead's evaluator and
+published with its diagnosis (a replay's, once per time asked); the rows here
+only read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aitop.engine.live.source import DataSource, RankPeer
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import (
-    HOLDS_BACK,
-    JobJudgement,
-    RankView,
-    judge_ranks,
-    rank_view,
+from aitop.engine.live.follow import JobFollower
+from aitop.engine.live.rank import LiveSource, self_cpu_seconds
+from aitop.engine.live.source import (
+    Conclusion,
+    DataSource,
+    RankPeer,
+    Timeline,
+    peer_diagnosis,
+    rank_label,
 )
+from aitop.knowledge.evaluator import Evaluator
+from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.straggler import JobJudgement, rank_view
+from aitop.probes.ranks import Job
 from aitop.probes.session import Session
 
 
-def peers_of(source: DataSource) -> Sequence[RankPeer]:
-    """The other ranks a source watches (none for a single-process job)."""
-    peers: Sequence[RankPeer] = getattr(source, "peers", ())
-    return peers
+class LiveJob:
+    """A live attachment: the lead rank's source, its peers and the launcher's follower.
 
+    Readers take ``session``, ``latest()`` and ``peers`` afresh each time: when
+    the launcher restarts the job, the follower hands the lead to the new rank
+    (``adopt_lead``) and readers carry on with it.
+    """
 
-def rank_label(source: DataSource) -> str:
-    """The lead rank's name ("rank 0"), or its PID outside a multi-rank job."""
-    job = source.session.job
-    pid = source.session.target_pid
-    return job.label(pid) if job is not None and job.multi_rank else f"PID {pid}"
+    live = True
 
+    def __init__(
+        self,
+        lead: LiveSource,
+        peers: Sequence[RankPeer] = (),
+        *,
+        warnings: Sequence[str] = (),
+        launcher_pid: int | None = None,
+        make_peer: Callable[[int, Job], RankPeer] | None = None,
+        rebuild: Callable[[int, Job], LiveSource] | None = None,
+    ) -> None:
+        self.lead = lead
+        #: The job's other ranks (the follower swaps the list whole as ranks come and go).
+        self.peers: list[RankPeer] = list(peers)
+        #: One line each: what the user should know (the PID watched, stacks off, restarts).
+        self.warnings: list[str] = [*warnings, *lead.warnings]
+        #: When the lead was built, and aitop's CPU then: the job's own cost since
+        #: includes watching its peers.
+        self.started_at = lead.started_at
+        self.cpu_at_start = lead.cpu_at_start
+        #: Set on close: stops what outlives one lead (the follower).
+        self.closing = threading.Event()
+        self._rebuild = rebuild
+        self._closed = False
+        #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job.
+        self.follower = (JobFollower(self, launcher_pid, make_peer, self.closing)
+                         if launcher_pid is not None and make_peer is not None else None)
 
-def peer_views(peers: Sequence[RankPeer], now: float | None = None) -> list[RankView]:
-    """Each watched peer as its newest diagnosis (at ``now`` in a replay) sees it."""
-    views = []
-    for peer in peers:
-        # An exited rank keeps its last diagnosis for its own view, not for the job's.
-        watched = peer.source is not None and peer.status == "watched"
-        diagnosis = diagnosis_at(peer.source, now) if watched and peer.source else None
-        views.append(rank_view(peer.label, peer.pid, diagnosis))
-    return views
+    # ------------------------------------------------------------ DataSource
 
+    @property
+    def session(self) -> Session:
+        return self.lead.session
 
-def diagnosis_at(source: DataSource, now: float | None) -> Diagnosis | None:
-    """A rank's diagnosis at ``now``: live, its newest (never evaluated here, so a
-    UI frame never waits on rules); replayed, the one recorded at or before."""
-    if now is None or source.live:
-        latest = getattr(source, "evaluator", None)
-        if latest is not None:
-            published: Diagnosis | None = latest.latest()
-            return published
-    return source.evaluate(now) if now is not None else None
+    @property
+    def evaluator(self) -> Evaluator:
+        """The lead rank's evaluator (it judges the job as a whole)."""
+        return self.lead.evaluator
 
+    def latest(self) -> Conclusion:
+        return self.lead.latest()
 
-def judge(source: DataSource, now: float, lead: Diagnosis | None) -> JobJudgement | None:
-    """The job as a whole at ``now``: every rank's view and the straggler, or None."""
-    peers = peers_of(source)
-    if not peers:
+    def at(self, t: float) -> Conclusion:
+        return self.lead.at(t)
+
+    def history(self) -> Sequence[Diagnosis]:
+        return self.lead.history()
+
+    def timeline(self) -> Timeline | None:
         return None
-    own = rank_view(rank_label(source), source.session.target_pid, lead)
-    # Live, the cut is the lead evaluator's knowledge base's (--rules may move it).
-    evaluator = getattr(source, "evaluator", None)
-    holds_back = evaluator.knowledge.rules.conditions.get(HOLDS_BACK) if evaluator else None
-    return judge_ranks([own, *peer_views(peers, now)], holds_back)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> LiveJob:
+        self.lead.start()
+        if self.follower is not None:
+            self.follower.start()
+        return self
+
+    def conclude(self, now: float) -> Conclusion:
+        """The lead's last look at ``now`` (once the target exited: its last live verdict)."""
+        return self.lead.conclude(now)
+
+    def cpu_percent(self) -> float:
+        """aitop's own CPU use since attach, as % of one core (py-spy included)."""
+        elapsed = max(time.time() - self.started_at, 1e-6)
+        return 100.0 * (self_cpu_seconds() - self.cpu_at_start) / elapsed
+
+    def adopt_lead(self, pid: int, job: Job) -> None:
+        """Lead with another rank (the lead's successor after an elastic restart).
+
+        The exited rank's source is closed and its samples dropped; the new
+        one's evaluator judges the job with the same peers.
+        """
+        assert self._rebuild is not None, "only a launcher's job is restarted"
+        old, self.lead = self.lead, self._rebuild(pid, job)
+        self.lead.start()
+        old.close()
+
+    def awaiting_restart(self) -> bool:
+        """Whether the lead rank exited and its launcher may restart it (headless waits)."""
+        return self.follower is not None and self.follower.awaiting_restart()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.closing.set()
+        # Every rank stops at once (each close waits for its own threads).
+        closing = [threading.Thread(target=p.source.close, name="aitop-close", daemon=True)
+                   for p in self.peers if p.source is not None]
+        for thread in closing:
+            thread.start()
+        self.lead.close()
+        for thread in closing:
+            thread.join()
 
 
 @dataclass(frozen=True)
@@ -94,36 +164,42 @@ class RankRow:
     cause: str | None
 
 
-def rank_rows(source: DataSource, now: float, lead: Diagnosis | None,
-              judgement: JobJudgement | None = None) -> list[RankRow]:
-    """Every rank of the job at ``now``, the lead rank first (empty for one process)."""
-    judgement = judgement or judge(source, now, lead)
-    if judgement is None:
+def rank_rows(source: DataSource, conclusion: Conclusion,
+              t: float | None = None) -> list[RankRow]:
+    """Every rank of the job, the lead rank first (empty for one process).
+
+    ``conclusion`` is the lead's (its judgement names the straggler); each
+    peer is shown with its own newest diagnosis, or in a replay its own at ``t``.
+    """
+    peers = source.peers
+    if not peers:
         return []
-    status = {p.pid: p.status for p in peers_of(source)}
-    diagnoses = {source.session.target_pid: lead}
-    sessions = {source.session.target_pid: source.session}
-    for peer in peers_of(source):
-        diagnoses[peer.pid] = (diagnosis_at(peer.source, now)
-                               if peer.source is not None else None)
-        if peer.source is not None:
-            sessions[peer.pid] = peer.source.session
-    straggler = judgement.straggler
-    flagged = straggler is not None and judgement.flagged
+    when = None if source.live else t
+    judgement = conclusion.judgement
+    lead = source.session
+    ranks: list[tuple[str, int, str, Diagnosis | None, Session | None]] = [
+        (rank_label(lead), lead.target_pid, "watched", conclusion.diagnosis, lead)]
+    for peer in peers:
+        ranks.append((peer.label, peer.pid, peer.status, peer_diagnosis(peer, when),
+                      peer.source.session if peer.source is not None else None))
+    scores = judgement.scores if judgement is not None else {}
+    straggler = judgement.straggler if judgement is not None else None
+    flagged = straggler is not None and judgement is not None and judgement.flagged
     rows = []
-    for view in judgement.ranks:
-        d = diagnoses.get(view.pid)
+    for label, pid, status, d, session in ranks:
+        # An exited rank keeps its last diagnosis for its own view, not for the job's.
+        view = rank_view(label, pid, d if status == "watched" else None)
         m = d.metrics if d is not None else {}
         rows.append(RankRow(
-            label=view.label, pid=view.pid, status=status.get(view.pid, "watched"),
+            label=label, pid=pid, status=status,
             phases=d.phases if d is not None else None,
             comm_share=view.comm_share, steps_per_s=view.steps_per_s,
             cpu_percent=m.get("proc_cpu_mean"),
             gpu_mem_percent=m.get("gpu_mem_used_mean"),
             gpu_util_percent=m.get("gpu_util_mean"),
-            gpus=_gpus_used(sessions.get(view.pid)),
-            straggler_score=judgement.scores.get(view.pid),
-            straggler=flagged and straggler is not None and view.pid == straggler.pid,
+            gpus=_gpus_used(session),
+            straggler_score=scores.get(pid),
+            straggler=flagged and straggler is not None and pid == straggler.pid,
             lead_finding=view.cause.id if view.cause is not None else None,
             cause=view.cause.title if view.cause is not None else view.top_phase,
         ))

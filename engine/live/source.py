@@ -1,48 +1,93 @@
-"""Where the UI's data comes from: the ``DataSource`` contract and its replay side.
+"""Where readers' data comes from: the ``DataSource`` contract and its replay side.
 
-The UI never touches probes or rules directly. It reads ``source.session`` (filled
-continuously by probe threads when live, loaded from a file for a replay) and
-asks ``source.evaluate(now)`` for a diagnosis. ``Evaluation`` is how it asks
-without ever blocking the event loop or the process's exit.
+A reader (the UI, a report, an export) never touches probes or rules. It reads
+``source.session`` (filled continuously by probe threads when live, loaded from
+a file for a replay) and what the source has concluded about it, a
+:class:`Conclusion`: the diagnosis and, for a multi-rank job, the job's
+judgement. A live source evaluates on its own thread and publishes each
+conclusion whole; ``latest()`` hands over the reference and never waits for an
+evaluation in progress, so no reader needs a thread of its own to ask.
 """
 
 from __future__ import annotations
 
 import bisect
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from aitop.engine.live.series import typical_interval
 from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.straggler import JobJudgement, RankView, judge_ranks, rank_view
 from aitop.probes.session import Session, sample_time
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What a source has concluded, published as one immutable value.
+
+    A live source swaps a new one in when an evaluation starts, lands or fails,
+    so that its fields always belong together.
+    """
+
+    diagnosis: Diagnosis | None = None
+    #: The job as a whole (straggler, scores), judged with this diagnosis; None
+    #: for a single process.
+    judgement: JobJudgement | None = None
+    #: ``time.monotonic()`` when the evaluation now running started; None when none runs.
+    evaluating_since: float | None = None
+    #: Why the last evaluation failed ("RuntimeError: ..."), None once one succeeds.
+    error: str | None = None
+
+
+#: Nothing concluded yet.
+NOTHING = Conclusion()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The span a replay's time cursor moves over, and one step of it."""
+
+    start: float
+    end: float
+    #: The typical sampling period of the recording.
+    step_s: float
 
 
 @runtime_checkable
 class DataSource(Protocol):
-    """What the UI needs from a live attachment or a recording."""
+    """What readers need from a live attachment or a recording."""
 
-    session: Session
-    #: ``False`` for a replay (the UI then shows a time cursor).
+    #: ``False`` for a replay (the UI then shows a time cursor over ``timeline()``).
     live: bool
 
-    def evaluate(self, now: float) -> Diagnosis | None:
-        """The diagnosis for the window ending at ``now``.
+    @property
+    def session(self) -> Session:
+        """The watched rank's samples (live: being filled; read it afresh each time)."""
+        ...
 
-        Live: runs the rules (may take ~10 ms; the UI calls it off the event loop).
-        Replay: the recorded diagnosis at or before ``now``.
-        """
+    @property
+    def peers(self) -> Sequence[RankPeer]:
+        """The job's other ranks, each a source of its own (empty for one process)."""
+        ...
+
+    def latest(self) -> Conclusion:
+        """The newest conclusion: live, the one last published (never waits for an
+        evaluation in progress); a replay, its last recorded diagnosis."""
+        ...
+
+    def at(self, t: float) -> Conclusion:
+        """The conclusion made at or before ``t`` (a replay's time cursor)."""
         ...
 
     def history(self) -> Sequence[Diagnosis]:
-        """Diagnoses so far (bounded), for export: findings and when they fired.
+        """Diagnoses so far, oldest first (bounded; only the newest keeps every
+        metric), for exports and timelines. Never waits either."""
+        ...
 
-        Never waits for an evaluation in progress: the UI calls it on its event
-        loop every frame.
-        """
+    def timeline(self) -> Timeline | None:
+        """The recorded span a cursor moves over; None when live or empty."""
         ...
 
     def close(self) -> None:
@@ -62,6 +107,42 @@ class RankPeer:
     status: str = "watched"
 
 
+def watched_peers(peers: Sequence[RankPeer]) -> list[RankPeer]:
+    """The peers still watched (exited ones leave the job's judgement)."""
+    return [p for p in peers if p.status == "watched"]
+
+
+def rank_label(session: Session) -> str:
+    """A rank's name ("rank 0"), or its PID outside a multi-rank job."""
+    job = session.job
+    pid = session.target_pid
+    return job.label(pid) if job is not None and job.multi_rank else f"PID {pid}"
+
+
+def peer_diagnosis(peer: RankPeer, t: float | None = None) -> Diagnosis | None:
+    """A peer's diagnosis: its newest (``t`` None), or its own at ``t``."""
+    if peer.source is None:
+        return None
+    return (peer.source.latest() if t is None else peer.source.at(t)).diagnosis
+
+
+def peer_views(peers: Sequence[RankPeer], t: float | None = None) -> list[RankView]:
+    """Each peer as its diagnosis (newest, or at ``t``) sees it; an exited or
+    unwatched rank is listed without one (it keeps its diagnosis for its own view)."""
+    return [rank_view(p.label, p.pid, peer_diagnosis(p, t) if p.status == "watched" else None)
+            for p in peers]
+
+
+def judge_at(session: Session, lead: Diagnosis | None, peers: Sequence[RankPeer],
+             t: float | None = None) -> JobJudgement | None:
+    """The job as a whole: the lead's diagnosis beside each peer's; None for one process."""
+    if not peers:
+        return None
+    own = rank_view(rank_label(session), session.target_pid, lead)
+    # A replay judges with the packaged cut; live, the lead's evaluator judges.
+    return judge_ranks([own, *peer_views(peers, t)])
+
+
 @dataclass
 class ReplayInfo:
     """Facts about a recording that are not samples."""
@@ -76,8 +157,9 @@ class ReplayInfo:
 class ReplaySource:
     """A recorded session: samples plus the diagnoses that were made at the time.
 
-    ``evaluate`` does not re-run rules: a replay shows what aitop concluded then,
-    so that a report and its recording always agree.
+    Rules are never re-run: a replay shows what aitop concluded then, so that a
+    report and its recording always agree. The job's judgement at a time is
+    made from every rank's recorded diagnosis then, once per time asked.
     """
 
     live = False
@@ -85,23 +167,52 @@ class ReplaySource:
     def __init__(
         self,
         session: Session,
-        diagnoses: list[Diagnosis],
+        diagnoses: Sequence[Diagnosis],
         info: ReplayInfo | None = None,
         peers: Sequence[RankPeer] = (),
     ) -> None:
-        self.session = session
+        self._session = session
         #: The job's other ranks, each replayed from its own recording.
-        self.peers = list(peers)
-        self._diagnoses = sorted(diagnoses, key=lambda d: d.t)
+        self._peers = tuple(peers)
+        self._diagnoses = tuple(sorted(diagnoses, key=lambda d: d.t))
         self._times = [d.t for d in self._diagnoses]
         self.info = info or ReplayInfo()
+        self._timeline: tuple[Timeline | None] | None = None
+        self._at: tuple[float, Conclusion] | None = None
+        self._latest: Conclusion | None = None
 
-    def evaluate(self, now: float) -> Diagnosis | None:
-        i = bisect.bisect_right(self._times, now)
-        return self._diagnoses[i - 1] if i else None
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def peers(self) -> Sequence[RankPeer]:
+        return self._peers
+
+    def at(self, t: float) -> Conclusion:
+        if self._at is not None and self._at[0] == t:
+            return self._at[1]
+        i = bisect.bisect_right(self._times, t)
+        diagnosis = self._diagnoses[i - 1] if i else None
+        conclusion = Conclusion(diagnosis, judge_at(self._session, diagnosis, self._peers, t))
+        self._at = (t, conclusion)
+        return conclusion
+
+    def latest(self) -> Conclusion:
+        """The last recorded diagnosis, judged beside each rank's at the recording's end."""
+        if self._latest is None:
+            last = self._diagnoses[-1] if self._diagnoses else None
+            end = self._session.latest_time() or (last.t if last is not None else 0.0)
+            self._latest = Conclusion(last, judge_at(self._session, last, self._peers, end))
+        return self._latest
 
     def history(self) -> Sequence[Diagnosis]:
-        return tuple(self._diagnoses)
+        return self._diagnoses
+
+    def timeline(self) -> Timeline | None:
+        if self._timeline is None:
+            self._timeline = (self._span(),)
+        return self._timeline[0]
 
     def close(self) -> None:
         """Nothing to release: a replay holds only memory."""
@@ -111,50 +222,13 @@ class ReplaySource:
     def sample_times(self) -> list[float]:
         """Every distinct time at which something was recorded, ascending."""
         times: set[float] = set(self._times)
-        for ring in self.session.rings().values():
+        for ring in self._session.rings().values():
             times.update(sample_time(s) for s in ring.items())
         return sorted(times)
 
-    def time_range(self) -> tuple[float, float] | None:
-        """The first and last recorded times, or ``None`` for an empty recording."""
+    def _span(self) -> Timeline | None:
         times = self.sample_times()
-        return (times[0], times[-1]) if times else None
-
-    def step_s(self) -> float:
-        """One cursor step: the typical sampling period of the recording."""
-        host = [s.t for s in self.session.host.items()]
-        return typical_interval(host or self.sample_times())
-
-
-@dataclass
-class Evaluation:
-    """One ``evaluate`` call running on a daemon thread.
-
-    Why not just call it from the Textual thread worker: thread workers run on
-    asyncio's default executor, which ``asyncio.run`` joins at exit, so an
-    evaluation that hangs (a stuck py-spy, a rule in a loop) would keep aitop
-    from quitting. The worker waits on this instead and can give up on it.
-    """
-
-    source: DataSource
-    now: float
-    started: float = field(default_factory=time.monotonic)
-    result: Diagnosis | None = None
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> Evaluation:
-        thread = threading.Thread(target=self._run, name="aitop-evaluate", daemon=True)
-        thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            self.result = self.source.evaluate(self.now)
-        except BaseException as exc:  # reported in the UI, never raised in a thread
-            self.error = exc
-        finally:
-            self.done.set()
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        if not times:
+            return None
+        host = [s.t for s in self._session.host.items()]
+        return Timeline(times[0], times[-1], typical_interval(host or times))

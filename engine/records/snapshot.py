@@ -25,7 +25,6 @@ from typing import Any
 
 import msgspec
 from aitop.engine.files import FileError, discard, read_bounded, reason_of, refuse_non_regular
-from aitop.engine.live.job import peers_of
 from aitop.engine.live.source import DataSource, RankPeer, ReplayInfo, ReplaySource
 from aitop.engine.version import aitop_version
 from aitop.knowledge.model import Diagnosis
@@ -123,7 +122,7 @@ def snapshot_of(source: DataSource, *, written_at: float | None = None) -> Snaps
         written_at=time.time() if written_at is None else written_at,
         live=bool(source.live),
         job=source.session.job,
-        ranks=[_rank_recording(peer) for peer in peers_of(source)],
+        ranks=[_rank_recording(peer) for peer in source.peers],
         **_recorded(source),
     )
 

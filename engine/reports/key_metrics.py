@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from aitop.engine.live.series import gpu_values, latest, recent
+from aitop.engine.live.series import latest, recent
 from aitop.engine.reports import humanize as fmt
 from aitop.knowledge import verdicts
 from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.metrics import gpu_util_over
 from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates
@@ -55,12 +56,10 @@ def _metric(d: Diagnosis | None, key: str) -> float | None:
 
 
 def gpu_utilization(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+    # Before the first diagnosis, the same definition over the same window.
     util = _metric(d, "gpu_util_mean")
     if util is None:
-        gpus = recent(s.gpu, now, w)
-        vals = [v for g in gpus if g.available for dev in g.devices
-                for v in gpu_values([g], dev.index, lambda x: x.util_percent)]
-        util = statistics.fmean(vals) if vals else None
+        util = gpu_util_over(recent(s.gpu, now, w))
     if util is None:
         return Reading("no GPU" if _no_gpu(s, now) else "—")
     return Reading(f"{util:.0f}% mean", verdicts.gpu_util(util))

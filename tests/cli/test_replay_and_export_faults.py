@@ -223,7 +223,7 @@ def _file(path: Path) -> Path:
 async def test_an_empty_recording_opens_as_replay_not_live(tmp_path: Path) -> None:
     empty = ReplaySource(Session(1234), [])
     replay = load_snapshot(write_snapshot(tmp_path / "empty.json", empty)[0])
-    assert replay.time_range() is None
+    assert replay.timeline() is None
     app = make_app(replay)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.view is not None)

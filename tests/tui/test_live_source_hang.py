@@ -65,7 +65,7 @@ def test_reads_do_not_wait_for_a_hung_evaluation(hanging_source: Any) -> None:
     source, hang = hanging_source
     started = time.monotonic()
     history = source.history()
-    latest = source.evaluate(NOW)
+    latest = source.latest().diagnosis
     assert time.monotonic() - started < 0.5
     assert len(history) == 1 and latest is history[-1]
     assert hang.hanging.is_set() and not hang.release.is_set()

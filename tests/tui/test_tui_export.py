@@ -43,7 +43,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     assert replay.session.stacks.items() == source.session.stacks.items()
     assert replay.session.environment == source.session.environment
     assert replay.history() == source.history()
-    assert replay.evaluate(NOW) == source.evaluate(NOW)
+    assert replay.at(NOW).diagnosis == source.at(NOW).diagnosis
     assert replay.session.started_at == source.session.started_at
     # no temporary files left behind, and ordinary permissions (not mkstemp's 0600)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md"]

@@ -37,7 +37,8 @@ def fixture_report() -> schema.Report:
     history = source.history()
     started = source.session.started_at or 0.0
     now = source.session.latest_time() or started
-    return report_of(source, now, history[-1], RunFacts(now - started, 1.5, 30_000_000), started)
+    assert history
+    return report_of(source, now, source.at(now), RunFacts(now - started, 1.5, 30_000_000), started)
 
 
 # ------------------------------------------------------------ the shipped file

@@ -84,8 +84,8 @@ class MainScreen(ViewScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # In a replay ←/→ move the time cursor (an app binding): let them through.
         if action == "focus_panel" and parameters and parameters[0] in ("left", "right"):
-            source = getattr(self.app, "source", None)
-            return bool(getattr(source, "live", True))
+            view = self.current_view()
+            return view is None or view.live
         return True
 
     def action_focus_panel(self, direction: str) -> None:
