@@ -38,7 +38,8 @@ from importlib import metadata
 
 import psutil
 
-from .process_tree import count_workers, pin_thread_present, read_text, read_thread_names
+from .process_tree import count_workers, pin_thread_present
+from .procfs import read_text, read_thread_names
 from .redact import redact_argv, redact_env
 from .samples import EnvironmentInfo
 

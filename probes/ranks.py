@@ -28,15 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .environment import parse_environ
-from .process_tree import (
-    PROC,
-    WORKER_NAME,
-    direct_children,
-    is_spawn_child,
-    parse_stat,
-    read_cmdline,
-    read_text,
-)
+from .process_tree import WORKER_NAME, direct_children, is_spawn_child
+from .procfs import PROC, parse_stat, read_cmdline, read_text
 
 #: Environment variables that describe a rank, as the launchers set them.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from .process_tree import read_text, tree_edges
+from .process_tree import tree_edges
+from .procfs import read_text
 from .redact import redact_text
 from .samples import MountInfo, StorageSample
 
