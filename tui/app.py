@@ -362,7 +362,9 @@ class AitopApp(App[int]):
             return  # shutting down: there is no screen to draw on
         self.view = self.make_view()
         screen = self.screen
-        if isinstance(screen, ViewScreen):
+        # A screen pushed but not yet mounted has no widgets to update; it draws
+        # the app's latest view itself on mount (ViewScreen.on_mount).
+        if isinstance(screen, ViewScreen) and screen.is_mounted:
             screen.update_view(self.view)
 
     # -------------------------------------------------------------- actions

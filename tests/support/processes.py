@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -136,9 +136,8 @@ def sleeping(seconds: float = 120.0, *, python: bool = True,
         stop_tree(proc, timeout=5)
 
 
-def wait_until(predicate: object, timeout: float, every: float = 0.2) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float, every: float = 0.2) -> bool:
     """Poll ``predicate()`` until it is true or ``timeout`` passes; whether it became true."""
-    assert callable(predicate)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -12,6 +12,7 @@ from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.session import Session
 from aitop.tui.app import REFRESH_STEPS, AitopApp
+from aitop.tui.screens import make_screen
 from aitop.tui.screens.finding import FindingScreen
 from aitop.tui.screens.gpu import GpuScreen
 from aitop.tui.screens.help import HelpScreen
@@ -470,3 +471,20 @@ async def test_a_tick_repaints_only_the_rows_that_changed() -> None:
         for pid in partial:
             for y in changed[pid]:
                 assert after[pid][y].strip()[:30] in text, (pid, after[pid][y])
+
+
+async def test_a_tick_between_pushing_a_screen_and_its_mount_is_safe() -> None:
+    """A redraw may land after a detail screen is pushed and before it is mounted
+    (CI saw ``NoMatches: #io-read``): the screen then draws itself on mount."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        for name in ("io", "gpu", "processes", "stacks"):
+            screen = make_screen(name, app)
+            assert screen is not None
+            app.push_screen(screen)
+            app.redraw()  # before the pushed screen has mounted its widgets
+            await pilot.pause()
+            assert app.screen is screen and screen.is_mounted
+            await pilot.press("escape")
+            await pilot.pause()
