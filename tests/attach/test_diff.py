@@ -54,6 +54,7 @@ def diff(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.attach
+@pytest.mark.alone
 def test_data_demo_before_and_after_more_workers(tmp_path: Path, watched_run: WatchedRun) -> None:
     # The runs the scenario and prediction tests watch too (the watched_run fixture),
     # each under --fail-on high: exit 3 exactly when a high finding fires is
@@ -108,6 +109,7 @@ def test_data_demo_before_and_after_more_workers(tmp_path: Path, watched_run: Wa
 
 
 @pytest.mark.attach
+@pytest.mark.alone
 def test_same_job_twice_is_no_significant_change(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     job = start_job("data", truth, duration_s=150)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 from support.jobs import WatchedRun, truth_between
 
-pytestmark = pytest.mark.attach
+pytestmark = [pytest.mark.attach, pytest.mark.alone]
 
 
 @dataclass(frozen=True)

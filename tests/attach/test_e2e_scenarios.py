@@ -14,7 +14,7 @@ from support.jobs import Watched, WatchedRun, truth_between
 
 from benchmarks.predictions import apply_lead
 
-pytestmark = pytest.mark.attach
+pytestmark = [pytest.mark.attach, pytest.mark.alone]
 
 EXPECTED = {
     "data": "data_loading",

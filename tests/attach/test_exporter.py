@@ -70,6 +70,7 @@ def by_label(result: list[dict], label: str) -> dict[str, float]:
     return {r["metric"][label]: float(r["value"][1]) for r in result}
 
 
+@pytest.mark.alone
 def test_prometheus_sees_what_the_report_says_on_the_data_demo(tmp_path: Path) -> None:
     truth = tmp_path / "data.jsonl"
     job = start_job("data", truth, duration_s=150)
@@ -146,6 +147,7 @@ def test_prometheus_sees_what_the_report_says_on_the_data_demo(tmp_path: Path) -
             prometheus.stop()
 
 
+@pytest.mark.alone
 def test_healthy_demo_fires_no_data_loading_alert(tmp_path: Path) -> None:
     job = start_job("healthy", tmp_path / "healthy.jsonl", duration_s=120)
     serve = None

@@ -201,6 +201,7 @@ def check_comm_against_truth(run: JobRun, truth_of: Callable[[dict[str, Any]], P
         assert abs(rank["comm_share"] - truth["comm"]) <= COMM_TOLERANCE, (rank, truth)
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 def test_every_rank_of_a_torchrun_job_is_watched_from_the_launcher(straggler_run: JobRun) -> None:
     report, job = straggler_run.report, straggler_run.job
@@ -224,6 +225,7 @@ def test_every_rank_of_a_torchrun_job_is_watched_from_the_launcher(straggler_run
 STRAGGLER_OWN_CAUSES = {"loading_in_training_process", "data_wait_dominant", "host_cpu_saturated"}
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 def test_the_straggler_and_its_own_cause_are_named(straggler_run: JobRun) -> None:
     report, job = straggler_run.report, straggler_run.job
@@ -250,6 +252,7 @@ def test_the_straggler_and_its_own_cause_are_named(straggler_run: JobRun) -> Non
           f"aitop CPU {report['aitop']['cpu_percent_of_one_core']}% of a core")
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 def test_each_ranks_wait_matches_its_own_timers(straggler_run: JobRun) -> None:
     ranks = {r.pid: r.rank for r in straggler_run.job.ranks}
@@ -257,6 +260,7 @@ def test_each_ranks_wait_matches_its_own_timers(straggler_run: JobRun) -> None:
         straggler_run, lambda r: straggler_run.truth / f"rank{ranks[r['pid']]}.jsonl")
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 def test_a_replayed_snapshot_carries_every_rank(straggler_run: JobRun) -> None:
     result = run_aitop("replay", str(straggler_run.snapshot), "--headless", "--json")
@@ -268,6 +272,7 @@ def test_a_replayed_snapshot_carries_every_rank(straggler_run: JobRun) -> None:
     assert all(r["phases"] for r in replayed["ranks"])
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 def test_balanced_mp_spawn_ranks_have_no_straggler(balanced_run: JobRun) -> None:
     report, job = balanced_run.report, balanced_run.job
@@ -282,6 +287,7 @@ def test_balanced_mp_spawn_ranks_have_no_straggler(balanced_run: JobRun) -> None
         balanced_run, lambda r: balanced_run.truth / f"rank{order[r['pid']]}.jsonl")
 
 
+@pytest.mark.alone
 @pytest.mark.attach
 async def test_the_ranks_panel_flags_the_straggler_and_opens_any_rank(
         straggler_run: JobRun) -> None:

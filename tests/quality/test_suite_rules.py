@@ -15,7 +15,10 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def pytest_on(tmp_path: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_case.py").write_text(textwrap.dedent(code))
-    environ = {k: v for k, v in os.environ.items() if k != "CI"}
+    # Not CI's rules, nor an xdist worker's (whose end-of-session check the
+    # controller makes): the inner run is a session of its own.
+    environ = {k: v for k, v in os.environ.items()
+               if k != "CI" and not k.startswith("PYTEST_XDIST")}
     environ.update(PYTHONPATH=str(TESTS), **env)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
@@ -76,3 +79,18 @@ def test_a_skip_fails_in_ci(tmp_path: Path) -> None:
     result = pytest_on(tmp_path, code, CI="true")
     assert result.returncode == 1
     assert "skipped in CI, where every test must run: Skipped: no tmux here" in result.stdout
+
+
+def test_an_alone_test_under_xdist_fails_and_says_how_to_run_it(tmp_path: Path) -> None:
+    """As an xdist worker would run it (``PYTEST_XDIST_WORKER`` set): it fails."""
+    code = """\
+        import pytest
+
+        @pytest.mark.alone
+        def test_judges_free_cores():
+            pass
+        """
+    beside = pytest_on(tmp_path, code, PYTEST_XDIST_WORKER="gw0")
+    assert beside.returncode == 1, beside.stdout + beside.stderr
+    assert "pytest -m alone`, without -n" in beside.stdout, beside.stdout
+    assert pytest_on(tmp_path, code).returncode == 0

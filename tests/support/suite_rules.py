@@ -34,6 +34,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     become_subreaper()
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """An ``alone`` test never runs beside another: not under pytest-xdist's ``-n``.
+
+    Its verdict reads the box's free cores; a neighbouring test would take them
+    and turn a right verdict wrong (or a wrong one right).
+    """
+    if item.get_closest_marker("alone") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("an `alone` test runs by itself: `pytest -m alone`, without -n",
+                    pytrace=False)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A skip fails the run in CI; a failed test's report shows its jobs' logs.
