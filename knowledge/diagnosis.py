@@ -168,6 +168,9 @@ def finding_text(f: Finding) -> tuple[object, ...]:
 
 #: How much a gain's kind counts when ranking: a prediction for this machine
 #: above an Amdahl ceiling above the documents' general figure.
+#: The rule file's named condition that says when the phase shares can be trusted.
+ENOUGH_SAMPLES = "enough_samples"
+
 _GAIN_KIND_ORDER = {"predicted": 3, "amdahl": 2, "document": 1}
 
 
@@ -304,12 +307,12 @@ class Diagnoser:
         elif pending:
             category = COLLECTING
             summary = f"Not yet confirmed: {pending[0]}"
-        elif metrics.get("phase_samples"):
+        elif self._enough_samples(metrics):
             category = "none"
             summary = "No bottleneck: every measured signal is within its target"
         else:
             category = COLLECTING
-            summary = "Collecting: no stack samples yet"
+            summary = self._collecting_summary(metrics)
         well_used, hardware = hardware_use(metrics, self.ruleset.well_used_band())
         return Diagnosis(
             t=now,
@@ -327,6 +330,30 @@ class Diagnoser:
             hardware_well_used=well_used,
             hardware=hardware,
         )
+
+    def _enough_samples(self, metrics: Mapping[str, float | None]) -> bool:
+        """Whether the stack samples behind the phases reach the rules' own minimum.
+
+        "No bottleneck" from a handful of samples would clear a job that waits
+        for data most of its time: below the minimum the rules would not fire,
+        so the verdict is "collecting", not "none". A rule file without an
+        ``enough_samples`` condition asks for one sample.
+        """
+        condition = self.ruleset.conditions.get(ENOUGH_SAMPLES)
+        if condition is None:
+            return bool(metrics.get("phase_samples"))
+        try:
+            return condition.evaluate(metrics) is True
+        except ValueError:
+            return False
+
+    def _collecting_summary(self, metrics: Mapping[str, float | None]) -> str:
+        samples = metrics.get("phase_samples") or 0.0
+        if not samples:
+            return "Collecting: no stack samples yet"
+        condition = self.ruleset.conditions.get(ENOUGH_SAMPLES)
+        needed = f" ({condition.written})" if condition is not None else ""
+        return (f"Collecting: {samples:.0f} stack samples so far, too few to judge{needed}")
 
     def states(
         self, metrics: Mapping[str, float | None], category: str | None = None

@@ -29,6 +29,11 @@ def at_least(severity: str, threshold: str) -> bool:
 def findings_gate(report: Report, threshold: str) -> int:
     """``EXIT_GATE`` when the report's findings include one of ``threshold`` or worse."""
     hits = [f for f in report.findings if at_least(f.severity, threshold)]
+    if not hits and not report.bottleneck.judged:
+        # A run too short to judge is no pass: the gate would wave through a job
+        # it never saw.
+        raise CliError(f"--fail-on {threshold}: nothing could be judged "
+                       f"({report.bottleneck.summary}); watch longer (--duration)")
     if not hits:
         return 0
     names = ", ".join(f"{f.id} [{f.severity}]" for f in hits)
@@ -38,11 +43,15 @@ def findings_gate(report: Report, threshold: str) -> int:
 
 
 def regression_gate(c: Comparison, pct: float) -> int:
-    """``EXIT_GATE`` when steps/s fell by more than ``pct`` percent (point estimates)."""
+    """``EXIT_GATE`` when steps/s fell by more than ``pct`` percent, significantly.
+
+    A fall inside the runs' own noise (``aitop diff`` says "no significant
+    change") does not trip the gate, however large its point estimate.
+    """
     s = c.steps
     if s.change_pct is None:
         raise CliError(f"cannot check --fail-on-regression: {s.why}")
-    if s.change_pct < -pct:
+    if s.change_pct < -pct and s.verdict == "regressed":
         print(f"aitop: --fail-on-regression {pct:g}: steps/s fell {-s.change_pct:.1f}% "
               f"({s.verdict}: {s.why})", file=sys.stderr)
         return EXIT_GATE

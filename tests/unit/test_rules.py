@@ -892,6 +892,19 @@ def test_no_stack_samples_yet_is_collecting() -> None:
     assert "data_wait_dominant: needs phase_data_wait" in d.waiting_for
 
 
+def test_too_few_stack_samples_is_collecting_not_no_bottleneck() -> None:
+    """A 2-s attach to a job waiting 95 % for data: no rule can fire yet, so no verdict."""
+    brief = make_session(8, phases=mix(data_wait=0.95, other=0.05), samples_per_window=1)
+    metrics = metrics_at(brief, 8)
+    assert 0 < (metrics["phase_samples"] or 0) < 20
+    assert (metrics["phase_data_wait"] or 0) > 0.9
+    d = Diagnoser(RULESET, Facts()).diagnose(metrics, T0 + 8)
+    assert d.category == "collecting", d.summary
+    assert d.summary.startswith(f"Collecting: {metrics['phase_samples']:.0f} stack samples")
+    assert "phase_samples >= 20" in d.summary
+    assert not d.findings
+
+
 def test_findings_ranked_by_estimated_gain() -> None:
     d = diagnose_job(
         RULESET, gpu_util=60.0, pin_memory=False,
