@@ -7,16 +7,26 @@ rows of the priority framework, the key-metric targets) come in as a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from aitop.probes.session import PHASES
 
 from .catalogue import CATALOGUE
 from .documents import Threshold
-from .expressions import render
+from .expressions import render, render_code
 from .facts import Facts
 from .gains import estimate_gain
-from .model import COLLECTING, SEVERITIES, Citation, Diagnosis, Evidence, Finding, StateMatch
+from .model import (
+    COLLECTING,
+    SEVERITIES,
+    Citation,
+    Diagnosis,
+    Evidence,
+    Finding,
+    Gain,
+    StateMatch,
+)
 from .rules import FRAMEWORKS, Rule, RuleEngine, RuleSet
 from .targets import Target, target_for, target_status
 
@@ -133,6 +143,8 @@ def build_finding(
 ) -> Finding:
     framework = framework_of(metrics)
     snippet = rule.snippet_for.get(framework, rule.snippet) if framework else rule.snippet
+    if snippet is not None:
+        snippet = render_code(snippet, metrics, CATALOGUE)
     return Finding(
         id=rule.id,
         title=render(rule.title, metrics, words),
@@ -155,6 +167,13 @@ def build_finding(
         techniques=rule.techniques,
         explains=explains,
     )
+
+
+def ruled_out(finding: Finding, because: str) -> Finding:
+    """The finding with no gain: another firing finding rules out its mechanism."""
+    gain = Gain(None, method=finding.gain.method,
+                explanation=f"no figure while this holds: {because}")
+    return dataclasses.replace(finding, gain=gain)
 
 
 def finding_text(f: Finding) -> tuple[object, ...]:
@@ -290,7 +309,10 @@ class Diagnoser:
                              for n in rule.explains if n in by_id)
             finding = build_finding(rule, fired_at, held_metrics, self.facts, held_words,
                                     symptoms)
-            built.append((self._reuse(finding), rule.bottleneck))
+            ruler = next((by_id[n] for n in rule.ruled_out_by if n in by_id), None)
+            if ruler is not None:
+                finding = ruled_out(finding, render(ruler.title, *values(ruler.id)))
+            built.append((self._reuse(finding), rule.bottleneck and ruler is None))
         ranked = rank(built, holding)
         findings = tuple(f for f, _ in ranked)
         # The bottleneck: the first culprit in ranking order (most severe, then

@@ -402,3 +402,26 @@ def render(
         value = values.get(field)
         out.append("?" if value is None else _format(value, spec or ""))
     return "".join(out)
+
+
+#: A ``{name}`` or ``{name:spec}`` field in a code snippet.
+_CODE_FIELD = re.compile(r"\{([A-Za-z_]\w*)(?::([^{}]*))?\}")
+
+
+def render_code(text: str, values: Mapping[str, float | None], known: Mapping[str, object]) -> str:
+    """Fill a snippet's ``{metric:.0f}`` fields, leaving all other braces as code.
+
+    A snippet is Python, whose braces are dicts, sets and f-strings: only a field
+    naming a metric of ``known`` is filled (so the code says the number its
+    action says: ``num_workers={suggested_workers:.0f}``); an unknown value prints
+    as '?', as in titles.
+    """
+    def fill(match: re.Match[str]) -> str:
+        name, spec = match[1], match[2] or ""
+        if name not in known:
+            return match[0]
+        value = values.get(name)
+        return "?" if value is None else _format(value, spec)
+
+    return _CODE_FIELD.sub(fill, text)
+

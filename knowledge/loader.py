@@ -207,8 +207,11 @@ def _dangling_explains(rules: Iterable[Rule]) -> list[Problem]:
     """``explains`` naming a rule no file defines (checked once all files are merged)."""
     rules = list(rules)
     by_id = {rule.id for rule in rules}
-    return [Problem(f"rule '{rule.id}' explains unknown rule '{name}'", rule.file, rule.line)
-            for rule in rules for name in rule.explains if name not in by_id]
+    return [Problem(f"rule '{rule.id}' {verb} unknown rule '{name}'", rule.file, rule.line)
+            for rule in rules
+            for verb, names in (("explains", rule.explains),
+                                ("is ruled out by", rule.ruled_out_by))
+            for name in names if name not in by_id]
 
 
 def rules_in_document(doc: Any) -> RuleSet:

@@ -106,6 +106,10 @@ class Rule:
     actions_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     actions_for_when: Mapping[str, tuple[Condition | None, ...]] = field(default_factory=dict)
     snippet_for: Mapping[str, str] = field(default_factory=dict)
+    #: Rules whose finding, when it fires, rules out this one's mechanism: this
+    #: finding then carries no gain and cannot lead (more compute threads cannot
+    #: help a training thread that waits for the GIL).
+    ruled_out_by: tuple[str, ...] = ()
 
 
 @dataclass

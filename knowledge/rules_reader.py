@@ -31,7 +31,7 @@ from .yamlio import Located, LocatedList
 RULE_KEYS = (
     "name", "expr", "for", "keep_firing_for", "severity", "category", "title", "why",
     "actions", "evidence", "snippet", "techniques", "gain", "source", "bottleneck",
-    "explains", "actions_for", "snippet_for",
+    "explains", "actions_for", "snippet_for", "ruled_out_by",
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
              "note")
@@ -364,6 +364,7 @@ def _rule(r: RulesReader, node: Located, what: str) -> Rule:
         file=node.file,
         line=node.line,
         explains=r.text_list(node, "explains", what, "strings"),
+        ruled_out_by=r.text_list(node, "ruled_out_by", what, "strings"),
         actions_when=actions_when,
         actions_for={name: texts for name, (texts, _whens) in parsed_for.items()},
         actions_for_when={name: whens for name, (_texts, whens) in parsed_for.items()},

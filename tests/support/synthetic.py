@@ -130,6 +130,9 @@ class Job:
     main_cpu: float = 100.0
     #: Threads of the main process that each keep >= 10 % of a core busy.
     busy_threads: int = 4
+    #: Each thread's own CPU % (the training thread first), instead of
+    #: ``main_cpu`` shared evenly by ``busy_threads``.
+    thread_cpu: tuple[float, ...] = ()
     #: Names of the busy threads, first to last (the rest are "python").
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
@@ -221,9 +224,10 @@ def gpu_sample(job: Job, i: int) -> GpuSample:
 
 def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     busy = job.main_cpu / max(job.busy_threads, 1)
+    shares = job.thread_cpu or tuple(busy for _ in range(job.busy_threads))
     threads = tuple(
         ThreadInfo(tid=PID + k, name=(job.busy_thread_names[k:k + 1] or ("python",))[0],
-                   cpu_percent=busy if k < job.busy_threads else 0.0)
+                   cpu_percent=shares[k] if k < len(shares) else 0.0)
         for k in range(12)
     )
     main = ProcessInfo(

@@ -9,6 +9,7 @@ without cases fails ``test_every_packaged_rule_has_cases``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -765,7 +766,7 @@ def test_data_starvation_is_data_loading_with_amdahl_gain() -> None:
     assert gain.speedup == pytest.approx(2.7777777, rel=1e-6)
     assert round(gain.speedup or 0, 2) == 2.78
     assert gain.low == gain.high == gain.speedup  # removable 1.0: one figure
-    assert "64%" in gain.explanation and "2.8x" in gain.explanation
+    assert "64%" in gain.explanation and "x2.8" in gain.explanation
     assert [s.id for s in d.states][:1] == ["high_data_loading_latency"]
     assert "gpu_util_below_70" in [s.id for s in d.states]
     assert d.phases is not None and d.phases["data_wait"] == pytest.approx(0.64)
@@ -802,16 +803,27 @@ def test_checkpoint_gain_lets_the_rest_of_the_step_speed_up_below_the_ceiling() 
     assert "rest of the step up to 1.4x faster" in d.top.gain.explanation
 
 
+def checkpoint_rule(rest_speedup: str) -> str:
+    """A rule file whose one rule is valid but for its ``rest_speedup``."""
+    return (
+        "rules:\n  - name: r\n    expr: phase_checkpoint > 0.1\n    severity: medium\n"
+        "    category: io\n    title: t\n    why: w\n    actions: [a]\n"
+        "    evidence: [phase_checkpoint]\n    source: {document: optimize, section: s}\n"
+        "    gain: {method: fewer, metric: phase_checkpoint, times: 4, "
+        f"rest_speedup: {rest_speedup}}}\n"
+    )
+
+
 @pytest.mark.parametrize("bad", ["0.5", "3", "'fast'"])
 def test_rest_speedup_out_of_range_is_a_rule_error(bad: str, tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
-    rules.write_text(
-        "rules:\n  - id: r\n    title: t\n    when: phase_checkpoint > 0.1\n"
-        "    category: io\n    severity: warning\n    actions: [a]\n"
-        f"    gain: {{method: fewer, metric: phase_checkpoint, times: 4, rest_speedup: {bad}}}\n"
-    )
-    with pytest.raises(KnowledgeError, match="rest_speedup"):
+    rules.write_text(checkpoint_rule("1.4"))
+    assert [r.gain.rest_speedup for r in _load_user_file(rules).rules] == [1.4]
+    rules.write_text(checkpoint_rule(bad))
+    with pytest.raises(KnowledgeError) as caught:
         _load_user_file(rules)
+    problems = str(caught.value).strip().splitlines()
+    assert len(problems) == 1 and "rest_speedup" in problems[0], problems
 
 
 def test_full_gpu_memory_is_a_finding_but_compute_bound_names_the_bottleneck() -> None:
@@ -863,10 +875,12 @@ def test_underthreaded_cpu_only_compute_is_compute_with_parallel_gain() -> None:
     assert d.category == "compute"
     assert d.top is not None and d.top.id == "cpu_compute_underthreaded"
     # compute 80 %, 8x wider (7 of 8 cores free): 1 / (0.2 + 0.8 / 8) = 1 / 0.3;
-    # the low end at 55 % scaling efficiency: 8x becomes 1 + 7 * 0.55 = 4.85x.
+    # the low end stays inside what was measured (one thread to two, at 55 %
+    # scaling efficiency: 2x becomes 1.55x), not 8x at 55 % (4.85x).
     assert d.top.gain.method == "predicted"
     assert d.top.gain.high == pytest.approx(10 / 3)
-    assert d.top.gain.low == pytest.approx(1 / (0.2 + 0.8 / 4.85))
+    assert d.top.gain.low == pytest.approx(1 / (0.2 + 0.8 / 1.55))
+    assert "calibrated on 1 -> 2 threads" in d.top.gain.explanation
     assert d.metrics["accel_util"] == pytest.approx(80.0)
     assert d.states == (), "no GPU-utilisation row for a CPU-only job"
     assert d.hardware_well_used is False
@@ -903,6 +917,63 @@ def test_too_few_stack_samples_is_collecting_not_no_bottleneck() -> None:
     assert d.summary.startswith(f"Collecting: {metrics['phase_samples']:.0f} stack samples")
     assert "phase_samples >= 20" in d.summary
     assert not d.findings
+
+
+def test_a_finding_whose_mechanism_another_rules_out_shows_no_gain_and_does_not_lead() -> None:
+    """The training thread gets 2 % of the GIL: more compute threads cannot help it."""
+    gil = k(producer_busy=0.95, thread_cpu=(2.0, 97.0), main_cpu=99.0, cpu_count=8,
+            host_cpu=30.0, workers=0, phases=mix(other=0.2), **CPU_ONLY)
+    d = diagnose_job(RULESET, **gil)
+    ids = [f.id for f in d.findings]
+    assert ids[0] == "gil_contention" and d.category == "host", ids
+    threads = next(f for f in d.findings if f.id == "cpu_compute_underthreaded")
+    assert threads.gain.speedup is None and threads.gain.low is None
+    assert threads.gain.explanation.startswith("no figure while this holds: Another Python")
+    # Without ruled_out_by the thread rule would promise a speed-up beside it.
+    unruled = dataclasses.replace(RULESET, rules=tuple(
+        dataclasses.replace(r, ruled_out_by=()) for r in RULESET.rules))
+    plain = diagnose_job(unruled, **gil)
+    promised = next(f for f in plain.findings if f.id == "cpu_compute_underthreaded")
+    assert promised.gain.speedup is not None and promised.gain.method == "predicted"
+    # Nor can it name the bottleneck: with the GIL rule taken out of the
+    # ranking, the diagnosis still does not call compute the limit.
+    milder = dataclasses.replace(RULESET, rules=tuple(
+        dataclasses.replace(r, severity="low") if r.id == "gil_contention" else r
+        for r in RULESET.rules))
+    assert diagnose_job(milder, **gil).category == "host"
+
+
+def test_ruled_out_by_an_unknown_rule_is_a_problem_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n"
+        "  - name: mine\n"
+        "    expr: phase_compute > 0.5\n"
+        "    ruled_out_by: [no_such_rule]\n"
+        "    severity: low\n    category: compute\n    title: t\n    why: w\n"
+        "    actions: [a]\n    evidence: [phase_compute]\n"
+        "    gain: {method: none, note: n}\n"
+        "    source: {document: diagnose, section: x}\n")
+    with pytest.raises(KnowledgeError) as caught:
+        load_knowledge_base([path])
+    assert "rule 'mine' is ruled out by unknown rule 'no_such_rule'" in str(caught.value)
+    assert f"{path}:2" in str(caught.value)
+
+
+def test_the_snippet_says_the_number_its_action_says() -> None:
+    d = diagnose_job(RULESET, workers=1, worker_cpu=90.0, cpu_count=4, host_cpu=40.0,
+                     phases=mix(data_wait=0.4), **CPU_ONLY)
+    lead = next(f for f in d.findings if f.id == "workers_cpu_bound")
+    suggested = d.metrics["suggested_workers"]
+    assert suggested is not None and suggested != 4, "a case where a constant 4 would be wrong"
+    assert lead.actions[0].startswith(f"Raise num_workers from 1 to {suggested:.0f}")
+    assert lead.snippet is not None and f"num_workers={suggested:.0f}," in lead.snippet
+    # Braces that are code (a dict literal) stay as written.
+    checkpoint = RULES["checkpoint_stalls"]
+    assert checkpoint.snippet is not None and '{"model"' in checkpoint.snippet
+    built = diagnose_job(RULESET, phases=mix(checkpoint=0.3), disk_write_mb=400.0)
+    saved = next((f for f in built.findings if f.id == "checkpoint_stalls"), None)
+    assert saved is None or saved.snippet == checkpoint.snippet
 
 
 def test_findings_ranked_by_estimated_gain() -> None:
