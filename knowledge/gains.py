@@ -44,6 +44,33 @@ HIGH_ALLOWANCE = 1.1
 #: compute demo, one -> two threads on a quiet 2-core box with aitop attached:
 #: x1.61-1.70 (an efficiency of 0.61-0.70) for a compute share of 0.97.
 PARALLEL_LOW_EFFICIENCY = 0.55
+#: The widest change that calibration measured: one thread to two. Beyond it the
+#: low end claims no more than that doubling gave (whether 64 threads scale like
+#: two was never measured), so the range widens instead of extrapolating.
+PARALLEL_MEASURED_FACTOR = 2.0
+
+
+def figure(factor: float) -> str:
+    """A speed-up factor to two significant figures: ``1.5``, ``0.86``, ``21``, ``100``.
+
+    Reruns of one job move its figures in the second digit (an Amdahl ceiling
+    read 29 to 52 across reruns), so a third digit would claim a precision no
+    measurement has.
+    """
+    if not math.isfinite(factor) or factor <= 0:
+        return f"{factor:g}"
+    decimals = 1 - math.floor(math.log10(factor))
+    rounded = round(factor, decimals)
+    if rounded >= 10 ** (2 - decimals):  # 9.96 rounds up into the next decade
+        decimals -= 1
+        rounded = round(factor, decimals)
+    return f"{rounded:.{max(decimals, 0)}f}"
+
+
+def figure_range(low: float, high: float) -> str:
+    """``1.5–1.8``, or one figure where both ends read the same."""
+    a, b = figure(low), figure(high)
+    return a if a == b else f"{a}–{b}"
 
 
 def _phase(metrics: Metrics, name: str | None) -> float | None:
@@ -81,8 +108,8 @@ def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
                     explanation=f"{why}: no core is free, so more workers add nothing")
     low, high = _range(ceiling, factor)
     return _predicted(low, high, ceiling, (
-        f"data wait is {p:.0%} of the time (ceiling {ceiling:.1f}x if it vanished); {why}: "
-        f"predicted {low:.2f}-{high:.2f}x"))
+        f"data wait is {p:.0%} of the time (ceiling x{figure(ceiling)} if it vanished); "
+        f"{why}: predicted x{figure_range(low, high)}"))
 
 
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
@@ -98,7 +125,7 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
     high = min(_ceiling(p), 1.0 / ((1.0 - p) / rest + p / spec.times))
     return _predicted(low, high, _ceiling(p), (
         f"{name} takes {p:.0%} of the time; doing it {spec.times:g}x less often leaves "
-        f"{p / spec.times:.0%}: predicted {low:.2f}-{high:.2f}x "
+        f"{p / spec.times:.0%}: predicted x{figure_range(low, high)} "
         f"(1 / ((1 - {p:.2f}) + {p:.2f} / {spec.times:g})"
         + (f", the high end with the rest of the step up to {rest:g}x faster)"
            if rest > 1.0 else ")")))
@@ -118,12 +145,15 @@ def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(1.0, 1.0, 1.0, method="predicted",
                     explanation="no idle core to widen the computation onto")
     high = 1.0 / ((1.0 - p) + p / factor)
-    eff = 1.0 + (factor - 1.0) * PARALLEL_LOW_EFFICIENCY
+    measured = min(factor, PARALLEL_MEASURED_FACTOR)
+    eff = 1.0 + (measured - 1.0) * PARALLEL_LOW_EFFICIENCY
     low = 1.0 / ((1.0 - p) + p / eff)
+    beyond = (f"; calibrated on 1 -> {PARALLEL_MEASURED_FACTOR:g} threads, so the low end "
+              f"assumes no more than that doubling gives" if factor > measured else "")
     return _predicted(low, high, _ceiling(p), (
         f"compute is {p:.0%} of the step; run {factor:.1f}x wider it speeds up "
-        f"{low:.2f}-{high:.2f}x (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}), "
-        f"the low end at {PARALLEL_LOW_EFFICIENCY:.0%} scaling efficiency)"))
+        f"x{figure_range(low, high)} (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}), "
+        f"the low end at {PARALLEL_LOW_EFFICIENCY:.0%} scaling efficiency{beyond})"))
 
 
 def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
@@ -137,7 +167,7 @@ def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
     return Gain(
         speedup=high, low=low, high=high, method="amdahl", ceiling=high,
         explanation=(
-            f"{name} is {p:.0%} of the step: {removed} bounds the speed-up at {high:.1f}x "
+            f"{name} is {p:.0%} of the step: {removed} bounds the speed-up at x{figure(high)} "
             f"(Amdahl: 1 / (1 - {p:.2f}{'' if hi_r == 1.0 else f' x {hi_r:.2f}'})); "
             "a ceiling, not a prediction"),
     )

@@ -326,8 +326,9 @@ class AitopCollector(Collector):
         speedup = GaugeMetricFamily(
             "aitop_finding_estimated_speedup",
             "estimated speed-up of the training step from acting on a firing finding "
-            "(1 = none)",
-            labels=labels,
+            "(1 = none); method: predicted (for this job on this machine), amdahl (a "
+            "ceiling, at most) or document (the source documents' general figure)",
+            labels=[*labels, "method"],
         )
         fired = CounterMetricFamily(
             "aitop_finding_fired", "times a rule has started firing since aitop attached",
@@ -340,8 +341,8 @@ class AitopCollector(Collector):
             state.add_metric(values, float(finding is not None))
             fired.add_metric(values, float(totals.get(rule.id, 0)))
             gain = _number(finding.gain.speedup) if finding is not None else None
-            if gain is not None:
-                speedup.add_metric(values, gain)
+            if gain is not None and finding is not None:
+                speedup.add_metric([*values, _clean(finding.gain.method)], gain)
         yield state
         yield speedup
         yield fired

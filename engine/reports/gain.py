@@ -8,6 +8,7 @@ call a ceiling a prediction while another says it right.
 
 from __future__ import annotations
 
+from aitop.knowledge.gains import figure, figure_range
 from aitop.knowledge.model import Gain
 
 #: The finding list's one-character mark per method: a prediction has none, a
@@ -20,10 +21,11 @@ NO_FIGURE_BRIEF = "  ·  "
 def gain_text(gain: Gain, *, brief: bool = False) -> str:
     """What the first action buys, saying which kind of figure it is.
 
-    In full: ``predicted ×1.35–1.50 (ceiling ×20.9)``, ``at most ×2.78 (Amdahl
-    ceiling)``, ``documents: ×1.40 (1.30–1.50)``, or what the gain is instead of
-    speed. ``brief`` (the finding list's 6-column badge): ``×1.4``, ``≤×2.8``,
-    ``~×1.4``; the range and the ceiling are in the detail.
+    In full: ``predicted ×1.4–1.5 (ceiling ×21)``, ``at most ×2.8 (Amdahl
+    ceiling)``, ``documents: ×1.4 (1.3–1.5)``, or what the gain is instead of
+    speed; every figure to two significant figures (``gains.figure``). ``brief``
+    (the finding list's 6-column badge): ``×1.4``, ``≤×2.8``, ``~×1.4``; the
+    range and the ceiling are in the detail.
     """
     g = gain
     if g.speedup is None:
@@ -33,14 +35,13 @@ def gain_text(gain: Gain, *, brief: bool = False) -> str:
             return "no prediction yet"
         return "not a speed-up" if g.method == "none" else f"no figure ({g.method})"
     if brief:
-        return f"{BRIEF_MARK.get(g.method, '~')}×{g.speedup:.1f}"
+        return f"{BRIEF_MARK.get(g.method, '~')}×{figure(g.speedup)}"
     if g.method == "predicted" and g.low is not None and g.high is not None:
-        text = (f"predicted ×{g.low:.2f}" if abs(g.high - g.low) < 0.005
-                else f"predicted ×{g.low:.2f}–{g.high:.2f}")
-        return text + (f" (ceiling ×{g.ceiling:.1f})" if g.ceiling else "")
+        text = f"predicted ×{figure_range(g.low, g.high)}"
+        return text + (f" (ceiling ×{figure(g.ceiling)})" if g.ceiling else "")
     if g.method == "amdahl":
-        return f"at most ×{g.speedup:.2f} (Amdahl ceiling)"
-    text = f"×{g.speedup:.2f}"
+        return f"at most ×{figure(g.speedup)} (Amdahl ceiling)"
+    text = f"×{figure(g.speedup)}"
     if g.low is not None and g.high is not None:
-        text += f" ({g.low:.2f}–{g.high:.2f})"
+        text += f" ({figure_range(g.low, g.high)})"
     return f"documents: {text}" if g.method == "document" else text

@@ -104,6 +104,15 @@ def test_prometheus_sees_what_the_report_says_on_the_data_demo(tmp_path: Path) -
         assert prometheus.query('up{job="aitop"} == 1') and prometheus.query("aitop_up == 1")
         counted = by_label(prometheus.query("aitop_stack_samples_total"), "phase")
         assert counted["data_wait"] > 0.5 * sum(counted.values())
+        # Each speed-up says which kind of figure it is, as the report does.
+        kinds = {r["metric"]["rule"]: r["metric"]["method"]
+                 for r in prometheus.query("aitop_finding_estimated_speedup", at)}
+        reported_kinds = {f["id"]: f["gain_method"] for f in report["findings"]
+                          if f["est_speedup"] is not None}
+        print(f"speed-up kinds: prometheus {kinds}; report {reported_kinds}")
+        assert kinds and set(kinds.values()) <= {"predicted", "amdahl", "document"}, kinds
+        assert all(kinds[rule] == kind for rule, kind in reported_kinds.items()
+                   if rule in kinds), (kinds, reported_kinds)
 
         # The generated rules fire a data-loading alert, with a readable title.
         deadline = time.time() + 40

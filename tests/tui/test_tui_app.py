@@ -151,7 +151,7 @@ async def test_finding_detail_shows_rule_evidence_source_change_and_gain() -> No
             "Asynchronous Data Loading",  # section
             "num_workers > 0 and pin_memory=True",  # the quote
             "persistent_workers=True",  # the snippet
-            "×1.55",
+            "×1.6",
             "amdahl",
             "1/(1-0.42)",  # how the gain was computed
         ):

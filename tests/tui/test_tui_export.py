@@ -83,7 +83,7 @@ def test_markdown_report_says_what_to_paste_into_an_issue(tmp_path: Path) -> Non
         "| GPU utilization below 70% | Data pipeline optimization | Batch size tuning |",
         "### 1. Training waits on the DataLoader 42% of the time",
         "| Data wait share of step | 42% | < 5% of step time | ✗ outside |",
-        "at most ×1.55 (Amdahl ceiling)",
+        "at most ×1.6 (Amdahl ceiling)",
         "**Source:** optimize-server",
         "> PyTorch's DataLoader with num_workers > 0",
         "| data wait | 42.0% |",

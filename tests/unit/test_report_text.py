@@ -16,10 +16,15 @@ def finding(speedup: float | None, low: float | None, high: float | None,
 
 
 @pytest.mark.parametrize(("report_finding", "label"), [
-    (finding(1.9, 1.69, 2.18, "predicted", 20.93), "predicted ×1.69–2.18 (ceiling ×20.9)"),
-    (finding(1.0, 1.0, 1.0, "predicted"), "predicted ×1.00"),
-    (finding(8.9, 8.9, 8.9, "amdahl", 8.9), "at most ×8.90 (Amdahl ceiling)"),
-    (finding(1.4, 1.3, 1.5, "document"), "documents: ×1.40 (1.30–1.50)"),
+    # Two significant figures: reruns of one job differ in the second.
+    (finding(1.9, 1.69, 2.18, "predicted", 20.93), "predicted ×1.7–2.2 (ceiling ×21)"),
+    (finding(1.0, 1.0, 1.0, "predicted"), "predicted ×1.0"),
+    (finding(1.5, 1.46, 1.54, "predicted"), "predicted ×1.5"),
+    (finding(8.9, 8.9, 8.9, "amdahl", 8.9), "at most ×8.9 (Amdahl ceiling)"),
+    (finding(86.3, 86.3, 86.3, "amdahl", 86.3), "at most ×86 (Amdahl ceiling)"),
+    (finding(100.0, 100.0, 100.0, "amdahl", 100.0), "at most ×100 (Amdahl ceiling)"),
+    (finding(9.96, 9.96, 9.96, "amdahl", 9.96), "at most ×10 (Amdahl ceiling)"),
+    (finding(1.4, 1.3, 1.5, "document"), "documents: ×1.4 (1.3–1.5)"),
     (finding(None, None, None, "none"), "not a speed-up"),
     (finding(None, None, None, "predicted"), "no prediction yet"),
 ])

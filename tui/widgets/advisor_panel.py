@@ -8,6 +8,7 @@ opens.
 
 from __future__ import annotations
 
+import textwrap
 from typing import ClassVar
 
 from aitop.engine.reports.gain import gain_text
@@ -112,7 +113,7 @@ class AdvisorPanel(Panel):
             if view.evaluating_for is not None:
                 why = f"evaluating the rules… ({fmt.duration(view.evaluating_for)})"
             return [Line(Text(why, style="dim"), 0)]
-        out = self._head(d)
+        out = self._head(d, width)
         out += self._states(d, width)
         out += self._findings(d, width)
         out += self._next_step(d)
@@ -120,24 +121,25 @@ class AdvisorPanel(Panel):
             out.append(Line(Text(f"waiting for data: {', '.join(d.waiting_for)}", style="dim"), 9))
         return out
 
-    def _head(self, d: Diagnosis) -> list[Line]:
+    def _head(self, d: Diagnosis, width: int) -> list[Line]:
         hardware = [Line(Text(d.hardware, style="dim"), 2)] if d.hardware else []
+        # The first sentence is the verdict: shown whole, wrapped, never cut.
+        summary = [Line(Text(row), 1) for row in textwrap.wrap(d.summary, max(width, 20))]
         if d.category in NOT_JUDGED:
             text = Text("Not judged yet" if d.category == "collecting" else "Cannot judge",
                         style="bold dim")
             text.append(f" ({d.compute_device})", style="dim")
-            return [Line(text, 0), Line(Text(d.summary), 1), *hardware]
+            return [Line(text, 0), *summary, *hardware]
         if d.category == "none":
             text = Text("No bottleneck", style="bold " + fmt.STATUS_STYLE["within"])
             text.append(f" ({d.compute_device})", style="dim")
-            return [Line(text, 0), Line(Text(d.summary), 1), *hardware]
+            return [Line(text, 0), *summary, *hardware]
         top = d.top
         style = fmt.SEVERITY_STYLE.get(top.severity, "bold") if top else fmt.STATUS_STYLE["within"]
         text = Text("Bottleneck ", style="bold")
         text.append(CATEGORY_WORDS.get(d.category, d.category.upper()), style=style)
         text.append(f" ({d.compute_device})", style="dim")
-        summary = Text(d.summary)
-        return [Line(text, 0), Line(summary, 1), *hardware]
+        return [Line(text, 0), *summary, *hardware]
 
     def _states(self, d: Diagnosis, width: int) -> list[Line]:
         out = []
