@@ -4,7 +4,7 @@
 #: The first four are the original set; ``*_fixed`` are mechanical fixes.
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
-    "cpu_saturated", "storage", "producer", "validation", "generator",
+    "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
     "data_fixed", "checkpoint_fixed", "compute_fixed",
 )
 

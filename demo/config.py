@@ -66,6 +66,9 @@ class Config:
     eval_batches: int = 0  # batches in one evaluation pass
     loop: str = "dataloader"  # "dataloader", "producer" (thread + queue), "generator"
     gpu_scale: bool = False  # on CUDA, grow the model so the GPU has work to do
+    # Each checkpoint goes to a temporary file, flushed, fsync'ed and renamed
+    # into place: the save is only done once it is on the disk.
+    durable_checkpoints: bool = False
 
 
 CONFIGS: dict[str, Config] = {
@@ -110,6 +113,10 @@ CONFIGS: dict[str, Config] = {
     "validation": Config(
         width=1024, depth=4, batch_size=64, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, eval_every=10, eval_batches=90,
+    ),
+    "checkpoint_durable": Config(
+        width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,
+        checkpoint_every=2, threads=0, optimizer="sgd", durable_checkpoints=True,
     ),
     "generator": Config(
         width=768, depth=3, batch_size=32, num_workers=1, decode_ms=0.9,

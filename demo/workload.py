@@ -24,6 +24,9 @@ Scenarios:
   validation     every few steps a long evaluate() pass (model.eval(), no_grad)
   generator      a generator wraps the DataLoader and the loop keeps no step
                  counter (for x, y in batches(loader))
+  checkpoint_durable
+                 checkpoint's saves, each written to a temporary file, flushed,
+                 fsync'ed and renamed into place
   data_fixed, checkpoint_fixed, compute_fixed
                  the mechanical fix of data (2 workers), checkpoint (4x less
                  often) and compute (threads = usable cores)
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import queue
 import random
 import shutil
@@ -45,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from aitop.demo import SCENARIOS
@@ -240,6 +245,16 @@ def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device) -> 
     return correct / max(total, 1)
 
 
+def save_durably(state: dict[str, Any], path: Path) -> None:
+    """Save, flush, fsync, rename: the checkpoint is whole on the disk or not there."""
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
 def train(
     cfg: Config,
     duration_s: float,
@@ -285,7 +300,10 @@ def train(
             step += 1
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-                torch.save(state, checkpoint_dir / "last.pt")
+                if cfg.durable_checkpoints:
+                    save_durably(state, checkpoint_dir / "last.pt")
+                else:
+                    torch.save(state, checkpoint_dir / "last.pt")
                 truth.add("checkpoint", time.perf_counter() - t4)
             if val_loader is not None and step % cfg.eval_every == 0:
                 t5 = time.perf_counter()

@@ -10,6 +10,8 @@ Two questions matter and the line's text answers both, for any loop shape:
 * Is the thread, in the job's own code, at a call that makes the host wait for
   the GPU (``.item()``, ``.cpu()``, ``.tolist()``, ``torch.cuda.synchronize()``)?
   Then the time is the device finishing queued work, not Python overhead.
+* Is it, in the function that called ``torch.save``, at the flush, fsync or
+  rename that makes the checkpoint durable? Then that is checkpoint time too.
 
 Files are read through ``/proc/PID/root`` so a job in a container is read from
 its own filesystem. Only regular files under a size cap are read, once each,
@@ -45,6 +47,21 @@ def is_host_sync_line(text: str) -> bool:
     """A call that copies a device value to the host or waits for the device."""
     code = text.split("#", 1)[0]
     return bool(_HOST_SYNC.search(code))
+
+
+#: Calls that make a just-written file durable or put it in place.
+_DURABLE_WRITE = re.compile(
+    r"\bos\.(?:fsync|fdatasync|replace|rename)\s*\("
+    r"|\.flush\s*\(\s*\)"
+    r"|\bshutil\.(?:move|copy\w*)\s*\("
+)
+
+
+def is_durable_write_line(text: str) -> bool:
+    """``os.fsync(f.fileno())``, ``f.flush()``, ``os.replace(tmp, path)``...: the
+    part of saving a file that runs after the serializer has returned."""
+    code = text.split("#", 1)[0]
+    return bool(_DURABLE_WRITE.search(code))
 
 
 class SourceLines:

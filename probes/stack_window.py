@@ -20,10 +20,14 @@ for any loop shape, from the stacks alone:
    or a library's) stands at ``.item()``, ``.cpu()``, ``.tolist()``,
    ``synchronize()``... is the host waiting for the device: phase ``sync``,
    not Python overhead.
-5. **Evaluation lines.** A line of the loop frame that leads into forward passes
+5. **The rest of a save.** In a function that calls ``torch.save`` (a sample
+   of this window shows it there), the ``f.flush()``, ``os.fsync(...)`` or
+   ``os.replace(...)`` that follows is checkpoint time too: the serializer has
+   returned but the checkpoint is not written yet.
+6. **Evaluation lines.** A line of the loop frame that leads into forward passes
    and data fetches but never into backward or the optimizer is an evaluation
    pass (validation under ``no_grad``), whatever its function is called.
-6. **The producer.** While the training thread waits for data, the job's other
+7. **The producer.** While the training thread waits for data, the job's other
    threads that are busy (not parked in a wait) are the candidates for who
    produces its batches; the busiest is reported with its hottest frame.
 """
@@ -36,8 +40,9 @@ from dataclasses import dataclass
 
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading
 from .samples import HotFrame, StackWindow, ThreadActivity
-from .source_lines import is_fetch_line, is_host_sync_line
+from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
 
+CHECKPOINT = "checkpoint"
 #: How many hot frames per phase a window keeps (bounds memory per sample).
 HOT_FRAMES_PER_PHASE = 8
 #: Other threads kept per window (the busiest).
@@ -215,6 +220,7 @@ def _refine(
 ) -> None:
     """Apply the fetch-statement, host-sync and evaluation-line readings."""
     data_rank = classifier.rank_of("data_wait")
+    savers = _checkpoint_callers(samples)
     for s in samples:
         frames = s.stack.frames
         s.loop_index = _loop_index(frames, loop_frame)
@@ -233,7 +239,20 @@ def _refine(
             text = source(leaf.file, leaf.line)
             if text is not None and is_host_sync_line(text):
                 s.phase = "sync"
+            elif (text is not None and (leaf.file, leaf.function) in savers
+                  and is_durable_write_line(text)):
+                s.phase = CHECKPOINT
     _mark_evaluation_lines(samples, classifier)
+
+
+def _checkpoint_callers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
+    """(file, function) of the frames that call into a checkpoint save in these samples."""
+    out = set()
+    for s in samples:
+        if s.phase == CHECKPOINT and s.outermost > 0:
+            caller = s.stack.frames[s.outermost - 1]
+            out.add((caller.file, caller.function))
+    return out
 
 
 def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:

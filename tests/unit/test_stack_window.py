@@ -181,6 +181,49 @@ def test_host_sync_line_is_sync_not_python_overhead(
     assert w.phase_counts["other"] == 50
 
 
+SAVE_PY = """\
+import os, torch
+def train(model, loader, opt, path):
+    for step, (x, y) in enumerate(loader):
+        model(x).sum().backward()
+        opt.step()
+        with open(path, "wb") as f:
+            torch.save(model.state_dict(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path, path + ".done")
+        log.flush()
+"""
+
+
+def test_the_flush_fsync_and_rename_after_a_save_are_checkpoint_time(tmp_path: Path) -> None:
+    script = tmp_path / "save.py"
+    script.write_text(SAVE_PY)
+    classifier = load_knowledge_base().phases.classifier()
+    save = (f"train ({script}:7);save ({SITE}/torch/serialization.py:965);"
+            f"_save ({SITE}/torch/serialization.py:1200)")
+    text = raw(
+        ("1:MainThread", f"train ({script}:4);Tensor.backward ({SITE}/torch/_tensor.py:623)", 20),
+        ("1:MainThread", f"train ({script}:5);SGD.step ({SITE}/torch/optim/sgd.py:120)", 20),
+        ("1:MainThread", save, 10),
+        ("1:MainThread", f"train ({script}:8)", 3),   # f.flush()
+        ("1:MainThread", f"train ({script}:9)", 30),  # os.fsync(f.fileno())
+        ("1:MainThread", f"train ({script}:10)", 2),  # os.replace(...)
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.phase_counts["checkpoint"] == 45
+    assert w.phase_counts["other"] == 0
+    # A flush in a function that saves nothing (a log) stays what it was.
+    elsewhere = raw(
+        ("1:MainThread", f"train ({script}:4);Tensor.backward ({SITE}/torch/_tensor.py:623)", 20),
+        ("1:MainThread", f"train ({script}:5);SGD.step ({SITE}/torch/optim/sgd.py:120)", 20),
+        ("1:MainThread", f"train ({script}:11)", 5),
+    )
+    w = summarize_window(parse_raw(elsewhere), classifier, pid=1, t_start=0, t_end=1,
+                         source=reader())
+    assert w.phase_counts["other"] == 5 and w.phase_counts["checkpoint"] == 0
+
+
 def test_evaluation_by_name_and_by_shape(classifier: PhaseClassifier, script: Path) -> None:
     dl = f"{SITE}/torch/utils/data/dataloader.py"
     ev = f"train ({script}:12);evaluate_model ({script}:20)"

@@ -1,0 +1,33 @@
+"""A checkpoint is the whole save: serializing, flushing, fsync and the rename.
+
+The ``checkpoint_durable`` demo writes each checkpoint to a temporary file,
+flushes and fsyncs it and renames it into place, and times all of it as its
+checkpoint phase. py-spy sees ``torch.save`` frames only for the first part; the
+rest is the job's own line (``os.fsync(f.fileno())``), which aitop reads as
+checkpoint time because the same function called ``torch.save``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from support.jobs import WatchedRun, truth_between
+
+pytestmark = pytest.mark.attach
+
+
+def test_the_fsync_after_a_save_counts_as_checkpoint(watched_run: WatchedRun) -> None:
+    run = watched_run("checkpoint_durable")
+    report = run.report
+    t0, t1 = report["phase_span"]
+    true = truth_between(run.truth, t0, t1)
+    phases, samples = report["phases"], report["metrics"]["phase_samples"]
+    print(f"checkpoint aitop {phases['checkpoint']:.3f} truth {true['checkpoint']:.3f}; "
+          f"other {phases['other']:.3f}; {samples:.0f} samples; truth {true}")
+    assert true["checkpoint"] >= 0.2, f"the job's own checkpoint share {true['checkpoint']:.2f}"
+    share = true["checkpoint"]
+    allowed = max(0.05, 2.6 * math.sqrt(share * (1 - share) / max(samples, 1.0)))
+    assert abs(phases["checkpoint"] - share) <= allowed, (phases, true)
+    assert report["findings"] and report["findings"][0]["id"] == "checkpoint_stalls", (
+        [f["id"] for f in report["findings"]])
