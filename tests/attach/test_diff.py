@@ -44,6 +44,8 @@ def headless(pid: int, out: Path, duration: float, *extra: str) -> subprocess.Co
 def truth_rate(truth: Path, report: dict[str, Any]) -> float:
     """The job's own steps/s over the counter windows behind the report's rate."""
     windows = report["step_windows"]
+    assert windows, f"no step counter readings in {report['duration_s']} s: " + (
+        f"steps source {report['steps_source']}, stacks {report['probe_states'].get('stacks')}")
     return truth_between(truth, windows[0][0], windows[-1][1])["steps_per_s"]
 
 
@@ -111,9 +113,9 @@ def test_same_job_twice_is_no_significant_change(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     job = start_job("data", truth, duration_s=150)
     try:
-        first = headless(job.pid, tmp_path / "first-report.json", 12,
+        first = headless(job.pid, tmp_path / "first-report.json", 14,
                          "--export", str(tmp_path / "first.json"))
-        second = headless(job.pid, tmp_path / "second-report.json", 12,
+        second = headless(job.pid, tmp_path / "second-report.json", 14,
                           "--export", str(tmp_path / "second.json"),
                           "--baseline", str(tmp_path / "first.json"))
     finally:
