@@ -5,6 +5,7 @@
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
+    "compile",
     "data_fixed", "checkpoint_fixed", "compute_fixed",
 )
 

@@ -69,6 +69,7 @@ class Config:
     # Each checkpoint goes to a temporary file, flushed, fsync'ed and renamed
     # into place: the save is only done once it is on the disk.
     durable_checkpoints: bool = False
+    compile_model: bool = False  # torch.compile the model (inductor compiles on the first call)
 
 
 CONFIGS: dict[str, Config] = {
@@ -113,6 +114,10 @@ CONFIGS: dict[str, Config] = {
     "validation": Config(
         width=1024, depth=4, batch_size=64, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, eval_every=10, eval_batches=90,
+    ),
+    "compile": Config(
+        width=1024, depth=6, batch_size=128, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, compile_model=True,
     ),
     "checkpoint_durable": Config(
         width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,

@@ -24,6 +24,8 @@ Scenarios:
   validation     every few steps a long evaluate() pass (model.eval(), no_grad)
   generator      a generator wraps the DataLoader and the loop keeps no step
                  counter (for x, y in batches(loader))
+  compile        compute's loop with the model under torch.compile: its first
+                 steps wait tens of seconds for inductor to build the kernels
   checkpoint_durable
                  checkpoint's saves, each written to a temporary file, flushed,
                  fsync'ed and renamed into place
@@ -49,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from aitop.demo import SCENARIOS
@@ -222,6 +224,9 @@ def set_up(cfg: Config) -> Setup:
         # between kernel launches; scale the arithmetic up so it is busy.
         cfg = dataclasses.replace(cfg, width=cfg.width * 4, batch_size=cfg.batch_size * 16)
     model = make_model(cfg.width, cfg.depth).to(device)
+    if cfg.compile_model:
+        # Compiled on its first call: the loop's first steps wait for inductor.
+        model = cast(nn.Module, torch.compile(model))
     optimizer: torch.optim.Optimizer
     if cfg.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)

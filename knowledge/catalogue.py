@@ -171,6 +171,8 @@ WORDS: frozenset[str] = frozenset({
     "producer", "producer_frame", "data_source", "other_frame",
     # The job-level judgement of a multi-rank job (knowledge/straggler.py).
     "straggler", "straggler_cause", "straggler_action",
+    # How long a job state (warming up) has held: filled by the Diagnoser.
+    "state_seen",
 })
 
 

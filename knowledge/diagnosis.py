@@ -187,6 +187,8 @@ def finding_text(f: Finding) -> tuple[object, ...]:
 
 #: How much a gain's kind counts when ranking: a prediction for this machine
 #: above an Amdahl ceiling above the documents' general figure.
+#: The word a job state's text names its duration by: "(38 s so far)".
+STATE_SEEN = "state_seen"
 #: The rule file's named condition that says when the phase shares can be trusted.
 ENOUGH_SAMPLES = "enough_samples"
 
@@ -286,6 +288,9 @@ class Diagnoser:
     ) -> Diagnosis:
         firing = self.engine.step(metrics, now)
         by_id = {rule.id: rule for rule, _ in firing}
+        seen = [self._seen_for(rule.id, by_id, now) for rule, _ in firing if rule.job_state]
+        if seen:
+            words = {**(words or {}), STATE_SEEN: f"{max(seen):.0f} s"}
         holding = frozenset(
             rule.id for rule, _ in firing if self.engine.state[rule.id].last_value is True
         )
@@ -314,6 +319,11 @@ class Diagnoser:
                 finding = ruled_out(finding, render(ruler.title, *values(ruler.id)))
             built.append((self._reuse(finding), rule.bottleneck and ruler is None))
         ranked = rank(built, holding)
+        job_states = [(f, b) for f, b in ranked if self._is_job_state(f.id, by_id)]
+        if job_states:
+            # Not in steady state: the state is the verdict, and what would be
+            # judged of a steady state (and predicted) waits until it ends.
+            ranked = job_states
         findings = tuple(f for f, _ in ranked)
         # The bottleneck: the first culprit in ranking order (most severe, then
         # the best-founded and largest gain).
@@ -342,7 +352,7 @@ class Diagnoser:
             category=category,
             summary=summary,
             compute_device="gpu" if has_gpu else "cpu",
-            states=self.states(metrics, category),
+            states=() if job_states else self.states(metrics, category),
             findings=findings,
             phases=phases_of(metrics),
             steps_per_s=metrics.get("steps_per_s"),
@@ -352,6 +362,16 @@ class Diagnoser:
             hardware_well_used=well_used,
             hardware=hardware,
         )
+
+    @staticmethod
+    def _is_job_state(rule_id: str, by_id: Mapping[str, Rule]) -> bool:
+        rule = by_id.get(rule_id)
+        return rule is not None and rule.job_state
+
+    def _seen_for(self, rule_id: str, by_id: Mapping[str, Rule], now: float) -> float:
+        """Seconds since the state's condition first held (its ``for:`` included)."""
+        since = self.engine.state[rule_id].firing_since
+        return 0.0 if since is None else max(0.0, now - since + by_id[rule_id].for_s)
 
     def _enough_samples(self, metrics: Mapping[str, float | None]) -> bool:
         """Whether the stack samples behind the phases reach the rules' own minimum.

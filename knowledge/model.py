@@ -16,7 +16,7 @@ from typing import Literal, get_args
 #: nothing limits the job.
 Category = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "none",
+    "warming_up", "none",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
@@ -24,6 +24,9 @@ CATEGORIES: tuple[Category, ...] = get_args(Category)
 COLLECTING = "collecting"
 #: What it says when it cannot judge at all (no stacks: py-spy missing or denied).
 UNKNOWN = "unknown"
+#: A job state, not a bottleneck: compiling before its first steps. While a
+#: ``job_state`` rule of this category fires, steady-state findings are held back.
+WARMING_UP = "warming_up"
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)

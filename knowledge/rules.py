@@ -110,6 +110,9 @@ class Rule:
     #: finding then carries no gain and cannot lead (more compute threads cannot
     #: help a training thread that waits for the GIL).
     ruled_out_by: tuple[str, ...] = ()
+    #: A job state (warming up): while it fires, it is the verdict and the
+    #: steady-state findings (and their predictions) are held back.
+    job_state: bool = False
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .yamlio import Located, LocatedList
 RULE_KEYS = (
     "name", "expr", "for", "keep_firing_for", "severity", "category", "title", "why",
     "actions", "evidence", "snippet", "techniques", "gain", "source", "bottleneck",
-    "explains", "actions_for", "snippet_for", "ruled_out_by",
+    "explains", "actions_for", "snippet_for", "ruled_out_by", "job_state",
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
              "note")
@@ -361,6 +361,7 @@ def _rule(r: RulesReader, node: Located, what: str) -> Rule:
         snippet=r.opt_text(node, "snippet", what, empty=True),
         techniques=r.text_list(node, "techniques", what, "strings"),
         bottleneck=r.flag(node, "bottleneck", what, True),
+        job_state=r.flag(node, "job_state", what, False),
         file=node.file,
         line=node.line,
         explains=r.text_list(node, "explains", what, "strings"),

@@ -41,6 +41,7 @@ PHASES: tuple[str, ...] = (
     "checkpoint",
     "sync",
     "comm",
+    "compile",
     "other",
 )
 

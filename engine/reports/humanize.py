@@ -29,6 +29,7 @@ PHASE_LABEL: dict[str, str] = {
     "checkpoint": "checkpoint",
     "sync": "sync",
     "comm": "comm",
+    "compile": "compile",
     "other": "other",
 }
 
@@ -42,6 +43,7 @@ PHASE_LETTER: dict[str, str] = {
     "checkpoint": "C",
     "sync": "S",
     "comm": "X",
+    "compile": "K",
     "other": "·",
 }
 

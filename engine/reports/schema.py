@@ -49,12 +49,13 @@ Severity = Literal["info", "low", "medium", "high", "critical"]
 #: knowledge.model.CATEGORIES: what a finding (and a judged verdict) blames.
 Category = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "none",
+    "warming_up", "none",
 ]
 #: A verdict's category: a Category, or not judged (yet): ``collecting`` / ``unknown``.
+#: ``warming_up`` is a job state (compiling before its first steps), not a bottleneck.
 BottleneckCategory = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "none", "collecting", "unknown",
+    "warming_up", "none", "collecting", "unknown",
 ]
 #: An evidence value against its target range (knowledge/targets.py).
 EvidenceStatus = Literal["within", "near", "outside", "unknown"]

@@ -23,18 +23,22 @@ PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 
 
 def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
-              extra_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+              extra_args: Sequence[str] = (), *, training: bool = True,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start a demo job and wait until it is training (its first truth record).
 
     ``extra_args`` go to the workload's command line, e.g. ``("--num-workers", "2")``.
+    ``training=False`` returns once the process runs, before its first step.
     """
     log = truth.with_suffix(".log").open("wb")
     job = subprocess.Popen(
         [sys.executable, "-m", "aitop.demo.workload", "--scenario", scenario,
          "--truth", str(truth), "--duration", str(duration_s),
          "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
     )
+    if not training:
+        return job
     deadline = time.time() + 60
     while time.time() < deadline:
         if job.poll() is not None:

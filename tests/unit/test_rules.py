@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,16 @@ SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 
 RULE_CASES: dict[str, Cases] = {
+    # Compiling before the first steps: 50 % of the window is the line.
+    "warming_up_compiling": Cases(
+        fires=(k(phases=mix(compile=0.9)), k(phases=mix(compile=0.5))),
+        misses=(k(phases=mix(compile=0.49)), k(phases=mix(compile=0.9), **SAMPLES_19)),
+    ),
+    # Compiling again once steps run: between 5 % and half of the time.
+    "compile_recurs": Cases(
+        fires=(k(phases=mix(compile=0.05)), k(phases=mix(compile=0.49))),
+        misses=(k(phases=mix(compile=0.049)), k(phases=mix(compile=0.5))),
+    ),
     "data_wait_dominant": Cases(
         fires=(
             k(phases=mix(data_wait=0.30)),
@@ -974,6 +985,26 @@ def test_the_snippet_says_the_number_its_action_says() -> None:
     built = diagnose_job(RULESET, phases=mix(checkpoint=0.3), disk_write_mb=400.0)
     saved = next((f for f in built.findings if f.id == "checkpoint_stalls"), None)
     assert saved is None or saved.snippet == checkpoint.snippet
+
+
+def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> None:
+    """torch.compile's first compilation on a CPU job that is also data-starved."""
+    knobs = k(phases=mix(compile=0.8, data_wait=0.15), cpu_count=8, busy_threads=1,
+              main_cpu=100.0, host_cpu=20.0, **CPU_ONLY)
+    d = diagnose_job(RULESET, **knobs)
+    assert d.category == "warming_up", d.summary
+    assert [f.id for f in d.findings] == ["warming_up_compiling"]
+    assert re.fullmatch(r"Warming up: torch\.compile is compiling the model \(\d+ s so far\); "
+                        r"judging starts with the first steps", d.summary), d.summary
+    assert d.states == (), "no priority-framework row for a job that takes no steps"
+    # The same job without its compilation is judged as usual.
+    steady = diagnose_job(RULESET, **{**knobs, "phases": mix(data_wait=0.15)})
+    assert steady.category not in ("warming_up", "collecting") and steady.findings
+    # Without job_state the warm-up would be one finding among rivals with gains.
+    plain = dataclasses.replace(RULESET, rules=tuple(
+        dataclasses.replace(r, job_state=False) for r in RULESET.rules))
+    mixed = diagnose_job(plain, **knobs)
+    assert len(mixed.findings) > 1
 
 
 def test_findings_ranked_by_estimated_gain() -> None:

@@ -331,3 +331,35 @@ def test_lightning_loop_frame_is_the_epoch_loop_even_without_data_waits(
     assert w.loop_frame == (
         "_TrainingEpochLoop.advance (lightning/pytorch/loops/training_epoch_loop.py)"
     )
+
+
+def compiled_job(script: Path, line: int, *inner: str) -> str:
+    """The training loop calling a torch.compile'd model (frames as torch 2.13 names them)."""
+    return ";".join((f"train ({script}:{line})",
+                     f"OptimizedModule.__call__ ({SITE}/torch/_dynamo/eval_frame.py:511)",
+                     f"Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)", *inner))
+
+
+def test_torch_compile_at_work_is_compile_and_a_compiled_step_is_forward(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    """Frames read from a real torch.compile run on this machine's torch."""
+    compiling = compiled_job(
+        script, 7,
+        "_TorchDynamoContext.__call__.<locals>.compile_wrapper "
+        f"({SITE}/torch/_dynamo/eval_frame.py:1166)",
+        f"CatchErrorsWrapper.__call__ ({SITE}/torch/_dynamo/convert_frame.py:2628)",
+        f"_compile ({SITE}/torch/_dynamo/convert_frame.py:2102)",
+        f"GraphLowering.codegen ({SITE}/torch/_inductor/graph.py:2611)",
+        f"_run_compile_cmd ({SITE}/torch/_inductor/cpp_builder.py:696)",
+        f"Popen.communicate ({STDLIB}/subprocess.py:1196)")
+    compiled = compiled_job(
+        script, 7,
+        f"_TorchDynamoContext.__call__.<locals>._fn ({SITE}/torch/_dynamo/eval_frame.py:1005)",
+        f"runtime_wrapper ({SITE}/torch/_functorch/_aot_autograd/runtime_wrappers.py:343)",
+        f"CompiledFxGraph.__call__ ({SITE}/torch/_inductor/output_code.py:650)")
+    text = raw(("1:MainThread", compiling, 30), ("1:MainThread", compiled, 20),
+               ("1:MainThread", bwd(script), 20), ("1:MainThread", opt(script), 10))
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.phase_counts["compile"] == 30
+    assert w.phase_counts["forward"] == 20

@@ -32,6 +32,8 @@ CATEGORY_WORDS: dict[str, str] = {
     "evaluation": "EVALUATION",
     "none": "NONE",
 }
+#: Job states: what the process is doing, said before (and instead of) a bottleneck.
+JOB_STATES: dict[str, str] = {"warming_up": "WARMING UP"}
 #: Categories that are not a verdict yet (or cannot be one).
 NOT_JUDGED = ("collecting", "unknown")
 
@@ -125,6 +127,11 @@ class AdvisorPanel(Panel):
         hardware = [Line(Text(d.hardware, style="dim"), 2)] if d.hardware else []
         # The first sentence is the verdict: shown whole, wrapped, never cut.
         summary = [Line(Text(row), 1) for row in textwrap.wrap(d.summary, max(width, 20))]
+        if d.category in JOB_STATES:
+            text = Text("Job state ", style="bold")
+            text.append(JOB_STATES[d.category], style="bold " + fmt.STATUS_STYLE["near"])
+            text.append(f" ({d.compute_device})", style="dim")
+            return [Line(text, 0), *summary, *hardware]
         if d.category in NOT_JUDGED:
             text = Text("Not judged yet" if d.category == "collecting" else "Cannot judge",
                         style="bold dim")

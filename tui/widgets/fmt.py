@@ -62,6 +62,7 @@ PHASE_STYLE: dict[str, str] = {
     "checkpoint": "black on #ebcb8b",
     "sync": "black on #a3be8c",
     "comm": "black on #bf616a",
+    "compile": "black on #5e81ac",
     "other": "black on #777777",
 }
 

@@ -21,9 +21,9 @@ from .view import View
 HISTORY_S = 300.0
 
 
-#: Phases most loops never have (evaluation; communication, for one rank of several):
-#: listed only when they took some time.
-SHOWN_WHEN_SEEN = frozenset({"eval", "comm"})
+#: Phases most loops never have (evaluation; communication, for one rank of several;
+#: torch.compile at work): listed only when they took some time.
+SHOWN_WHEN_SEEN = frozenset({"eval", "comm", "compile"})
 
 
 def ordered_phases(fractions: dict[str, float]) -> list[str]:
