@@ -70,6 +70,10 @@ class Config:
     # into place: the save is only done once it is on the disk.
     durable_checkpoints: bool = False
     compile_model: bool = False  # torch.compile the model (inductor compiles on the first call)
+    # What the loop keeps of every step for an end-of-run metric: "outputs" (the
+    # logits, autograd graph and all: memory grows with the steps), "numbers"
+    # (loss.item(), a float), or nothing.
+    keep_per_step: str = ""
 
 
 CONFIGS: dict[str, Config] = {
@@ -119,6 +123,10 @@ CONFIGS: dict[str, Config] = {
         width=1024, depth=6, batch_size=128, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, compile_model=True,
     ),
+    "leak": Config(
+        width=1024, depth=4, batch_size=128, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, keep_per_step="outputs",
+    ),
     "checkpoint_durable": Config(
         width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,
         checkpoint_every=2, threads=0, optimizer="sgd", durable_checkpoints=True,
@@ -136,6 +144,7 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
         "checkpoint", {"checkpoint_every": CONFIGS["checkpoint"].checkpoint_every * 4}
     ),
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
+    "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
 }
 for _name, (_base, _change) in FIXES.items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

@@ -24,14 +24,17 @@ Scenarios:
   validation     every few steps a long evaluate() pass (model.eval(), no_grad)
   generator      a generator wraps the DataLoader and the loop keeps no step
                  counter (for x, y in batches(loader))
+  leak           keeps every step's outputs (with their autograd graph) for an
+                 end-of-run metric: host memory grows with the steps
   compile        compute's loop with the model under torch.compile: its first
                  steps wait tens of seconds for inductor to build the kernels
   checkpoint_durable
                  checkpoint's saves, each written to a temporary file, flushed,
                  fsync'ed and renamed into place
-  data_fixed, checkpoint_fixed, compute_fixed
+  data_fixed, checkpoint_fixed, compute_fixed, leak_fixed
                  the mechanical fix of data (2 workers), checkpoint (4x less
-                 often) and compute (threads = usable cores)
+                 often), compute (threads = usable cores) and leak (keep
+                 loss.item(), a float)
 
 Their measured shapes and the fixed variants' speed-ups are in config.py.
 """
@@ -277,6 +280,7 @@ def train(
     deadline = time.time() + duration_s
     step = 0
     epoch = 0
+    kept: list[object] = []  # per step, for an end-of-run metric (cfg.keep_per_step)
     while time.time() < deadline:
         batches = iter(loader)
         while time.time() < deadline:
@@ -288,7 +292,12 @@ def train(
                 break
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             t1 = time.perf_counter()
-            loss = criterion(model(x), y)
+            out = model(x)
+            loss = criterion(out, y)
+            if cfg.keep_per_step == "outputs":
+                kept.append(out)
+            elif cfg.keep_per_step == "numbers":
+                kept.append(loss.item())
             sync()
             t2 = time.perf_counter()
             loss.backward()

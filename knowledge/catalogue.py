@@ -83,6 +83,9 @@ SERIES: tuple[tuple[str, str, str], ...] = (
 
 SCALARS: tuple[tuple[str, str, str], ...] = (
     ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
+    ("host_ram_free_mb", "MB", "system RAM not in use at the window's end"),
+    ("ram_minutes_left", "min",
+     "minutes until system RAM runs out at the target tree's memory growth (proc_rss_trend)"),
     ("gpu_count", "", "number of GPUs NVML sees"),
     ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
     ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),

@@ -513,6 +513,18 @@ def _process_metrics(
     metrics["cpu_headroom"] = (
         max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
+    _memory_runway(metrics, hosts[-1] if hosts else None)
+
+
+def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) -> None:
+    """RAM still free, and how long it lasts at the target's growth over the window."""
+    if host is None or host.ram_total_bytes is None or host.ram_used_bytes is None:
+        metrics["host_ram_free_mb"] = metrics["ram_minutes_left"] = None
+        return
+    free = max(0.0, _mb(host.ram_total_bytes - host.ram_used_bytes) or 0.0)
+    metrics["host_ram_free_mb"] = free
+    growth = metrics.get("proc_rss_trend")
+    metrics["ram_minutes_left"] = free / growth if growth is not None and growth > 0 else None
 
 
 def _storage_metrics(

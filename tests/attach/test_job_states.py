@@ -41,3 +41,36 @@ def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> N
     assert [f["id"] for f in report["findings"]] == ["warming_up_compiling"]
     assert report["findings"][0]["est_speedup"] is None
     assert report["phases"]["compile"] >= 0.5
+
+
+def watch(scenario: str, workdir: Path, seconds: float) -> tuple[dict, Path]:
+    truth = workdir / f"{scenario}.jsonl"
+    job = start_job(scenario, truth)
+    try:
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           str(seconds), timeout=seconds + 90)
+    finally:
+        stop_job(job)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), truth
+
+
+def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
+    tmp_path: Path,
+) -> None:
+    """``leak`` keeps every step's outputs, graph and all; ``leak_fixed`` keeps loss.item()."""
+    leak, _ = watch("leak", tmp_path, 22)
+    fixed, _ = watch("leak_fixed", tmp_path, 22)
+    ids = [f["id"] for f in leak["findings"]]
+    growth = leak["metrics"]["proc_rss_trend"]
+    print(f"leak: {growth:.0f} MB/min, findings {ids}; fixed: "
+          f"{fixed['metrics']['proc_rss_trend']:.0f} MB/min, "
+          f"findings {[f['id'] for f in fixed['findings']]}")
+    assert growth >= 60, growth
+    assert ids[0] == "host_memory_grows", ids
+    assert leak["bottleneck"]["category"] == "memory"
+    lead = leak["findings"][0]
+    assert lead["title"].startswith("Host memory grows ") and " min" in lead["title"]
+    assert "loss.item()" in lead["actions"][0]
+    assert fixed["metrics"]["proc_rss_trend"] < 60
+    assert "host_memory_grows" not in [f["id"] for f in fixed["findings"]]

@@ -133,6 +133,8 @@ class Job:
     #: Each thread's own CPU % (the training thread first), instead of
     #: ``main_cpu`` shared evenly by ``busy_threads``.
     thread_cpu: tuple[float, ...] = ()
+    #: MB per second the main process's resident memory grows (a leak).
+    rss_growth_mb_s: float = 0.0
     #: Names of the busy threads, first to last (the rest are "python").
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
@@ -232,7 +234,8 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     )
     main = ProcessInfo(
         pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
-        status="running", cpu_percent=job.main_cpu, rss_bytes=4 * 10**9, num_threads=12,
+        status="running", cpu_percent=job.main_cpu,
+        rss_bytes=4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i), num_threads=12,
         read_bps=1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
     )
     workers = tuple(
@@ -419,7 +422,7 @@ def diagnose_job(
     """Run a steady ``Job(**knobs)`` live through a Diagnoser; the last diagnosis.
 
     Evaluation starts once the window is full (tick ``WINDOW_S``); the default
-    duration outlasts every packaged ``for:`` (at most 10 s).
+    duration outlasts the packaged ``for:`` of 10 s or less (give 40 for the 15-s ones).
     """
     diagnoser = Diagnoser(ruleset, facts or Facts())
     _session, result = run(diagnoser, (Job(**knobs), duration_s))  # type: ignore[arg-type]

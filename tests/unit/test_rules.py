@@ -63,6 +63,11 @@ SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 
 RULE_CASES: dict[str, Cases] = {
+    # 1 MB/s (60 MB/min) sustained over the window is the line.
+    "host_memory_grows": Cases(
+        fires=(k(rss_growth_mb_s=1.0), k(rss_growth_mb_s=110.0)),
+        misses=(k(rss_growth_mb_s=0.99), k(rss_growth_mb_s=0.0)),
+    ),
     # Compiling before the first steps: 50 % of the window is the line.
     "warming_up_compiling": Cases(
         fires=(k(phases=mix(compile=0.9)), k(phases=mix(compile=0.5))),
@@ -1005,6 +1010,22 @@ def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> Non
         dataclasses.replace(r, job_state=False) for r in RULESET.rules))
     mixed = diagnose_job(plain, **knobs)
     assert len(mixed.findings) > 1
+
+
+def test_memory_that_grows_leads_and_says_when_ram_runs_out() -> None:
+    """110 MB/s on a CPU job: the memory finding comes first, with its runway."""
+    d = diagnose_job(RULESET, 40, rss_growth_mb_s=110.0, ram_used=50.0, cpu_count=8,
+                     busy_threads=1, main_cpu=100.0, host_cpu=20.0, workers=0,
+                     phases=mix(other=0.1), **CPU_ONLY)
+    lead = d.findings[0]
+    assert lead.id == "host_memory_grows" and d.category == "memory", [f.id for f in d.findings]
+    free, growth = d.metrics["host_ram_free_mb"], d.metrics["proc_rss_trend"]
+    assert growth == pytest.approx(110.0 * 60, rel=0.01)
+    assert free is not None and d.metrics["ram_minutes_left"] == pytest.approx(free / growth)
+    assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate RAM runs out "
+                          f"in {free / growth:.0f} min")
+    assert lead.actions[0].startswith("Keep numbers, not tensors, across steps: accumulate "
+                                      "loss.item()")
 
 
 def test_findings_ranked_by_estimated_gain() -> None:
