@@ -84,6 +84,9 @@ SERIES: tuple[tuple[str, str, str], ...] = (
 SCALARS: tuple[tuple[str, str, str], ...] = (
     ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
     ("host_ram_free_mb", "MB", "system RAM not in use at the window's end"),
+    ("other_procs_cpu", "cores", "CPU that processes outside the job (and aitop) keep busy"),
+    ("free_cores_without_others", "cores",
+     "cores the job could use if the processes outside it were gone"),
     ("ram_minutes_left", "min",
      "minutes until system RAM runs out at the target tree's memory growth (proc_rss_trend)"),
     ("gpu_count", "", "number of GPUs NVML sees"),
@@ -176,6 +179,8 @@ WORDS: frozenset[str] = frozenset({
     "straggler", "straggler_cause", "straggler_action",
     # How long a job state (warming up) has held: filled by the Diagnoser.
     "state_seen",
+    # The busiest processes outside the job, with PID, command and cores.
+    "neighbours",
 })
 
 

@@ -377,6 +377,7 @@ def _free_cores(
     metrics: dict[str, float | None], session: Session, now: float, window_s: float
 ) -> float | None:
     """Cores the job could still use: its allowance minus its use, capped by the idle machine."""
+    metrics["other_procs_cpu"] = metrics["free_cores_without_others"] = None
     allowed = metrics.get("cpu_count")
     used = metrics.get("proc_cpu_mean")
     host = metrics.get("host_cpu_mean")
@@ -384,7 +385,21 @@ def _free_cores(
     if allowed is None or used is None or host is None or not hosts:
         return None
     machine_idle = hosts[-1].cpu_count * (1.0 - host / 100.0)
+    others = _other_processes_cores(hosts)
+    metrics["other_procs_cpu"] = others
+    metrics["free_cores_without_others"] = (
+        None if others is None
+        else max(0.0, min(allowed - used / 100.0, machine_idle + others))
+    )
     return max(0.0, min(allowed - used / 100.0, machine_idle))
+
+
+def _other_processes_cores(hosts: list[HostSample]) -> float | None:
+    """Cores the processes outside the job kept busy, on average over the window's scans."""
+    scans = {h.others for h in hosts if h.others is not None}
+    if not scans:
+        return None
+    return sum(sum(p.cores for p in scan) for scan in scans) / len(scans)
 
 
 def compute_words(session: Session, now: float, window_s: float) -> dict[str, str]:
@@ -407,6 +422,10 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     if sources:
         words["data_source"] = max(set(sources), key=sources.count)
     words["other_frame"] = _hottest_other_frame(windows)
+    hosts = session.host.window(now - window_s, now)
+    if hosts and hosts[-1].others:
+        words["neighbours"] = ", ".join(
+            f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
     return words
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from .neighbours import NeighbourScanner
 from .samples import HostSample
 
 
@@ -41,8 +42,10 @@ class HostProbe:
     reports usage since then; a field whose interval is empty is ``None``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, job_pid: int | None = None) -> None:
         self._prev: list[Any] | None = self._cpu_times()
+        #: Who else uses the CPUs; ``job_pid``'s process group is the job.
+        self.neighbours = NeighbourScanner(job_pid)
 
     @staticmethod
     def _cpu_times() -> list[Any] | None:
@@ -101,6 +104,7 @@ class HostProbe:
             load1=load[0],
             load5=load[1],
             load15=load[2],
+            others=self.neighbours.others(),
         )
 
 

@@ -76,6 +76,17 @@ class ProcessTreeSample:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherProcess:
+    """A process outside the watched job that keeps a CPU busy: a neighbour."""
+
+    pid: int
+    #: Its name and command line, secrets redacted.
+    command: str
+    #: Cores it kept busy since the previous scan.
+    cores: float
+
+
+@dataclass(frozen=True, slots=True)
 class HostSample:
     """Whole-machine CPU, memory and load at one tick."""
 
@@ -91,6 +102,9 @@ class HostSample:
     load1: float | None
     load5: float | None
     load15: float | None
+    #: The busiest processes outside the job and aitop (``neighbours.py``),
+    #: from the latest scan; None before the first scan has a baseline to compare.
+    others: tuple[OtherProcess, ...] | None = None
 
 
 # ---------------------------------------------------------------------- GPU

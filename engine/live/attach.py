@@ -125,7 +125,7 @@ def attach(
     warnings = [notice] if notice else []
     if not job.multi_rank:
         lead = _build(pid, job, options, knowledge, popen=popen, facts=facts,
-                      host=SharedHost(HostProbe()), samples_host=True)
+                      host=SharedHost(HostProbe(job.launcher_pid or pid)), samples_host=True)
         return LiveJob(lead, warnings=warnings).start()
 
     peer_options = options_for_peers(options, len(job.ranks))
@@ -139,7 +139,7 @@ def attach(
     def rebuild(new_pid: int, new_job: Job) -> LiveSource:
         """The lead's successor after a restart, sampling the host for every watched peer."""
         assert live is not None
-        host = SharedHost(HostProbe())
+        host = SharedHost(HostProbe(new_job.launcher_pid or new_pid))
         host.subscribe_all([p.source.session for p in watched_peers(live.peers)
                             if p.source is not None])
         return _build(new_pid, new_job, options, knowledge, facts=facts, host=host,
@@ -151,7 +151,7 @@ def attach(
         assert host is not None  # _build gives every rank its host
         return _peer(new_pid, new_job, peer_options, knowledge, facts, host)
 
-    host = SharedHost(HostProbe())
+    host = SharedHost(HostProbe(job.launcher_pid or pid))
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
                   samples_host=True, judge_peers=judged_peers)
     peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)

@@ -82,3 +82,34 @@ def test_idle_interval_keeps_baseline() -> None:
         assert third.cpu_percent is not None
     else:
         assert len(second.per_core_percent) == len(first.per_core_percent)
+
+
+def test_neighbours_are_named_redacted_and_the_jobs_own_group_is_not_one() -> None:
+    """Two busy loops: one in a session of its own (a neighbour, with a secret on its
+    command line), one in this process's group (the 'job', as its workers would be)."""
+    import subprocess
+    import sys
+
+    from aitop.probes.neighbours import NeighbourScanner
+
+    busy = [sys.executable, "-c", "while True: pass", "--api-key", "s3cr3t-value"]
+    neighbour = subprocess.Popen(busy, start_new_session=True, stdin=subprocess.DEVNULL)
+    sibling = subprocess.Popen(busy, stdin=subprocess.DEVNULL)
+    # aitop itself: a process of its own (this test process is the busy loops' parent).
+    aitop = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        scanner = NeighbourScanner(job_pid=os.getpid(), every_s=1.0, own_pid=aitop.pid)
+        assert scanner.others() is None, "no baseline to compare with yet"
+        time.sleep(1.5)
+        others = scanner.others()
+    finally:
+        for p in (neighbour, sibling, aitop):
+            p.kill()
+            p.wait()
+    assert others is not None
+    by_pid = {p.pid: p for p in others}
+    assert neighbour.pid in by_pid, others
+    assert sibling.pid not in by_pid, "the job's own process group is the job"
+    assert by_pid[neighbour.pid].cores > 0.3
+    command = by_pid[neighbour.pid].command
+    assert "s3cr3t-value" not in command and "***" in command, command

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -74,3 +76,23 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     assert "loss.item()" in lead["actions"][0]
     assert fixed["metrics"]["proc_rss_trend"] < 60
     assert "host_memory_grows" not in [f["id"] for f in fixed["findings"]]
+
+
+@pytest.mark.alone
+def test_a_neighbour_holding_the_cores_is_named_with_its_pid(tmp_path: Path) -> None:
+    """The compute demo (one thread) beside a busy loop started in a session of its own."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        report, _ = watch("compute", tmp_path, 16)
+    finally:
+        burner.kill()
+        burner.wait()
+    ids = [f["id"] for f in report["findings"]]
+    print(f"{report['bottleneck']['summary']}; findings {ids}; others "
+          f"{report['metrics']['other_procs_cpu']}")
+    lead = report["findings"][0]
+    assert lead["id"] == "cores_taken_by_other_processes", ids
+    assert f"PID {burner.pid} " in lead["title"] and "while True" in lead["title"], lead["title"]
+    assert report["metrics"]["other_procs_cpu"] >= 0.5
+    assert report["metrics"]["free_cores_without_others"] >= 0.5

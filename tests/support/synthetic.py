@@ -34,6 +34,7 @@ from aitop.probes.samples import (
     HostSample,
     HotFrame,
     MountInfo,
+    OtherProcess,
     ProcessInfo,
     ProcessTreeSample,
     StackWindow,
@@ -135,6 +136,8 @@ class Job:
     thread_cpu: tuple[float, ...] = ()
     #: MB per second the main process's resident memory grows (a leak).
     rss_growth_mb_s: float = 0.0
+    #: Cores a process outside the job keeps busy (PID 4242, "python build.py").
+    neighbour_cores: float = 0.0
     #: Names of the busy threads, first to last (the rest are "python").
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
@@ -268,6 +271,8 @@ def host_sample(job: Job, i: int) -> HostSample:
         load1=job.host_cpu / 100 * job.cpu_count,
         load5=None,
         load15=None,
+        others=(OtherProcess(4242, "python build.py", job.neighbour_cores),)
+        if job.neighbour_cores else (),
     )
 
 

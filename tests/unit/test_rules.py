@@ -63,6 +63,17 @@ SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 
 RULE_CASES: dict[str, Cases] = {
+    # A neighbour holding 0.9 of 2 cores: the job would have them without it.
+    "cores_taken_by_other_processes": Cases(
+        fires=(k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=60.0,
+                 workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
+               k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.5, main_cpu=60.0,
+                 workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3))),
+        misses=(k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.49, main_cpu=60.0,
+                  workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
+                k(cpu_count=2, host_cpu=70.0, neighbour_cores=0.9, main_cpu=60.0,
+                  workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3))),
+    ),
     # 1 MB/s (60 MB/min) sustained over the window is the line.
     "host_memory_grows": Cases(
         fires=(k(rss_growth_mb_s=1.0), k(rss_growth_mb_s=110.0)),
@@ -1026,6 +1037,21 @@ def test_memory_that_grows_leads_and_says_when_ram_runs_out() -> None:
                           f"in {free / growth:.0f} min")
     assert lead.actions[0].startswith("Keep numbers, not tensors, across steps: accumulate "
                                       "loss.item()")
+
+
+def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> None:
+    d = diagnose_job(RULESET, cpu_count=2, host_cpu=100.0, neighbour_cores=0.9,
+                     main_cpu=60.0, busy_threads=1, workers=1, worker_cpu=70.0,
+                     phases=mix(data_wait=0.4),
+                     **CPU_ONLY)
+    lead = d.findings[0]
+    ids = [f.id for f in d.findings]
+    assert lead.id == "cores_taken_by_other_processes", ids
+    assert "host_cpu_saturated" not in ids, "explained by the neighbour, not its rival"
+    assert lead.title == ("The cores are busy, 0.9 of them with other processes "
+                          "(PID 4242 python build.py (0.9 core))")
+    assert d.metrics["free_cores"] == 0.0
+    assert d.metrics["free_cores_without_others"] == pytest.approx(2 - 1.3)
 
 
 def test_findings_ranked_by_estimated_gain() -> None:

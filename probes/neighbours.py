@@ -1,0 +1,119 @@
+"""Who else uses the machine's CPUs: the processes outside the watched job.
+
+"Every core is busy" means different things when the job keeps them busy and
+when a build beside it does: more workers cannot help in the first case and
+help as soon as the neighbour is gone in the second. A scan reads every
+process's CPU time (``/proc/PID/stat``, through psutil) and keeps the busiest
+ones that belong neither to the job nor to aitop.
+
+The job is its process group: a launcher, its ranks and their DataLoader
+workers share the group of the command that started them, and so does
+``tee`` in ``python train.py | tee log``, which is part of the run, not a
+neighbour. aitop's own process tree (its py-spy children) is left out too.
+Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import psutil
+
+from .redact import redact_argv
+from .samples import OtherProcess
+
+#: Seconds between scans (each reads every process's stat file).
+SCAN_EVERY_S = 5.0
+#: The first scan compares with the baseline taken this soon after it.
+FIRST_SCAN_S = 1.0
+#: The most of a core scans may take: on a node with thousands of processes a
+#: scan costs tens of ms (about 45 us a process here), and the gap grows to match.
+MAX_CPU_SHARE = 0.001
+#: The busiest neighbours kept per scan.
+KEPT = 3
+#: A neighbour below this many cores is not reported.
+MIN_CORES = 0.05
+#: Longest command kept for a neighbour.
+MAX_COMMAND_CHARS = 80
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _command(proc: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        argv = proc.cmdline()
+        if argv:
+            return " ".join(redact_argv(argv))[:MAX_COMMAND_CHARS]
+    with contextlib.suppress(psutil.Error):
+        return proc.name()[:MAX_COMMAND_CHARS]
+    return "?"
+
+
+class NeighbourScanner:
+    """The busiest processes outside the job, from CPU-time deltas between scans."""
+
+    def __init__(self, job_pid: int | None, every_s: float = SCAN_EVERY_S,
+                 own_pid: int | None = None) -> None:
+        """``own_pid``: the process whose tree is aitop (this process by default)."""
+        self.job_group = _group(job_pid) if job_pid is not None else None
+        self.every_s = every_s
+        self.own_pid = os.getpid() if own_pid is None else own_pid
+        self._cpu = self._cpu_times()
+        self._at = time.monotonic()
+        self._last: tuple[OtherProcess, ...] | None = None
+        #: Seconds a scan's own cost asks between scans (MAX_CPU_SHARE).
+        self._gap = 0.0
+
+    def others(self, now: float | None = None) -> tuple[OtherProcess, ...] | None:
+        """The latest scan's neighbours (None: no scan yet); scans again once
+        ``every_s`` has passed (the first one after ``FIRST_SCAN_S``)."""
+        now = time.monotonic() if now is None else now
+        due = FIRST_SCAN_S if self._last is None else max(self.every_s, self._gap)
+        if now - self._at < due:
+            return self._last
+        started = time.process_time()
+        cpu = self._cpu_times()
+        self._last = self._busiest(cpu, now - self._at)
+        self._gap = (time.process_time() - started) / MAX_CPU_SHARE
+        self._cpu, self._at = cpu, now
+        return self._last
+
+    def _own(self) -> set[int]:
+        own = {self.own_pid}
+        with contextlib.suppress(psutil.Error):
+            own.update(c.pid for c in psutil.Process(self.own_pid).children(recursive=True))
+        return own
+
+    def _cpu_times(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for proc in psutil.process_iter(["cpu_times"]):
+            times = proc.info.get("cpu_times")
+            if times is not None:
+                out[proc.pid] = float(times.user + times.system)
+        return out
+
+    def _busiest(self, cpu: dict[int, float], elapsed: float) -> tuple[OtherProcess, ...]:
+        own = self._own()
+        used = sorted(
+            ((now_s - self._cpu[pid]) / elapsed, pid) for pid, now_s in cpu.items()
+            if pid in self._cpu and pid not in own
+        )
+        out: list[OtherProcess] = []
+        for cores, pid in reversed(used):
+            if cores < MIN_CORES or len(out) == KEPT:
+                break
+            if self.job_group is not None and _group(pid) == self.job_group:
+                continue
+            try:
+                command = _command(psutil.Process(pid))
+            except psutil.Error:
+                continue
+            out.append(OtherProcess(pid, command, round(cores, 3)))
+        return tuple(out)
