@@ -74,6 +74,9 @@ class Config:
     # logits, autograd graph and all: memory grows with the steps), "numbers"
     # (loss.item(), a float), or nothing.
     keep_per_step: str = ""
+    # Seconds of training after which the loop waits forever on a queue whose
+    # producer is gone (a hung job); 0 = never.
+    hang_after_s: float = 0.0
 
 
 CONFIGS: dict[str, Config] = {
@@ -126,6 +129,10 @@ CONFIGS: dict[str, Config] = {
     "leak": Config(
         width=1024, depth=4, batch_size=128, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, keep_per_step="outputs",
+    ),
+    "hang": Config(
+        width=256, depth=3, batch_size=32, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, hang_after_s=3.0,
     ),
     "checkpoint_durable": Config(
         width=2048, depth=2, batch_size=2, num_workers=0, decode_ms=0.0,

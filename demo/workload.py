@@ -26,6 +26,8 @@ Scenarios:
                  counter (for x, y in batches(loader))
   leak           keeps every step's outputs (with their autograd graph) for an
                  end-of-run metric: host memory grows with the steps
+  hang           trains for 3 s, then waits forever on a queue whose producer
+                 is gone: a job that no longer moves
   compile        compute's loop with the model under torch.compile: its first
                  steps wait tens of seconds for inductor to build the kernels
   checkpoint_durable
@@ -253,6 +255,12 @@ def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device) -> 
     return correct / max(total, 1)
 
 
+def wait_for_a_producer_that_is_gone() -> None:
+    """Block on a queue nothing will ever fill, as a loop whose feeder died does."""
+    batches: queue.Queue[object] = queue.Queue()
+    batches.get()
+
+
 def save_durably(state: dict[str, Any], path: Path) -> None:
     """Save, flush, fsync, rename: the checkpoint is whole on the disk or not there."""
     partial = path.with_name(path.name + ".partial")
@@ -281,6 +289,7 @@ def train(
     step = 0
     epoch = 0
     kept: list[object] = []  # per step, for an end-of-run metric (cfg.keep_per_step)
+    hang_at = time.time() + cfg.hang_after_s if cfg.hang_after_s else None
     while time.time() < deadline:
         batches = iter(loader)
         while time.time() < deadline:
@@ -325,6 +334,8 @@ def train(
                 truth.add("eval", time.perf_counter() - t5)
             truth.steps = step
             truth.maybe_write()
+            if hang_at is not None and time.time() >= hang_at:
+                wait_for_a_producer_that_is_gone()
             if step == 2 and ready_file is not None:
                 ready_file.touch()  # past start-up and the first step's lazy imports
         epoch += 1

@@ -85,6 +85,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
     ("host_ram_free_mb", "MB", "system RAM not in use at the window's end"),
     ("other_procs_cpu", "cores", "CPU that processes outside the job (and aitop) keep busy"),
+    ("stalled_s", "s",
+     "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",
      "cores the job could use if the processes outside it were gone"),
     ("ram_minutes_left", "min",
@@ -181,6 +183,8 @@ WORDS: frozenset[str] = frozenset({
     "state_seen",
     # The busiest processes outside the job, with PID, command and cores.
     "neighbours",
+    # The frame a stalled training thread stands in.
+    "stalled_frame",
 })
 
 

@@ -15,6 +15,7 @@ from aitop.probes.samples import (
     GpuDevice,
     GpuSample,
     HostSample,
+    HotFrame,
     ProcessTreeSample,
     StackWindow,
     StorageSample,
@@ -34,6 +35,8 @@ from .straggler import comm_metrics
 LONG_WINDOW_S = 300.0
 #: Window for steps/s: the loop counter is read every 5 s, so 30 s gives ~6 readings.
 STEPS_WINDOW_S = 30.0
+#: How far back a stall is traced: a longer one reads as this long.
+STALL_LOOKBACK_S = 300.0
 
 #: hw_slowdown alone is not counted: the driver raises it for power brakes too.
 THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
@@ -255,6 +258,7 @@ def compute_metrics(
     _technique_metrics(metrics, session, now, window_s)
     _loading_metrics(metrics, session, now, window_s)
     comm_metrics(metrics)
+    metrics["stalled_s"] = stall(session, now)[0] if session.stacks.last() else None
     return metrics
 
 
@@ -422,11 +426,42 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     if sources:
         words["data_source"] = max(set(sources), key=sources.count)
     words["other_frame"] = _hottest_other_frame(windows)
+    seconds, frame = stall(session, now)
+    if frame is not None and seconds > 0:
+        called = f", called from {frame.caller.rsplit('/', 1)[-1]}" if frame.caller else ""
+        words["stalled_frame"] = (f"{frame.function} ({frame.location.rsplit('/', 1)[-1]})"
+                                  f"{called}")
     hosts = session.host.window(now - window_s, now)
     if hosts and hosts[-1].others:
         words["neighbours"] = ", ".join(
             f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
     return words
+
+
+#: A window is "in one place" when this share of its samples stands in one frame.
+STALL_SHARE = 0.95
+
+
+def stall(session: Session, now: float) -> tuple[float, HotFrame | None]:
+    """How long the training thread has stood in one innermost frame, and which.
+
+    Walks the stack windows back from the newest while each has (nearly) all
+    its samples in the same frame; the seconds from the oldest such window's
+    start to ``now``. A loop that progresses moves between frames every step.
+    """
+    windows = [w for w in session.stacks.window(now - STALL_LOOKBACK_S, now)
+               if w.error is None and w.total_samples > 0]
+    frame: HotFrame | None = None
+    since: float | None = None
+    for w in reversed(windows):
+        top = max(w.hot_frames, key=lambda f: f.count, default=None)
+        if top is None or top.count < STALL_SHARE * w.total_samples:
+            break
+        if frame is not None and (top.function, top.location) != (frame.function,
+                                                                   frame.location):
+            break
+        frame, since = frame or top, w.t_start
+    return (0.0 if since is None else max(0.0, now - since)), frame
 
 
 def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:

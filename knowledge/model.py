@@ -16,7 +16,7 @@ from typing import Literal, get_args
 #: nothing limits the job.
 Category = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "warming_up", "none",
+    "warming_up", "stalled", "none",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
@@ -27,6 +27,8 @@ UNKNOWN = "unknown"
 #: A job state, not a bottleneck: compiling before its first steps. While a
 #: ``job_state`` rule of this category fires, steady-state findings are held back.
 WARMING_UP = "warming_up"
+#: A job state: no progress, the training thread standing in one frame.
+STALLED = "stalled"
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)

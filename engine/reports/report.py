@@ -24,7 +24,15 @@ from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.schema import SCHEMA, Report
 from aitop.engine.version import aitop_version
 from aitop.knowledge.metrics import STEPS_WINDOW_S
-from aitop.knowledge.model import COLLECTING, UNKNOWN, WARMING_UP, Diagnosis, Evidence, Finding
+from aitop.knowledge.model import (
+    COLLECTING,
+    STALLED,
+    UNKNOWN,
+    WARMING_UP,
+    Diagnosis,
+    Evidence,
+    Finding,
+)
 from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
@@ -34,7 +42,7 @@ __all__ = ["SCHEMA", "Report", "RunFacts", "build_report", "render_text"]
 
 #: Categories that are not a verdict: the diagnosis could not judge (yet), or
 #: the job is not in the steady state a bottleneck is judged in.
-NOT_JUDGED = (COLLECTING, UNKNOWN, WARMING_UP)
+NOT_JUDGED = (COLLECTING, UNKNOWN, WARMING_UP, STALLED)
 #: Raw counter readings kept in a report (the newest), behind ``steps_per_s``.
 STEP_READINGS_KEPT = 30
 

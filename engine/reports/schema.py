@@ -49,13 +49,14 @@ Severity = Literal["info", "low", "medium", "high", "critical"]
 #: knowledge.model.CATEGORIES: what a finding (and a judged verdict) blames.
 Category = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "warming_up", "none",
+    "warming_up", "stalled", "none",
 ]
 #: A verdict's category: a Category, or not judged (yet): ``collecting`` / ``unknown``.
-#: ``warming_up`` is a job state (compiling before its first steps), not a bottleneck.
+#: ``warming_up`` and ``stalled`` are job states (compiling before the first steps;
+#: no progress), not bottlenecks.
 BottleneckCategory = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "warming_up", "none", "collecting", "unknown",
+    "warming_up", "stalled", "none", "collecting", "unknown",
 ]
 #: An evidence value against its target range (knowledge/targets.py).
 EvidenceStatus = Literal["within", "near", "outside", "unknown"]

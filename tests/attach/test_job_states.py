@@ -96,3 +96,22 @@ def test_a_neighbour_holding_the_cores_is_named_with_its_pid(tmp_path: Path) -> 
     assert f"PID {burner.pid} " in lead["title"] and "while True" in lead["title"], lead["title"]
     assert report["metrics"]["other_procs_cpu"] >= 0.5
     assert report["metrics"]["free_cores_without_others"] >= 0.5
+
+
+def test_a_job_that_stopped_moving_is_stalled_with_its_frame(tmp_path: Path) -> None:
+    """``hang`` trains 3 s, then waits forever on a queue nothing fills."""
+    report, truth = watch("hang", tmp_path, 24)
+    records = read_truth(truth)
+    last_step_at = max(r["t"] for r in records if r["steps"] == records[-1]["steps"])
+    print(f"{report['bottleneck']['summary']}; findings {[f['id'] for f in report['findings']]}"
+          f"; stalled {report['metrics']['stalled_s']} s; last step at "
+          f"{report['evaluated_at'] - last_step_at:.0f} s before the verdict")
+    bottleneck = report["bottleneck"]
+    assert bottleneck["category"] == "stalled", bottleneck
+    assert [f["id"] for f in report["findings"]] == ["job_stalled"]
+    # The innermost frame (the lock inside Queue.get) and the job's line that called it.
+    summary = bottleneck["summary"]
+    assert "standing in Condition.wait (threading.py:" in summary, summary
+    assert "called from workload.py:" in summary, summary
+    # The job's own record agrees: its last step came long before the verdict.
+    assert report["evaluated_at"] - last_step_at >= 15

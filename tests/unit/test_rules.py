@@ -61,8 +61,18 @@ CPU_ONLY = k(gpu=False)
 #: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
 SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
+#: A training thread standing in one frame (a queue's get) window after window.
+STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job/train.py:42"),
+          stack_period_s=5, samples_per_window=50, gpu=False)
 
 RULE_CASES: dict[str, Cases] = {
+    # Every sample in one frame for 15 s with the tree near idle: stalled.
+    "job_stalled": Cases(
+        fires=(k(**STUCK, main_cpu=2.0, workers=0),
+               k(**STUCK, main_cpu=9.0, workers=0)),
+        misses=(k(**STUCK, main_cpu=10.0, workers=0),  # the job still computes
+                k(**{**STUCK, "phases": mix(other=0.94)}, main_cpu=2.0, workers=0)),
+    ),
     # A neighbour holding 0.9 of 2 cores: the job would have them without it.
     "cores_taken_by_other_processes": Cases(
         fires=(k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=60.0,
@@ -1052,6 +1062,19 @@ def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> Non
                           "(PID 4242 python build.py (0.9 core))")
     assert d.metrics["free_cores"] == 0.0
     assert d.metrics["free_cores_without_others"] == pytest.approx(2 - 1.3)
+
+
+def test_a_stalled_job_says_so_first_with_its_frame_and_nothing_else() -> None:
+    d = diagnose_job(RULESET, 40, **STUCK, main_cpu=2.0, workers=0)
+    assert d.category == "stalled" and [f.id for f in d.findings] == ["job_stalled"]
+    assert re.fullmatch(r"Stalled: no progress for \d+ s, the training thread standing in "
+                        r"Queue\.get \(queue\.py:171\), called from train\.py:42", d.summary), (
+        d.summary)
+    assert (d.metrics["stalled_s"] or 0) >= 15
+    # The same job moving between frames each window is not stalled.
+    moving = diagnose_job(RULESET, 40, **{**STUCK, "phases": mix(other=0.5)}, main_cpu=2.0,
+                          workers=0)
+    assert moving.category != "stalled" and moving.metrics["stalled_s"] == 0.0
 
 
 def test_findings_ranked_by_estimated_gain() -> None:

@@ -33,7 +33,7 @@ CATEGORY_WORDS: dict[str, str] = {
     "none": "NONE",
 }
 #: Job states: what the process is doing, said before (and instead of) a bottleneck.
-JOB_STATES: dict[str, str] = {"warming_up": "WARMING UP"}
+JOB_STATES: dict[str, str] = {"warming_up": "WARMING UP", "stalled": "STALLED"}
 #: Categories that are not a verdict yet (or cannot be one).
 NOT_JUDGED = ("collecting", "unknown")
 
