@@ -10,7 +10,9 @@ DDP's reducer all-reduces the gradients inside ``backward()``. ``--slow-rank R
 --slow-ms MS`` makes rank R's samples cost MS of CPU per batch to make (a
 straggler slowed by its own data loading, which the others wait for).
 ``--truth DIR`` writes each rank's own timers (data wait, compute, and the
-time it waited for the other ranks). ``--fail-once-after S`` makes rank 0 fail
+time it waited for the other ranks). ``--checkpoint-rank R`` makes rank R alone
+save a checkpoint every ``--checkpoint-every`` steps (as rank 0 does in many
+jobs), which the others wait for in the next all-reduce. ``--fail-once-after S`` makes rank 0 fail
 once (an elastic restart under ``torchrun --max-restarts=1``). SIGTERM/SIGINT
 end every rank with 130.
 """
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from datetime import timedelta
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 BATCH = 64
 #: Width of the hidden layer: ~10 ms of forward/backward per step on one core.
 HIDDEN = 4096
+#: Floats added to a checkpoint (--checkpoint-rank), so that writing it takes time.
+CHECKPOINT_PADDING = 8_000_000
 
 
 def _spin(ms: float) -> None:
@@ -121,6 +127,14 @@ def _attempt_store(world_size: int, rank: int) -> dist.Store | None:
     return dist.PrefixStore(f"aitop-demo/attempt-{attempt}", store)
 
 
+def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    directory: Path) -> None:
+    """What rank 0 alone does in many jobs: the others go on to the next all-reduce."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "padding": torch.zeros(CHECKPOINT_PADDING)}
+    torch.save(state, directory / "last.pt")
+
+
 def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -144,6 +158,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     fail_at = (time.time() + args.fail_once_after
                if args.fail_once_after is not None and first_attempt else None)
     step = 0
+    checkpoints = Path(tempfile.mkdtemp(prefix="aitop-ddp-ckpt-"))
     while time.time() < deadline:
         clock.start()
         for x, y in loader:
@@ -155,12 +170,15 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
             optimizer.step()
             clock.compute()
             step += 1
+            if rank == args.checkpoint_rank and step % args.checkpoint_every == 0:
+                save_checkpoint(model, optimizer, checkpoints)
             if time.time() >= deadline:
                 break
             if rank == 0 and fail_at is not None and time.time() >= fail_at:
                 raise SystemExit("rank 0 fails once, as asked (--fail-once-after)")
             clock.start()
     clock.truth.maybe_write(force=True)
+    shutil.rmtree(checkpoints, ignore_errors=True)
     dist.destroy_process_group()
 
 
@@ -191,6 +209,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-ms", type=float, default=0.0, metavar="MS",
                         help="CPU per batch that rank R spends making its samples")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    parser.add_argument("--checkpoint-rank", type=int, default=-1, metavar="R",
+                        help="this rank alone saves a checkpoint every --checkpoint-every steps")
+    parser.add_argument("--checkpoint-every", type=int, default=4, metavar="N")
     parser.add_argument("--fail-once-after", type=float, metavar="S",
                         help="rank 0 exits with an error after S s on torchrun's first attempt "
                         "(with --max-restarts=1 torchrun then restarts every rank)")

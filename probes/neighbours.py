@@ -35,6 +35,8 @@ MAX_CPU_SHARE = 0.001
 KEPT = 3
 #: A neighbour below this many cores is not reported.
 MIN_CORES = 0.05
+#: The kernel's thread parent on Linux: its children are kernel threads.
+KTHREADD = 2
 #: Longest command kept for a neighbour.
 MAX_COMMAND_CHARS = 80
 
@@ -44,6 +46,11 @@ def _group(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+def _kernel_thread(proc: psutil.Process) -> bool:
+    """kthreadd and its children (kworker flushing a checkpoint, kswapd): no user work."""
+    return proc.pid == KTHREADD or proc.ppid() == KTHREADD
 
 
 def _command(proc: psutil.Process) -> str:
@@ -112,7 +119,10 @@ class NeighbourScanner:
             if self.job_group is not None and _group(pid) == self.job_group:
                 continue
             try:
-                command = _command(psutil.Process(pid))
+                proc = psutil.Process(pid)
+                if _kernel_thread(proc):
+                    continue  # writeback, kswapd: the kernel working for everyone
+                command = _command(proc)
             except psutil.Error:
                 continue
             out.append(OtherProcess(pid, command, round(cores, 3)))

@@ -274,6 +274,33 @@ def test_a_replayed_snapshot_carries_every_rank(straggler_run: JobRun) -> None:
 
 @pytest.mark.alone
 @pytest.mark.attach
+def test_one_ranks_own_checkpoint_is_named_as_what_the_others_wait_for(workdir: Path) -> None:
+    """mp.spawn, 2 ranks; rank 0 alone saves a checkpoint every 4 steps."""
+    truth = workdir / "rank0-checkpoint-truth"
+    command = [sys.executable, "-m", "aitop.demo.ddp", "--spawn", "2", "--port",
+               str(free_port()), "--duration", "90", "--truth", str(truth),
+               "--checkpoint-rank", "0", "--checkpoint-every", "4"]
+    run = watched_job("rank0-checkpoint", command, truth, workdir)
+    report = run.report
+    verdict = report["job_verdict"]
+    ids = [f["id"] for f in report["findings"]]
+    print(f"verdict {verdict}; findings {ids}")
+    # The rank that writes is the one the others wait for, with its own cause...
+    first = min(run.job.ranks, key=lambda r: r.pid)  # mp.spawn starts rank 0 first
+    assert verdict["straggler_pid"] == first.pid, (verdict, run.job.ranks)
+    assert "Saving checkpoints" in (verdict["straggler_cause"] or ""), verdict
+    straggler = next(f for f in report["findings"] if f["id"] == "straggler_holds_back_job")
+    assert "Saving checkpoints" in straggler["title"], straggler["title"]
+    # ... and their wait is its doing, not the job scaling poorly.
+    assert "communication_dominates" not in ids and "ranks_wait_for_each_other" not in ids
+    # The kernel writing the checkpoint back (kworker) is no neighbour.
+    assert "cores_taken_by_other_processes" not in ids, report["findings"]
+    checkpoint = next(f for f in report["findings"] if f["id"] == "checkpoint_stalls")
+    assert any("async_save" in a for a in checkpoint["actions"]), checkpoint["actions"]
+
+
+@pytest.mark.alone
+@pytest.mark.attach
 def test_balanced_mp_spawn_ranks_have_no_straggler(balanced_run: JobRun) -> None:
     report, job = balanced_run.report, balanced_run.job
     assert job.kind == "spawn"
