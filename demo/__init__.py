@@ -5,8 +5,8 @@
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
-    "compile", "leak", "hang",
-    "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed",
+    "compile", "leak", "hang", "serving",
+    "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied

@@ -64,7 +64,9 @@ class Config:
     storage_blocks: int = 0  # >0: each sample is this many 4 KiB O_DIRECT disk reads
     eval_every: int = 0  # training steps between evaluation passes; 0 = never
     eval_batches: int = 0  # batches in one evaluation pass
-    loop: str = "dataloader"  # "dataloader", "producer" (thread + queue), "generator"
+    # "dataloader", "producer" (thread + queue), "generator", "serve" (inference
+    # on requests from a queue; truth counts requests as steps)
+    loop: str = "dataloader"
     gpu_scale: bool = False  # on CUDA, grow the model so the GPU has work to do
     # Each checkpoint goes to a temporary file, flushed, fsync'ed and renamed
     # into place: the save is only done once it is on the disk.
@@ -77,6 +79,7 @@ class Config:
     # Seconds of training after which the loop waits forever on a queue whose
     # producer is gone (a hung job); 0 = never.
     hang_after_s: float = 0.0
+    serve_batch: int = 1  # loop "serve": requests answered per forward pass, at most
 
 
 CONFIGS: dict[str, Config] = {
@@ -130,6 +133,10 @@ CONFIGS: dict[str, Config] = {
         width=1024, depth=4, batch_size=128, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, keep_per_step="outputs",
     ),
+    "serving": Config(
+        width=1024, depth=4, batch_size=1, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="serve",
+    ),
     "hang": Config(
         width=256, depth=3, batch_size=32, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, hang_after_s=3.0,
@@ -152,6 +159,7 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
+    "serving_batched": ("serving", {"serve_batch": 32}),
 }
 for _name, (_base, _change) in FIXES.items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

@@ -26,6 +26,8 @@ Scenarios:
                  counter (for x, y in batches(loader))
   leak           keeps every step's outputs (with their autograd graph) for an
                  end-of-run metric: host memory grows with the steps
+  serving        a model server: forward passes under inference_mode, one
+                 request at a time from a queue that never runs dry
   hang           trains for 3 s, then waits forever on a queue whose producer
                  is gone: a job that no longer moves
   compile        compute's loop with the model under torch.compile: its first
@@ -33,10 +35,11 @@ Scenarios:
   checkpoint_durable
                  checkpoint's saves, each written to a temporary file, flushed,
                  fsync'ed and renamed into place
-  data_fixed, checkpoint_fixed, compute_fixed, leak_fixed
+  data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
                  the mechanical fix of data (2 workers), checkpoint (4x less
-                 often), compute (threads = usable cores) and leak (keep
-                 loss.item(), a float)
+                 often), compute (threads = usable cores), leak (keep
+                 loss.item(), a float) and serving (up to 32 waiting requests
+                 per forward pass: dynamic batching)
 
 Their measured shapes and the fixed variants' speed-ups are in config.py.
 """
@@ -156,8 +159,12 @@ class DiskBlockDataset(Dataset[Sample]):
         return x, torch.tensor(index % 10)
 
 
+#: Features of one input sample (every scenario's model takes these).
+INPUT_FEATURES = 64
+
+
 def make_model(width: int, depth: int) -> nn.Module:
-    layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
+    layers: list[nn.Module] = [nn.Linear(INPUT_FEATURES, width), nn.ReLU()]
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
     layers.append(nn.Linear(width, 10))
@@ -453,9 +460,70 @@ def train_streaming(
     return truth.steps
 
 
+#: Requests a serving demo's client keeps waiting in the queue (a busy server).
+REQUESTS_WAITING = 2000
+
+
+def send_requests(width: int, requests: queue.Queue[torch.Tensor], stop: threading.Event) -> None:
+    """A client that keeps the server's queue full of single-input requests."""
+    pool = torch.randn(256, width)
+    i = 0
+    while not stop.is_set():
+        if requests.qsize() >= REQUESTS_WAITING:
+            time.sleep(0.01)
+            continue
+        for _ in range(100):
+            requests.put(pool[i % len(pool)])
+            i += 1
+
+
+def serve(cfg: Config, duration_s: float, truth_path: Path | None,
+          ready_file: Path | None = None) -> int:
+    """A model server: forward passes under inference_mode, requests from a queue.
+
+    ``cfg.serve_batch`` 1 answers one request per forward pass; more takes up to
+    that many of the waiting requests into one pass (dynamic batching).
+    """
+    job = set_up(cfg)
+    model, device = job.model, job.device
+    model.eval()
+    requests: queue.Queue[torch.Tensor] = queue.Queue()
+    stop = threading.Event()
+    client = threading.Thread(target=send_requests, name="client", daemon=True,
+                              args=(INPUT_FEATURES, requests, stop))
+    client.start()
+    truth = Truth(truth_path)
+    deadline = time.time() + duration_s
+    served = 0
+    try:
+        with torch.inference_mode():
+            while time.time() < deadline:
+                t0 = time.perf_counter()
+                batch = [requests.get()]
+                while len(batch) < cfg.serve_batch and not requests.empty():
+                    batch.append(requests.get_nowait())
+                t1 = time.perf_counter()
+                model(torch.stack(batch).to(device))
+                job.sync()
+                truth.add("data_wait", t1 - t0)
+                truth.add("forward", time.perf_counter() - t1)
+                served += len(batch)
+                truth.steps = served
+                truth.maybe_write()
+                if served >= 2 and ready_file is not None:
+                    ready_file.touch()
+    finally:
+        stop.set()
+        client.join(timeout=10)
+    truth.maybe_write(force=True)
+    return served
+
+
 def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir: Path,
         ready_file: Path | None = None) -> int:
     """Train with the scenario's loop; storage data lives (and dies) beside the checkpoints."""
+    if cfg.loop == "serve":
+        return serve(cfg, duration_s, truth_path, ready_file)
     if cfg.loop == "producer":
         return train_from_queue(cfg, duration_s, truth_path, ready_file)
     if cfg.loop == "generator":

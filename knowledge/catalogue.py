@@ -85,6 +85,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
     ("host_ram_free_mb", "MB", "system RAM not in use at the window's end"),
     ("other_procs_cpu", "cores", "CPU that processes outside the job (and aitop) keep busy"),
+    ("forward_only", "0/1",
+     "1 when the training thread ran forward passes and no backward or optimizer for a "
+     "minute: serving or offline inference, not training"),
     ("stalled_s", "s",
      "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",

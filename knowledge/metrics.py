@@ -35,6 +35,9 @@ from .straggler import comm_metrics
 LONG_WINDOW_S = 300.0
 #: Window for steps/s: the loop counter is read every 5 s, so 30 s gives ~6 readings.
 STEPS_WINDOW_S = 30.0
+#: How far back a job must have trained for its forward-only passes to be
+#: evaluation, not inference.
+INFERENCE_LOOKBACK_S = 60.0
 #: How far back a stall is traced: a longer one reads as this long.
 STALL_LOOKBACK_S = 300.0
 
@@ -509,6 +512,21 @@ def _gpu_metrics(
     return True
 
 
+def _forward_only(session: Session, now: float, window_s: float) -> float | None:
+    """1 when the thread runs forward passes but, for a while, no backward or optimizer.
+
+    Looked at over ``INFERENCE_LOOKBACK_S`` (or the window, if longer): a
+    training job's evaluation pass may fill a window, its training does not
+    stop for a minute.
+    """
+    counts, total = session.phase_counts(now, max(window_s, INFERENCE_LOOKBACK_S))
+    if not total:
+        return None
+    forward = counts.get("forward", 0) + counts.get("eval", 0)
+    trained = counts.get("backward", 0) + counts.get("optimizer", 0)
+    return _flag(forward > 0 and trained == 0)
+
+
 def _phase_metrics(
     metrics: dict[str, float | None], session: Session, now: float, window_s: float,
     has_gpu: bool,
@@ -516,6 +534,7 @@ def _phase_metrics(
     """The training thread's phase shares, and what stands for accelerator use."""
     fractions = session.phase_fractions(now, window_s)
     _counts, total = session.phase_counts(now, window_s)
+    metrics["forward_only"] = _forward_only(session, now, window_s)
     for phase in PHASES:
         metrics[f"phase_{phase}"] = fractions[phase] if fractions else None
     metrics["phase_compute"] = (

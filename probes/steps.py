@@ -176,6 +176,10 @@ class StepProbe:
             return StepCounterSample(t, None, None, frame=loop_frame, error=str(exc))
         except json.JSONDecodeError:
             return StepCounterSample(t, None, None, frame=loop_frame, error="unreadable dump")
+        # The value was read at the end of py-spy's run, after its start-up and
+        # attach (tens to hundreds of ms, more on a loaded box): stamped then, a
+        # loop of a thousand steps a second reads within a few steps.
+        t = time.time()
         found = read_counter(
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )

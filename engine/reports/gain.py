@@ -33,7 +33,9 @@ def gain_text(gain: Gain, *, brief: bool = False) -> str:
             return NO_FIGURE_BRIEF
         if g.method == "predicted":
             return "no prediction yet"
-        return "not a speed-up" if g.method == "none" else f"no figure ({g.method})"
+        if g.method == "none":
+            return f"no figure: {g.explanation}" if g.explanation else "no figure"
+        return f"no figure ({g.method})"
     if brief:
         return f"{BRIEF_MARK.get(g.method, '~')}×{figure(g.speedup)}"
     if g.method == "predicted" and g.low is not None and g.high is not None:

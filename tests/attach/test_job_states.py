@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.jobs import read_truth, run_aitop, start_job, stop_job
+from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_between
 
 pytestmark = pytest.mark.attach
 
@@ -115,3 +115,28 @@ def test_a_job_that_stopped_moving_is_stalled_with_its_frame(tmp_path: Path) -> 
     assert "called from workload.py:" in summary, summary
     # The job's own record agrees: its last step came long before the verdict.
     assert report["evaluated_at"] - last_step_at >= 15
+
+
+def test_a_server_answering_one_request_at_a_time_is_told_to_batch(tmp_path: Path) -> None:
+    """``serving`` answers one queued request per forward pass; ``serving_batched``
+    takes up to 32 (the advice applied): the job's own count decides."""
+    report, truth = watch("serving", tmp_path, 14)
+    fixed, fixed_truth = watch("serving_batched", tmp_path, 14)
+    ids = [f["id"] for f in report["findings"]]
+    rate = truth_between(truth, *report["phase_span"])["steps_per_s"]
+    fixed_rate = truth_between(fixed_truth, *fixed["phase_span"])["steps_per_s"]
+    print(f"{report['bottleneck']['summary']}; findings {ids}; requests/s {rate:.0f} -> "
+          f"{fixed_rate:.0f} (x{fixed_rate / rate:.1f}); aitop's rate {report['steps_per_s']}")
+    assert ids[0] == "serving_unbatched", ids
+    assert "evaluation_dominates" not in ids, "a server is not evaluating"
+    assert report["metrics"]["forward_only"] == 1.0
+    assert report["findings"][0]["est_speedup"] is None, "no number without its mechanism"
+    # The loop's own counter of requests answered: aitop reads it as the rate.
+    assert report["steps_source"]["counter"] == "served"
+    windows = [(t1 - t0, n, truth_between(truth, t0, t1)["steps_per_s"] * (t1 - t0))
+               for t0, t1, n in report["step_windows"]]
+    print(f"counter windows (seconds, aitop's steps, the job's own): {windows}")
+    assert report["steps_per_s"] == pytest.approx(truth_between(
+        truth, *report["steps_span"])["steps_per_s"], rel=0.15)
+    # Applied, the advice pays: batching multiplies the requests answered.
+    assert fixed_rate / rate >= 2.0

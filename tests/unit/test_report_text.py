@@ -15,6 +15,13 @@ def finding(speedup: float | None, low: float | None, high: float | None,
                    gain_ceiling=ceiling)
 
 
+def test_a_finding_without_a_figure_says_why() -> None:
+    gain = Finding(id="f", severity="high", category="compute", title="t", gain_method="none",
+                   gain_explanation="depends on the batch it can form").gain
+    assert gain_text(gain) == "no figure: depends on the batch it can form"
+    assert gain_text(gain, brief=True).strip() == "·"
+
+
 @pytest.mark.parametrize(("report_finding", "label"), [
     # Two significant figures: reruns of one job differ in the second.
     (finding(1.9, 1.69, 2.18, "predicted", 20.93), "predicted ×1.7–2.2 (ceiling ×21)"),
@@ -25,7 +32,7 @@ def finding(speedup: float | None, low: float | None, high: float | None,
     (finding(100.0, 100.0, 100.0, "amdahl", 100.0), "at most ×100 (Amdahl ceiling)"),
     (finding(9.96, 9.96, 9.96, "amdahl", 9.96), "at most ×10 (Amdahl ceiling)"),
     (finding(1.4, 1.3, 1.5, "document"), "documents: ×1.4 (1.3–1.5)"),
-    (finding(None, None, None, "none"), "not a speed-up"),
+    (finding(None, None, None, "none"), "no figure"),
     (finding(None, None, None, "predicted"), "no prediction yet"),
 ])
 def test_the_text_report_says_which_kind_of_gain(report_finding: Finding, label: str) -> None:

@@ -66,6 +66,13 @@ STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job
           stack_period_s=5, samples_per_window=50, gpu=False)
 
 RULE_CASES: dict[str, Cases] = {
+    # Forward passes only, busy with requests: 60 % computing, under 20 % waiting.
+    "serving_unbatched": Cases(
+        fires=(k(phases=mix(forward=0.9, data_wait=0.05, backward=0.0, optimizer=0.0)),
+               k(phases=mix(forward=0.6, data_wait=0.19, backward=0.0, optimizer=0.0))),
+        misses=(k(phases=mix(forward=0.6, data_wait=0.2, backward=0.0, optimizer=0.0)),
+                k(phases=mix(forward=0.6, backward=0.2, data_wait=0.05))),  # it trains
+    ),
     # Every sample in one frame for 15 s with the tree near idle: stalled.
     "job_stalled": Cases(
         fires=(k(**STUCK, main_cpu=2.0, workers=0),
