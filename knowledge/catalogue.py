@@ -85,6 +85,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("has_gpu", "0/1", "1 when NVML sees at least one GPU"),
     ("host_ram_free_mb", "MB", "system RAM not in use at the window's end"),
     ("other_procs_cpu", "cores", "CPU that processes outside the job (and aitop) keep busy"),
+    ("amp_in_source", "0/1",
+     "1 when the job's script, config files or command line ask for mixed precision"),
+    ("amp_source_read", "0/1",
+     "1 when the job's script or config could be read to look for mixed precision"),
     ("forward_only", "0/1",
      "1 when the training thread ran forward passes and no backward or optimizer for a "
      "minute: serving or offline inference, not training"),

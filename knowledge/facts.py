@@ -25,6 +25,11 @@ class TechniqueClaim:
     speedup_high: float | None
     text: str
     source: Citation
+    #: Where the figure was measured, when not on a training step: "inference
+    #: latency, transformer-based models" (a latency is a serving figure).
+    context: str | None = None
+    #: Whether the figure is for inference only (it is shown for serving jobs).
+    inference_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,15 @@ def _describe(effect: Effect) -> str:
 
 
 def claim_for(technique: Technique, titles: dict[str, str]) -> TechniqueClaim:
-    speed = next(
-        (r for e in technique.effects if (r := _speedup_range(e)) is not None), None
+    measured = next(
+        ((e, r) for e in technique.effects if (r := _speedup_range(e)) is not None), None
     )
+    speed = measured[1] if measured else None
+    effect = measured[0] if measured else None
+    inference = effect is not None and effect.quantity == "latency"
+    context = ", ".join(part for part in (
+        "inference latency" if inference else None,
+        effect.condition if effect is not None else None) if part) or None
     text = "; ".join(_describe(e) for e in technique.effects) or "no figure in the documents"
     src = technique.source
     return TechniqueClaim(
@@ -101,6 +112,8 @@ def claim_for(technique: Technique, titles: dict[str, str]) -> TechniqueClaim:
         speedup_high=speed[1] if speed else None,
         text=text,
         source=Citation(titles.get(src.document, src.document), src.section, src.quote),
+        context=context,
+        inference_only=inference,
     )
 
 

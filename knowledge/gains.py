@@ -173,15 +173,25 @@ def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
     )
 
 
-def _document(spec: GainSpec, facts: Facts) -> Gain:
+def _document(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
+    """The documents' figure, only where the context it was measured in holds.
+
+    A latency reduction measured on transformer inference says nothing of a
+    training step's time: for a job that trains, no figure is shown.
+    """
     claim = facts.techniques.get(spec.technique or "")
     if claim is None or claim.speedup_low is None:
         text = claim.text if claim else f"technique '{spec.technique}'"
         return Gain(None, method="document", explanation=text)
+    context = f" (for {claim.context})" if claim.context else ""
+    if claim.inference_only and metrics.get("forward_only") != 1.0:
+        return Gain(None, method="document", explanation=(
+            f"the documents' figure for {claim.name}, {claim.text}, is for {claim.context}: "
+            "not a training step's time, so none is shown"))
     mid = (claim.speedup_low + (claim.speedup_high or claim.speedup_low)) / 2
     return Gain(
         speedup=mid, low=claim.speedup_low, high=claim.speedup_high, method="document",
-        explanation=f"the documents' figure for {claim.name}: {claim.text}",
+        explanation=f"the documents' figure for {claim.name}{context}: {claim.text}",
     )
 
 
@@ -196,5 +206,5 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
     if spec.method == "amdahl" and spec.metric:
         return _amdahl(spec, metrics)
     if spec.method == "document" and spec.technique:
-        return _document(spec, facts)
+        return _document(spec, metrics, facts)
     return Gain(None, method="none", explanation=spec.note or "no honest estimate")

@@ -627,6 +627,12 @@ def _technique_metrics(
     known = bool(windows)
     metrics["uses_compile"] = _flag("torch_compile" in seen) if known else None
     metrics["uses_amp"] = _flag("mixed_precision" in seen) if known else None
+    # The job's own files, where autocast (entered in microseconds) rarely
+    # shows in a stack: 0 also when nothing could be read (amp_source_read says).
+    env = session.environment
+    in_source = env.mixed_precision_in_source if env is not None else None
+    metrics["amp_in_source"] = 1.0 if in_source else 0.0
+    metrics["amp_source_read"] = 0.0 if in_source is None else 1.0
     metrics["uses_grad_checkpointing"] = _flag("gradient_checkpointing" in seen) if known else None
     metrics["uses_lightning"] = _flag("lightning" in seen) if known else None
     metrics["uses_hf_trainer"] = _flag("hf_trainer" in seen) if known else None

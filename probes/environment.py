@@ -38,6 +38,7 @@ from importlib import metadata
 
 import psutil
 
+from .job_source import mixed_precision_in_source
 from .process_tree import count_workers, pin_thread_present
 from .procfs import read_text, read_thread_names
 from .redact import redact_argv, redact_env
@@ -164,6 +165,7 @@ class EnvironmentProbe:
         self._torch_retry = torch_retry_s
         self._static_done = False
         self._cmdline: tuple[str, ...] = ()
+        self._mixed_precision: bool | None = None
         self._env: dict[str, str] = {}
         self._start: float | None = None
         self._hostname: str | None = None
@@ -210,6 +212,7 @@ class EnvironmentProbe:
             hostname=self._hostname,
             aitop_version=self._aitop,
             cpus_allowed=cpus_allowed(self.target_pid) if alive else None,
+            mixed_precision_in_source=self._mixed_precision,
         )
 
     # ------------------------------------------------------------- internals
@@ -237,7 +240,13 @@ class EnvironmentProbe:
         except psutil.Error:
             self._start = None
         self._hostname = self._read_hostname()
+        self._mixed_precision = mixed_precision_in_source(self.target_pid, self._raw_argv(raw_cmd))
         self._static_done = bool(raw_cmd)
+
+    @staticmethod
+    def _raw_argv(raw_cmd: str | None) -> tuple[str, ...]:
+        """The command line as the job has it (read for settings, never shown)."""
+        return tuple(a for a in (raw_cmd or "").split("\0") if a)
 
     def _read_hostname(self) -> str | None:
         """Our hostname, or the target's own if it lives in another UTS namespace."""

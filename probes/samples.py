@@ -310,3 +310,6 @@ class EnvironmentInfo:
     aitop_version: str | None = None
     #: CPUs the target may use: its affinity, capped by its cgroup's CPU quota.
     cpus_allowed: float | None = None
+    #: Whether the job's script, config files or command line ask for mixed
+    #: precision (autocast, GradScaler, bf16=True...); None: none could be read.
+    mixed_precision_in_source: bool | None = None

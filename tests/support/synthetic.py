@@ -28,6 +28,7 @@ from aitop.knowledge.straggler import RankView, judge_ranks
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
+    EnvironmentInfo,
     GpuDevice,
     GpuProcess,
     GpuSample,
@@ -138,6 +139,8 @@ class Job:
     rss_growth_mb_s: float = 0.0
     #: Cores a process outside the job keeps busy (PID 4242, "python build.py").
     neighbour_cores: float = 0.0
+    #: What the job's own files say of mixed precision (None: no environment read).
+    amp_in_source: bool | None = None
     #: Names of the busy threads, first to last (the rest are "python").
     busy_thread_names: tuple[str, ...] = ()
     #: Ranks of the job on this machine (torchrun-style; 1: a single process).
@@ -336,6 +339,10 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
     if job.local_ranks > 1:
         session.job = RankJob(PID, PID - 1, "env", tuple(
             RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
+    if job.amp_in_source is not None:
+        session.add(EnvironmentInfo(t=T0 + first, pid=PID, cmdline=("python", "train.py"),
+                                    python_version="3.11.7", torch_version="2.13.0",
+                                    mixed_precision_in_source=job.amp_in_source))
     for i in range(first, last + 1):
         if job.process_tree:
             session.add(process_tree_sample(job, i))

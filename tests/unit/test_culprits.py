@@ -102,7 +102,8 @@ def test_framework_words_for_hf_trainer_and_lightning() -> None:
 
 
 def test_amp_advice_only_for_jobs_without_amp() -> None:
-    without = diagnose_job(RULESET, gpu_util=97.0, techniques=())
+    # Its script was read and asks for no mixed precision; none in its stacks.
+    without = diagnose_job(RULESET, gpu_util=97.0, techniques=(), amp_in_source=False)
     assert without.top is not None and without.top.id == "gpu_compute_bound"
     assert without.top.actions[0].startswith("Enable automatic mixed precision")
     assert without.hardware_well_used is True
@@ -110,6 +111,13 @@ def test_amp_advice_only_for_jobs_without_amp() -> None:
     assert with_amp.top is not None and with_amp.top.id == "gpu_compute_bound_amp"
     assert all("mixed precision" not in a.lower() for a in with_amp.top.actions)
     assert with_amp.top.gain.speedup is None
+    # autocast in its source, never caught in a stack sample: it uses AMP.
+    in_source = diagnose_job(RULESET, gpu_util=97.0, techniques=(), amp_in_source=True)
+    assert in_source.top is not None and in_source.top.id == "gpu_compute_bound_amp"
+    # Nothing could be read: the advice says it may already be in use.
+    unknown = diagnose_job(RULESET, gpu_util=97.0, techniques=())
+    assert unknown.top is not None and unknown.top.actions[0].startswith(
+        "If the job does not already use it: enable automatic mixed precision")
 
 
 def test_threads_thrashing_on_a_shared_core_are_told_to_match_the_cores() -> None:

@@ -1084,6 +1084,21 @@ def test_a_stalled_job_says_so_first_with_its_frame_and_nothing_else() -> None:
     assert moving.category != "stalled" and moving.metrics["stalled_s"] == 0.0
 
 
+def test_a_documents_figure_is_shown_only_where_its_context_holds() -> None:
+    """torch.compile's 20-50 % is transformer *inference latency*: not a training step's."""
+    facts = load_knowledge_base().facts
+    training = diagnose_job(RULESET, facts=facts, techniques=(), gpu_util=95.0,
+                            phases=mix(data_wait=0.02))
+    compile_tip = next(f for f in training.findings if f.id == "try_torch_compile")
+    assert compile_tip.gain.speedup is None and compile_tip.gain.method == "document"
+    assert "is for inference latency, transformer-based models" in compile_tip.gain.explanation
+    serving = diagnose_job(RULESET, facts=facts, techniques=(), gpu_util=95.0, phases=mix(
+        forward=0.95, data_wait=0.02, backward=0.0, optimizer=0.0))
+    tip = next(f for f in serving.findings if f.id == "try_torch_compile")
+    assert tip.gain.speedup is not None
+    assert "(for inference latency, transformer-based models)" in tip.gain.explanation
+
+
 def test_findings_ranked_by_estimated_gain() -> None:
     d = diagnose_job(
         RULESET, gpu_util=60.0, pin_memory=False,
