@@ -92,6 +92,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("forward_only", "0/1",
      "1 when the training thread ran forward passes and no backward or optimizer for a "
      "minute: serving or offline inference, not training"),
+    ("counter_moved", "0/1",
+     "1 when the loop's step counter changed in the last 30 s (0 also with no counter)"),
     ("stalled_s", "s",
      "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",

@@ -185,13 +185,12 @@ def finding_text(f: Finding) -> tuple[object, ...]:
     )
 
 
-#: How much a gain's kind counts when ranking: a prediction for this machine
-#: above an Amdahl ceiling above the documents' general figure.
 #: The word a job state's text names its duration by: "(38 s so far)".
 STATE_SEEN = "state_seen"
 #: The rule file's named condition that says when the phase shares can be trusted.
 ENOUGH_SAMPLES = "enough_samples"
-
+#: How much a gain's kind counts when ranking: a prediction for this machine
+#: above an Amdahl ceiling above the documents' general figure.
 _GAIN_KIND_ORDER = {"predicted": 3, "amdahl": 2, "document": 1}
 
 

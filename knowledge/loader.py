@@ -176,9 +176,34 @@ def _merge_rules(
         for state in section.states:
             states[state.id] = _over(states.get(state.id), state)
         targets.update(section.targets)
-    ruleset = RuleSet(tuple(rules.values()), tuple(states.values()), tuple(files),
-                      dict(context.conditions))
+    ruleset = RuleSet(explained_through(tuple(rules.values())), tuple(states.values()),
+                      tuple(files), dict(context.conditions))
     return ruleset, targets
+
+
+def explained_through(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    """Each rule's ``explains`` closed over the symptoms its symptoms explain.
+
+    A culprit that explains a culprit explains that one's symptoms too: the
+    cores other processes hold explain "every core is busy", and with it "the
+    loop waits for data". Said once for the evaluator and for the PromQL
+    translation, which then silence the same alerts.
+    """
+    direct = {rule.id: rule.explains for rule in rules}
+
+    def closure(rule_id: str) -> tuple[str, ...]:
+        seen: list[str] = []
+        todo = list(direct.get(rule_id, ()))
+        while todo:
+            name = todo.pop(0)
+            if name in seen or name == rule_id:
+                continue
+            seen.append(name)
+            todo += direct.get(name, ())
+        return tuple(seen)
+
+    return tuple(dataclasses.replace(rule, explains=closure(rule.id))
+                 if rule.explains else rule for rule in rules)
 
 
 #: StateSpec fields each state key sets.

@@ -8,6 +8,7 @@ a rule that needs it waits instead of guessing.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -262,6 +263,7 @@ def compute_metrics(
     _loading_metrics(metrics, session, now, window_s)
     comm_metrics(metrics)
     metrics["stalled_s"] = stall(session, now)[0] if session.stacks.last() else None
+    metrics["counter_moved"] = _counter_moved(session, now)
     return metrics
 
 
@@ -443,6 +445,17 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
 
 #: A window is "in one place" when this share of its samples stands in one frame.
 STALL_SHARE = 0.95
+
+
+def _counter_moved(session: Session, now: float) -> float:
+    """1 when the loop's counter changed between two readings of the last half minute.
+
+    0 both when it stood still and when no counter is read: a stall is then
+    told by the stacks, the CPU and the reads alone.
+    """
+    values = [s.value for s in session.steps.window(now - STEPS_WINDOW_S, now)
+              if s.value is not None]
+    return float(any(a != b for a, b in itertools.pairwise(values)))
 
 
 def stall(session: Session, now: float) -> tuple[float, HotFrame | None]:

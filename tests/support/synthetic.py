@@ -139,6 +139,8 @@ class Job:
     rss_growth_mb_s: float = 0.0
     #: Cores a process outside the job keeps busy (PID 4242, "python build.py").
     neighbour_cores: float = 0.0
+    #: MB/s the main process reads from storage.
+    read_mb_s: float = 1.0
     #: What the job's own files say of mixed precision (None: no environment read).
     amp_in_source: bool | None = None
     #: Names of the busy threads, first to last (the rest are "python").
@@ -242,7 +244,7 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
         pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
         status="running", cpu_percent=job.main_cpu,
         rss_bytes=4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i), num_threads=12,
-        read_bps=1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
+        read_bps=job.read_mb_s * 1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
     )
     workers = tuple(
         ProcessInfo(

@@ -168,3 +168,13 @@ def test_the_documents_reader_reports_every_problem_too(tmp_path: Path) -> None:
     assert [(p.line, p.file) for p in info.value.problems] == [(n, str(path)) for n in lines]
     assert "unknown category 'gpu_starved'" in info.value.problems[0].message
     assert "malformed number '70%'" in info.value.problems[1].message
+
+
+def test_explanations_are_closed_over_chains() -> None:
+    """A culprit explaining a culprit explains its symptoms: the evaluator and the
+    PromQL translation (which silences by ALERTS) then agree on what is listed."""
+    rules = {r.id: r for r in load_knowledge_base().rules.rules}
+    neighbours = rules["cores_taken_by_other_processes"].explains
+    assert "host_cpu_saturated" in neighbours
+    assert {"data_wait_dominant", "data_wait_elevated"} <= set(neighbours)
+    assert "cores_taken_by_other_processes" not in neighbours

@@ -63,7 +63,7 @@ SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 #: A training thread standing in one frame (a queue's get) window after window.
 STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job/train.py:42"),
-          stack_period_s=5, samples_per_window=50, gpu=False)
+          stack_period_s=5, samples_per_window=50, gpu=False, steps_per_s=0.0, read_mb_s=0.0)
 
 RULE_CASES: dict[str, Cases] = {
     # Forward passes only, busy with requests: 60 % computing, under 20 % waiting.
@@ -78,6 +78,8 @@ RULE_CASES: dict[str, Cases] = {
         fires=(k(**STUCK, main_cpu=2.0, workers=0),
                k(**STUCK, main_cpu=9.0, workers=0)),
         misses=(k(**STUCK, main_cpu=10.0, workers=0),  # the job still computes
+                k(**{**STUCK, "read_mb_s": 1.0}, main_cpu=2.0, workers=0),  # it reads
+                k(**{**STUCK, "steps_per_s": 0.5}, main_cpu=2.0, workers=0),  # it steps
                 k(**{**STUCK, "phases": mix(other=0.94)}, main_cpu=2.0, workers=0)),
     ),
     # A neighbour holding 0.9 of 2 cores: the job would have them without it.
