@@ -1,6 +1,9 @@
-"""The job's state comes first: a job that has not taken its first step is not
-judged for speed. The ``compile`` demo compiles its model with torch.compile
-(inductor on the CPU, a fresh cache: tens of seconds before the first step)."""
+"""What the job is doing comes first, each state on a demo job written for it and
+checked against the job's own record: ``compile`` (inside its first
+torch.compile, inductor on the CPU with a fresh cache), ``leak`` and
+``leak_fixed`` (memory that grows with the steps, and its fix), ``hang`` (no
+progress), ``compute`` beside a busy neighbour (cores other processes hold),
+``serving`` and ``serving_batched`` (a server, and dynamic batching applied)."""
 
 from __future__ import annotations
 
