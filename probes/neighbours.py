@@ -6,10 +6,10 @@ help as soon as the neighbour is gone in the second. A scan reads every
 process's CPU time (``/proc/PID/stat``, through psutil) and keeps the busiest
 ones that belong neither to the job nor to aitop.
 
-The job is its process group: a launcher, its ranks and their DataLoader
-workers share the group of the command that started them, and so does
-``tee`` in ``python train.py | tee log``, which is part of the run, not a
-neighbour. aitop's own process tree (its py-spy children) is left out too.
+The job is its process tree (the launcher, its ranks, their DataLoader
+workers: torchrun puts each rank in a session of its own) and its process
+group, which ``tee`` in ``python train.py | tee log`` shares: part of the run,
+not a neighbour. aitop's own process tree (its py-spy children) is left out too.
 Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine.
 """
 
@@ -69,6 +69,7 @@ class NeighbourScanner:
     def __init__(self, job_pid: int | None, every_s: float = SCAN_EVERY_S,
                  own_pid: int | None = None) -> None:
         """``own_pid``: the process whose tree is aitop (this process by default)."""
+        self.job_pid = job_pid
         self.job_group = _group(job_pid) if job_pid is not None else None
         self.every_s = every_s
         self.own_pid = os.getpid() if own_pid is None else own_pid
@@ -93,9 +94,15 @@ class NeighbourScanner:
         return self._last
 
     def _own(self) -> set[int]:
-        own = {self.own_pid}
-        with contextlib.suppress(psutil.Error):
-            own.update(c.pid for c in psutil.Process(self.own_pid).children(recursive=True))
+        """aitop's tree and the job's: torchrun starts each rank in a session of its
+        own, so the job's process group alone would leave its ranks out."""
+        own: set[int] = set()
+        for root in (self.own_pid, self.job_pid):
+            if root is None:
+                continue
+            own.add(root)
+            with contextlib.suppress(psutil.Error):
+                own.update(c.pid for c in psutil.Process(root).children(recursive=True))
         return own
 
     def _cpu_times(self) -> dict[int, float]:

@@ -95,15 +95,17 @@ def test_neighbours_are_named_redacted_and_the_jobs_own_group_is_not_one() -> No
     busy = [sys.executable, "-c", "while True: pass", "--api-key", "s3cr3t-value"]
     neighbour = subprocess.Popen(busy, start_new_session=True, stdin=subprocess.DEVNULL)
     sibling = subprocess.Popen(busy, stdin=subprocess.DEVNULL)
-    # aitop itself: a process of its own (this test process is the busy loops' parent).
+    # aitop itself and the job: processes of their own (this test process is the
+    # busy loops' parent); the job shares this process group with the sibling.
     aitop = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    job = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
     try:
-        scanner = NeighbourScanner(job_pid=os.getpid(), every_s=1.0, own_pid=aitop.pid)
+        scanner = NeighbourScanner(job_pid=job.pid, every_s=1.0, own_pid=aitop.pid)
         assert scanner.others() is None, "no baseline to compare with yet"
         time.sleep(1.5)
         others = scanner.others()
     finally:
-        for p in (neighbour, sibling, aitop):
+        for p in (neighbour, sibling, aitop, job):
             p.kill()
             p.wait()
     assert others is not None
@@ -113,3 +115,30 @@ def test_neighbours_are_named_redacted_and_the_jobs_own_group_is_not_one() -> No
     assert by_pid[neighbour.pid].cores > 0.3
     command = by_pid[neighbour.pid].command
     assert "s3cr3t-value" not in command and "***" in command, command
+
+
+def test_the_jobs_own_tree_is_no_neighbour_even_in_sessions_of_its_own() -> None:
+    """torchrun starts each rank in a new session: the job's tree counts as the job."""
+    import subprocess
+    import sys
+
+    from aitop.probes.neighbours import NeighbourScanner
+
+    code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+            "'while True: pass'], start_new_session=True).wait()")
+    launcher = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                                stdin=subprocess.DEVNULL)
+    aitop = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        rank = psutil.Process(launcher.pid).children()[0].pid
+        scanner = NeighbourScanner(job_pid=launcher.pid, every_s=1.0, own_pid=aitop.pid)
+        time.sleep(1.5)
+        others = scanner.others() or ()
+    finally:
+        for p in psutil.Process(launcher.pid).children(recursive=True):
+            p.kill()
+        for proc in (launcher, aitop):
+            proc.kill()
+            proc.wait()
+    assert rank not in {p.pid for p in others}, others
