@@ -93,7 +93,9 @@ def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session:
             time.sleep(0.3)
         assert "Rule that fired" in opened, f"never reached a finding detail:\n{opened}"
         assert "Evidence against its target range" in opened
-        assert "phase_data_wait" in opened
+        # The lead's evidence: the data wait, or (when a test beside this one runs
+        # busy processes of its own) the cores those neighbours hold.
+        assert "phase_data_wait" in opened or "other_procs_cpu" in opened, opened
         keys("Escape")
         wait_for(lambda s: "Advisor" in s, "the main screen again", timeout=10)
 
