@@ -228,8 +228,10 @@ class EnvironmentProbe:
 
     def _read_static(self) -> None:
         raw_cmd = read_text(f"{self._proc}/cmdline")
+        # As the job has it: read for settings (mixed precision), never shown.
+        argv = tuple(a for a in (raw_cmd or "").split("\0") if a)
         if raw_cmd:
-            self._cmdline = tuple(redact_argv(a for a in raw_cmd.split("\0") if a))
+            self._cmdline = tuple(redact_argv(argv))
         try:
             with open(f"{self._proc}/environ", "rb") as fh:
                 self._env = redact_env(parse_environ(fh.read()))
@@ -240,13 +242,8 @@ class EnvironmentProbe:
         except psutil.Error:
             self._start = None
         self._hostname = self._read_hostname()
-        self._mixed_precision = mixed_precision_in_source(self.target_pid, self._raw_argv(raw_cmd))
+        self._mixed_precision = mixed_precision_in_source(self.target_pid, argv)
         self._static_done = bool(raw_cmd)
-
-    @staticmethod
-    def _raw_argv(raw_cmd: str | None) -> tuple[str, ...]:
-        """The command line as the job has it (read for settings, never shown)."""
-        return tuple(a for a in (raw_cmd or "").split("\0") if a)
 
     def _read_hostname(self) -> str | None:
         """Our hostname, or the target's own if it lives in another UTS namespace."""

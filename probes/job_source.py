@@ -7,7 +7,8 @@ Advice to "enable mixed precision" needs a better look: the script the job
 runs, the config files its command line names, and the command line itself
 (``--bf16``, ``precision=16-mixed``). Files are read through
 ``/proc/PID/root`` (a job in a container is read from its own filesystem),
-relative paths from its working directory, each under a size cap.
+relative paths from its working directory, each a regular file under a size
+cap (``source_lines.read_lines``: a FIFO named on a command line never blocks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from .procfs import read_text
+from .source_lines import read_lines
 
 #: Larger files are not read (a generated module, a data file).
 MAX_FILE_BYTES = 1_000_000
@@ -65,16 +66,10 @@ def mixed_precision_in_source(pid: int, cmdline: tuple[str, ...],
         cwd = None
     read_any = False
     for path in settings_files(cmdline, cwd):
-        full = f"{proc_root}/{pid}/root{path}"
-        try:
-            if os.path.getsize(full) > MAX_FILE_BYTES:
-                continue
-        except OSError:
-            continue
-        text = read_text(full)
-        if text is None:
+        lines = read_lines(f"{proc_root}/{pid}/root{path}", MAX_FILE_BYTES)
+        if lines is None:
             continue
         read_any = True
-        if uses_mixed_precision(text):
+        if uses_mixed_precision("\n".join(lines)):
             return True
     return False if read_any else None

@@ -84,29 +84,35 @@ class SourceLines:
         if path in self._files:
             self._files.move_to_end(path)
             return self._files[path]
-        lines = self._read(self.root + path)
+        lines = read_lines(self.root + path)
         self._files[path] = lines
         if len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
         return lines
 
-    @staticmethod
-    def _read(full: str) -> tuple[str, ...] | None:
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            try:  # a symlinked script (common in venvs): follow it, still a regular file
-                fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
-            except OSError:
-                return None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-                return None
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
+
+
+def read_lines(full: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[str, ...] | None:
+    """The lines of a regular file of at most ``max_bytes``, else None.
+
+    Opened non-blocking, so a FIFO or device a job names never stalls the
+    reader; only a regular file is read.
+    """
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        try:  # a symlinked script (common in venvs): follow it, still a regular file
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return None
-        finally:
-            os.close(fd)
-        return tuple(data.decode("utf-8", errors="replace").splitlines())
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return tuple(data.decode("utf-8", errors="replace").splitlines())

@@ -59,3 +59,17 @@ def test_a_job_without_a_script_on_its_command_line_is_unknown() -> None:
         assert mixed_precision_in_source(proc.pid, cmdline) is None
     finally:
         stop_tree(proc, timeout=5)
+
+
+def test_a_fifo_named_on_the_command_line_is_not_waited_on(tmp_path: Path) -> None:
+    """``--config cfg.yaml`` that is a named pipe nobody writes: skipped, never read."""
+    import os
+
+    os.mkfifo(tmp_path / "cfg.yaml")
+    proc = running(tmp_path, "plain", "--config", "cfg.yaml")
+    try:
+        cmdline = (sys.executable, "plain.py", "--config", "cfg.yaml")
+        # The script is read (no mixed precision in it); the pipe is passed over.
+        assert mixed_precision_in_source(proc.pid, cmdline) is False
+    finally:
+        stop_tree(proc, timeout=5)
