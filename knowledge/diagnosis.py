@@ -318,7 +318,7 @@ class Diagnoser:
                 finding = ruled_out(finding, render(ruler.title, *values(ruler.id)))
             built.append((self._reuse(finding), rule.bottleneck and ruler is None))
         ranked = rank(built, holding)
-        job_states = [(f, b) for f, b in ranked if self._is_job_state(f.id, by_id)]
+        job_states = [(f, b) for f, b in ranked if by_id[f.id].job_state]
         if job_states:
             # Not in steady state: the state is the verdict, and what would be
             # judged of a steady state (and predicted) waits until it ends.
@@ -361,11 +361,6 @@ class Diagnoser:
             hardware_well_used=well_used,
             hardware=hardware,
         )
-
-    @staticmethod
-    def _is_job_state(rule_id: str, by_id: Mapping[str, Rule]) -> bool:
-        rule = by_id.get(rule_id)
-        return rule is not None and rule.job_state
 
     def _seen_for(self, rule_id: str, by_id: Mapping[str, Rule], now: float) -> float:
         """Seconds since the state's condition first held (its ``for:`` included)."""

@@ -192,14 +192,15 @@ def explained_through(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
     direct = {rule.id: rule.explains for rule in rules}
 
     def closure(rule_id: str) -> tuple[str, ...]:
-        seen: list[str] = []
-        todo = list(direct.get(rule_id, ()))
+        # A rule's own names stay as written (an unknown one is reported on its
+        # line); only known rules' symptoms are added.
+        seen = list(direct[rule_id])
+        todo = [n for n in seen if n in direct]
         while todo:
-            name = todo.pop(0)
-            if name in seen or name == rule_id:
-                continue
-            seen.append(name)
-            todo += direct.get(name, ())
+            for name in direct[todo.pop(0)]:
+                if name in direct and name not in seen and name != rule_id:
+                    seen.append(name)
+                    todo.append(name)
         return tuple(seen)
 
     return tuple(dataclasses.replace(rule, explains=closure(rule.id))

@@ -44,7 +44,7 @@ class HostProbe:
 
     def __init__(self, job_pid: int | None = None) -> None:
         self._prev: list[Any] | None = self._cpu_times()
-        #: Who else uses the CPUs; ``job_pid``'s process group is the job.
+        #: Who else uses the CPUs; ``job_pid``'s tree and process group are the job.
         self.neighbours = NeighbourScanner(job_pid)
 
     @staticmethod
