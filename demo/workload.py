@@ -364,6 +364,23 @@ def produce_batches(dataset: Dataset, batch_size: int,
                 continue
 
 
+@contextlib.contextmanager
+def running_beside(target: Callable[..., None], name: str, *args: object) -> Iterator[None]:
+    """A daemon thread running ``target(*args, stop)`` for the block, then stopped.
+
+    Waited for: a daemon thread still inside a torch op when the interpreter
+    exits aborts the process ("terminate called ...").
+    """
+    stop = threading.Event()
+    thread = threading.Thread(target=target, name=name, daemon=True, args=(*args, stop))
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
 def train_from_queue(
     cfg: Config, duration_s: float, truth_path: Path | None, ready_file: Path | None = None,
 ) -> int:
@@ -371,16 +388,11 @@ def train_from_queue(
     job = set_up(cfg)
     cfg, model, criterion, optimizer, device, sync = job.parts()
     batches: queue.Queue[Sample] = queue.Queue(maxsize=4)
-    stop = threading.Event()
-    producer = threading.Thread(
-        target=produce_batches, name="batch-producer", daemon=True,
-        args=(make_dataset(cfg, None), cfg.batch_size, batches, stop),
-    )
-    producer.start()
     truth = Truth(truth_path)
     deadline = time.time() + duration_s
     step = 0
-    try:
+    with running_beside(produce_batches, "batch-producer",
+                        make_dataset(cfg, None), cfg.batch_size, batches):
         while time.time() < deadline:
             t0 = time.perf_counter()
             x, y = batches.get()
@@ -404,11 +416,6 @@ def train_from_queue(
             truth.maybe_write()
             if step == 2 and ready_file is not None:
                 ready_file.touch()
-    finally:
-        # Wait for it: a daemon thread still inside a torch op when the
-        # interpreter exits aborts the process ("terminate called ...").
-        stop.set()
-        producer.join(timeout=10)
     truth.maybe_write(force=True)
     return step
 
@@ -488,33 +495,26 @@ def serve(cfg: Config, duration_s: float, truth_path: Path | None,
     model, device = job.model, job.device
     model.eval()
     requests: queue.Queue[torch.Tensor] = queue.Queue()
-    stop = threading.Event()
-    client = threading.Thread(target=send_requests, name="client", daemon=True,
-                              args=(INPUT_FEATURES, requests, stop))
-    client.start()
     truth = Truth(truth_path)
     deadline = time.time() + duration_s
     served = 0
-    try:
-        with torch.inference_mode():
-            while time.time() < deadline:
-                t0 = time.perf_counter()
-                batch = [requests.get()]
-                while len(batch) < cfg.serve_batch and not requests.empty():
-                    batch.append(requests.get_nowait())
-                t1 = time.perf_counter()
-                model(torch.stack(batch).to(device))
-                job.sync()
-                truth.add("data_wait", t1 - t0)
-                truth.add("forward", time.perf_counter() - t1)
-                served += len(batch)
-                truth.steps = served
-                truth.maybe_write()
-                if served >= 2 and ready_file is not None:
-                    ready_file.touch()
-    finally:
-        stop.set()
-        client.join(timeout=10)
+    with (running_beside(send_requests, "client", INPUT_FEATURES, requests),
+          torch.inference_mode()):
+        while time.time() < deadline:
+            t0 = time.perf_counter()
+            batch = [requests.get()]
+            while len(batch) < cfg.serve_batch and not requests.empty():
+                batch.append(requests.get_nowait())
+            t1 = time.perf_counter()
+            model(torch.stack(batch).to(device))
+            job.sync()
+            truth.add("data_wait", t1 - t0)
+            truth.add("forward", time.perf_counter() - t1)
+            served += len(batch)
+            truth.steps = served
+            truth.maybe_write()
+            if served >= 2 and ready_file is not None:
+                ready_file.touch()
     truth.maybe_write(force=True)
     return served
 
