@@ -271,8 +271,11 @@ def wait_for_a_producer_that_is_gone() -> None:
 def save_durably(state: dict[str, Any], path: Path) -> None:
     """Save, flush, fsync, rename: the checkpoint is whole on the disk or not there."""
     partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as f:
-        torch.save(state, f)
+    # Saved by path, so torch writes it in C++: written through a Python file
+    # object, a SIGTERM inside a write broke torch's writer ("unexpected pos")
+    # and the job ended with 1 instead of 130.
+    torch.save(state, partial)
+    with partial.open("rb+") as f:
         f.flush()
         os.fsync(f.fileno())
     os.replace(partial, path)
