@@ -548,6 +548,10 @@ def _phase_metrics(
     fractions = session.phase_fractions(now, window_s)
     _counts, total = session.phase_counts(now, window_s)
     metrics["forward_only"] = _forward_only(session, now, window_s)
+    if fractions and metrics["forward_only"] == 1.0:
+        # No training for a minute: passes read as evaluation are its work.
+        fractions = {**fractions, "forward": fractions["forward"] + fractions["eval"],
+                     "eval": 0.0}
     for phase in PHASES:
         metrics[f"phase_{phase}"] = fractions[phase] if fractions else None
     metrics["phase_compute"] = (

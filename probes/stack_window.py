@@ -26,8 +26,7 @@ for any loop shape, from the stacks alone:
    returned but the checkpoint is not written yet.
 6. **Evaluation lines.** A line of the loop frame that leads into forward passes
    and data fetches but never into backward or the optimizer is an evaluation
-   pass (validation under ``no_grad``), whatever its function is called; in a
-   window that trains at all (a loop that never trains is serving).
+   pass (validation under ``no_grad``), whatever its function is called.
 7. **The producer.** While the training thread waits for data, the job's other
    threads that are busy (not parked in a wait) are the candidates for who
    produces its batches; the busiest is reported with its hottest frame.
@@ -259,13 +258,11 @@ def _checkpoint_callers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
 def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:
     """Loop lines that lead into forward and data but never into backward are evaluation.
 
-    Only in a window that trains: evaluation is forward passes between training
-    stretches. A loop that never runs backward or the optimizer is serving (or
-    offline inference), and its forward passes are its work, not an evaluation.
+    A window may hold one long evaluation pass and no training: the window
+    cannot tell it from a server, so the metrics do, over a longer look back
+    (``forward_only``: a server's "evaluation" is its forward passes).
     """
     if "eval" not in classifier.phases:
-        return
-    if not any(s.phase in ("backward", "optimizer") for s in samples):
         return
     by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
     for s in samples:
