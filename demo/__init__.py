@@ -5,7 +5,7 @@
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
-    "compile", "leak", "hang", "serving",
+    "compile", "leak", "hang", "serving", "module_loop",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
 )
 

@@ -65,7 +65,8 @@ class Config:
     eval_every: int = 0  # training steps between evaluation passes; 0 = never
     eval_batches: int = 0  # batches in one evaluation pass
     # "dataloader", "producer" (thread + queue), "generator", "serve" (inference
-    # on requests from a queue; truth counts requests as steps)
+    # on requests from a queue; truth counts requests as steps), "module" (the
+    # script demo/module_loop.py, its loop at module level and sized there)
     loop: str = "dataloader"
     gpu_scale: bool = False  # on CUDA, grow the model so the GPU has work to do
     # Each checkpoint goes to a temporary file, flushed, fsync'ed and renamed
@@ -132,6 +133,12 @@ CONFIGS: dict[str, Config] = {
     "serving": Config(
         width=1024, depth=4, batch_size=1, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, loop="serve",
+    ),
+    # Sizes live in demo/module_loop.py (a script has no Config): these only
+    # say what the loop is for readers of the table.
+    "module_loop": Config(
+        width=2048, depth=4, batch_size=768, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=0, optimizer="sgd", loop="module",
     ),
     "hang": Config(
         width=256, depth=3, batch_size=32, num_workers=0, decode_ms=0.0,

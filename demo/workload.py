@@ -52,8 +52,10 @@ import dataclasses
 import os
 import queue
 import random
+import runpy
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -522,6 +524,20 @@ def serve(cfg: Config, duration_s: float, truth_path: Path | None,
     return served
 
 
+def run_module_level_script(duration_s: float, truth_path: Path | None,
+                            ready_file: Path | None) -> int:
+    """demo/module_loop.py run as ``__main__``, as ``python module_loop.py`` would."""
+    argv = ["module_loop.py", "--duration", str(duration_s)]
+    argv += ["--truth", str(truth_path)] if truth_path else []
+    argv += ["--ready-file", str(ready_file)] if ready_file else []
+    saved, sys.argv = sys.argv, argv
+    try:
+        runpy.run_module("aitop.demo.module_loop", run_name="__main__", alter_sys=True)
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir: Path,
         ready_file: Path | None = None) -> int:
     """Train with the scenario's loop; storage data lives (and dies) beside the checkpoints."""
@@ -531,6 +547,8 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
         return train_from_queue(cfg, duration_s, truth_path, ready_file)
     if cfg.loop == "generator":
         return train_streaming(cfg, time.time() + duration_s, truth_path, ready_file)
+    if cfg.loop == "module":
+        return run_module_level_script(duration_s, truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

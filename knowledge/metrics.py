@@ -24,6 +24,7 @@ from aitop.probes.samples import (
     hot_frame_counts,
 )
 from aitop.probes.session import PHASES, Aggregate, Session
+from aitop.probes.step_sources import split_sources
 from aitop.probes.steps import steps_per_second
 
 from .capacity import suggested_workers
@@ -254,7 +255,8 @@ def compute_metrics(
     has_gpu = _gpu_metrics(metrics, session, now, window_s)
     _phase_metrics(metrics, session, now, window_s, has_gpu)
     # The counter is read every few seconds: look back far enough for several.
-    rate = steps_per_second(session.steps.window(now - max(window_s, STEPS_WINDOW_S), now))
+    rate = steps_per_second(
+        session.step_readings(now - max(window_s, STEPS_WINDOW_S), now).readings)
     metrics["steps_per_s"] = rate
     metrics["step_time"] = 1.0 / rate if rate else None
     _process_metrics(metrics, session, now, window_s)
@@ -448,14 +450,17 @@ STALL_SHARE = 0.95
 
 
 def _counter_moved(session: Session, now: float) -> float:
-    """1 when the loop's counter changed between two readings of the last half minute.
+    """1 when the loop's counter (or the step the job prints) changed between two
+    readings of the last half minute.
 
     0 both when it stood still and when no counter is read: a stall is then
     told by the stacks, the CPU and the reads alone.
     """
-    values = [s.value for s in session.steps.window(now - STEPS_WINDOW_S, now)
-              if s.value is not None]
-    return float(any(a != b for a, b in itertools.pairwise(values)))
+    moved = False
+    for source in split_sources(session.steps.window(now - STEPS_WINDOW_S, now)):
+        values = [s.value for s in source if s.value is not None]
+        moved = moved or any(a != b for a, b in itertools.pairwise(values))
+    return float(moved)
 
 
 def stall(session: Session, now: float) -> tuple[float, HotFrame | None]:

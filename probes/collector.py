@@ -49,6 +49,8 @@ class StepSampler(Protocol):
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
     ) -> StepCounterSample: ...
 
+    def read_log(self) -> StepCounterSample | None: ...
+
 
 @dataclass(frozen=True)
 class CollectorConfig:
@@ -256,13 +258,18 @@ class Collector:
                 workers,
             )
             session.add(sample)
-            readings += sample.value is not None
+            logged = steps.read_log()
+            if logged is not None:
+                session.add(logged)
+            readings += sample.value is not None or logged is not None
             # Read often until a rate is well established, then settle.
             if readings >= cfg.steps_warmup_readings:
                 task.interval_s = cfg.steps_interval_s
+            printed = f"; the step the job prints to {logged.frame}" if logged else ""
             session.probe_status["steps"] = (
-                ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s")
+                ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s{printed}")
                 if sample.name
+                else ProbeStatus("ok", f"no counter{printed}") if logged
                 else ProbeStatus("partial", sample.error or "no step counter found")
             )
 

@@ -259,6 +259,9 @@ class StepCounterSample:
     value: int | None
     frame: str | None = None
     error: str | None = None
+    #: "loop" (a local of the loop frame or the DataLoader workers' index) or
+    #: "log" (the step the job printed, ``probes.job_log``; ``frame`` is the file).
+    source: str = "loop"
 
 
 # ------------------------------------------------------------------ storage

@@ -26,6 +26,7 @@ from .samples import (
     StorageSample,
 )
 from .status import ProbeStatus
+from .step_sources import StepReadings, choose_step_readings
 
 T = TypeVar("T")
 
@@ -203,6 +204,12 @@ class Session:
             StepCounterSample: self.steps,
             StorageSample: self.storage,
         }
+
+    def step_readings(self, lo: float | None = None, hi: float | None = None) -> StepReadings:
+        """The readings steps/s comes from in ``(lo, hi]`` (all when not given)."""
+        if lo is None or hi is None:
+            return choose_step_readings(self.steps.items())
+        return choose_step_readings(self.steps.window(lo, hi))
 
     def probe_text(self, name: str, default: str) -> str:
         """A probe's status as a person reads it, or ``default`` before it has one."""

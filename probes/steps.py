@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .job_log import JobLog
 from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
 from .samples import StepCounterSample
@@ -122,6 +123,16 @@ class StepProbe:
         self.counter_names = tuple(counter_names)
         self.binary = binary or require_pyspy()
         self._loop_counted = False
+        self._log = JobLog.of(pid)
+
+    @property
+    def log_name(self) -> str | None:
+        """The job's log file this probe reads steps from, if its output goes to one."""
+        return self._log.name if self._log else None
+
+    def read_log(self) -> StepCounterSample | None:
+        """The newest step the job printed to its log since the last call, if any."""
+        return self._log.read() if self._log else None
 
     def sample(
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()

@@ -95,7 +95,7 @@ def steps_rate(increments: Sequence[tuple[float, float, float]]) -> Rate:
 
 
 def session_steps(session: Session, since: float | None = None) -> Rate:
-    readings = [r for r in session.steps.items() if since is None or r.t >= since]
+    readings = [r for r in session.step_readings().readings if since is None or r.t >= since]
     return steps_rate([(p.t, c.t, float(n)) for p, c, n in counter_increments(readings)])
 
 

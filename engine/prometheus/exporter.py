@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from aitop.engine.prometheus.names import PHASE_LABEL, base_value, exported_metrics
 from aitop.engine.version import aitop_version
+from aitop.knowledge.metrics import STEPS_WINDOW_S
 from aitop.knowledge.model import CATEGORIES, COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.rules import Rule
 from aitop.probes.redact import redact_argv, redact_text
@@ -132,16 +133,27 @@ class Publisher:
             self._stack_counts.setdefault(phase, 0)
 
     def _count_steps(self, now: float) -> None:
-        since = self._last_reading.t if self._last_reading is not None else -math.inf
-        new = [s for s in self.session.steps.window(since, now) if s.value is not None]
-        if not new:
+        # The chosen source's readings of the last half minute; counted from the
+        # last one already counted. Readings of the stack count are numbered
+        # from the start of the range they are read over, so the last counted
+        # is found by its time and name, and its value is taken from this read.
+        readings = [s for s in self.session.step_readings(now - STEPS_WINDOW_S, now).readings
+                    if s.value is not None]
+        last = self._last_reading
+        start = next((i for i, s in enumerate(readings)
+                      if last is not None and (s.t, s.name) == (last.t, last.name)), None)
+        if start is None:
+            since = last.t if last is not None else -math.inf
+            readings = [s for s in readings if s.t > since]
+        else:
+            readings = readings[start:]
+        if not readings or (start is not None and len(readings) < 2):
             return
-        readings = [self._last_reading, *new] if self._last_reading is not None else new
         increments = counter_increments(readings)
         if self._steps_total is None:
             self._steps_total = 0
         self._steps_total += sum(n for _prev, _cur, n in increments)
-        self._last_reading = new[-1]
+        self._last_reading = readings[-1]
 
     def _count_firings(self, diagnosis: Diagnosis | None) -> None:
         for finding in diagnosis.findings if diagnosis else ():

@@ -89,7 +89,8 @@ def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> 
 
 
 def training_step_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
-    rates = [r for _, r in step_rates(recent(s.steps, now, max(w, 10.0))) if r > 0]
+    readings = s.step_readings(now - max(w, 10.0), now).readings
+    rates = [r for _, r in step_rates(readings) if r > 0]
     step = _metric(d, "step_time")
     if step is None and rates:
         step = 1.0 / statistics.fmean(rates)

@@ -180,7 +180,7 @@ def steps_span(session: Session, diagnosis: Diagnosis | None) -> tuple[float, fl
         return None
     lookback = max(diagnosis.window_s, STEPS_WINDOW_S)
     readings = [
-        r for r in session.steps.window(diagnosis.t - lookback, diagnosis.t)
+        r for r in session.step_readings(diagnosis.t - lookback, diagnosis.t).readings
         if r.value is not None
     ]
     if len(readings) < 2:
@@ -193,7 +193,8 @@ def steps_source(session: Session, diagnosis: Diagnosis | None) -> s.StepsSource
     if diagnosis is None:
         return None
     lookback = max(diagnosis.window_s, STEPS_WINDOW_S)
-    readings = session.steps.window(diagnosis.t - lookback, diagnosis.t)
+    chosen = session.step_readings(diagnosis.t - lookback, diagnosis.t)
+    readings = chosen.readings
     named = [r for r in readings if r.value is not None]
     last = named[-1] if named else (readings[-1] if readings else None)
     if last is None:
@@ -202,6 +203,7 @@ def steps_source(session: Session, diagnosis: Diagnosis | None) -> s.StepsSource
         counter=last.name,
         frame=last.frame,
         error=None if named else last.error,
+        rejected=chosen.rejected,
         readings=[(round(r.t, 3), r.name, r.value) for r in named[-STEP_READINGS_KEPT:]
                   if r.value is not None],
     )
@@ -212,7 +214,7 @@ def step_windows(session: Session) -> list[tuple[float, float, float]]:
     the per-window rates that give ``aitop diff`` its confidence interval."""
     return [
         (round(prev.t, 3), round(cur.t, 3), float(n))
-        for prev, cur, n in counter_increments(session.steps.items())
+        for prev, cur, n in counter_increments(session.step_readings().readings)
     ]
 
 

@@ -141,6 +141,9 @@ class StepsSource(msgspec.Struct, kw_only=True):
     counter: str | None = None
     frame: str | None = None
     error: str | None = None
+    #: Why the loop's counter was set aside for the backward passes the stacks
+    #: count (``probes.step_sources``), when it was.
+    rejected: str | None = None
     #: ``[epoch s, counter name, value]``, the newest last.
     readings: list[tuple[float, str | None, int]] = []
 
@@ -296,6 +299,7 @@ class Report(msgspec.Struct, kw_only=True):
 ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
     "Report": frozenset({"job", "ranks", "job_verdict"}),
     "Rank": frozenset({"gpus"}),
+    "StepsSource": frozenset({"rejected"}),
 }
 
 

@@ -8,7 +8,7 @@ probe reads, or from the engine's diagnoses when there is no counter.
 
 from __future__ import annotations
 
-from aitop.engine.live.series import latest, recent
+from aitop.engine.live.series import latest
 from aitop.knowledge import verdicts
 from aitop.probes.session import PHASES
 from aitop.probes.steps import step_rates
@@ -115,7 +115,7 @@ class StepPanel(Panel):
             status = view.session.probe_text("stacks", "waiting for py-spy…")
             out.append(Line(Text(f"phases: no stack samples yet ({status})", style="dim"), 0))
 
-        rates = step_rates(recent(view.session.steps, view.now, HISTORY_S))
+        rates = step_rates(view.session.step_readings(view.now - HISTORY_S, view.now).readings)
         current = view.diagnosis.steps_per_s if view.diagnosis is not None else None
         if current is None and rates:
             current = rates[-1][1]

@@ -1,0 +1,245 @@
+"""Steps from the job's own log: the step number it prints.
+
+Most training scripts print their step: ``iter 120: loss 2.31`` (nanoGPT-style
+loops at module level, whose counter is a global that py-spy's locals do not
+show), ``| epoch 1 |  200/ 2983 batches |`` (pytorch/examples'
+word_language_model, whose loop local ``i`` steps by the sequence length), a
+progress bar's ``450/1000 [00:30<00:37, 14.8it/s]``. Where the job's stdout or
+stderr is a regular file (``nohup``, Slurm, ``> train.log``), aitop reads what
+the job appends, finds the integer that counts steps, and stamps each reading
+with the file's modification time: the moment the job wrote its newest line,
+however rarely aitop looks. Output the job buffers arrives in blocks (Python
+buffers a redirected stdout unless ``-u``/``PYTHONUNBUFFERED`` or
+``flush=True``); each block's last line is still stamped when it was written.
+
+Which integer counts steps is read from the lines themselves, never guessed from
+one line: lines are grouped by their shape (the text with its numbers taken
+out), and within a shape an integer is a step count when it is labelled as one
+(``step``, ``iter``, ``batch``..., or an ``n/N`` progress) and rises from line
+to line. Times (``00:30``), percentages, decimals and durations (``12ms``) are
+never candidates; labels that count something else per step (``tokens``,
+``samples``, ``epoch``) are refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import stat
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .samples import StepCounterSample
+
+#: What a reading from the log is marked as (``StepCounterSample.source``).
+LOG_SOURCE = "log"
+#: Bytes of the log read back at attach, to learn its lines' shapes.
+TAIL_BYTES = 64 << 10
+#: At most this many new bytes are read per call (the rest is skipped to).
+MAX_READ_BYTES = 1 << 20
+#: Shapes remembered, and lines kept per shape (bounds memory on any log).
+MAX_SHAPES = 64
+LINES_PER_SHAPE = 32
+#: A shape needs this many lines, and its count this many rises, to be read.
+MIN_LINES = 3
+MIN_RISES = 2
+
+STEP_WORDS = frozenset({
+    "step", "steps", "iter", "iters", "iteration", "iterations", "it", "batch", "batches",
+    "global_step", "update", "updates", "train_step",
+})
+#: Labels of integers that rise with the steps but are not a count of them.
+NOT_STEPS = frozenset({
+    "epoch", "epochs", "tokens", "token", "samples", "sample", "examples", "seen", "images",
+    "sequences", "bytes", "mb", "gb", "kb", "ms", "s", "sec", "seconds", "time", "memory", "mem",
+})
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: A progress bar's bar: the text between two pipes with no letters in it.
+_BAR = re.compile(r"\|[^|A-Za-z]*\|")
+#: An integer standing alone: not part of a decimal, a word, a time or a percentage.
+_INT = re.compile(r"(?<![\w.])(?<!\d:)(\d+)(?!\.\d)(?![\w%])(?!:\d)")
+_DIGITS = re.compile(r"\d+")
+_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def find_log(pid: int, proc_root: Path = Path("/proc")) -> tuple[Path, str] | None:
+    """The job's stdout (else stderr) when it is a regular file: ``/proc`` link, its name.
+
+    Reading through ``/proc/PID/fd/N`` opens the file the job writes, in the
+    job's own mount namespace, even when it has been deleted or renamed.
+    """
+    for fd in (1, 2):
+        link = proc_root / str(pid) / "fd" / str(fd)
+        try:
+            name = os.readlink(link)
+            if stat.S_ISREG(os.stat(link).st_mode):
+                return link, name
+        except OSError:
+            continue
+    return None
+
+
+def normalise(line: str) -> str:
+    """A log line without colour codes, non-ASCII (bar blocks) or a bar's fill."""
+    line = _ANSI.sub("", line)
+    line = line.encode("ascii", errors="ignore").decode("ascii")
+    line = _BAR.sub("|bar|", line)
+    return " ".join(line.split())
+
+
+def shape_of(line: str) -> tuple[str, list[int]]:
+    """The line with its standalone integers as ``#`` (other digits as ``9``), and them."""
+    values: list[int] = []
+    parts: list[str] = []
+    last = 0
+    for match in _INT.finditer(line):
+        parts.append(_DIGITS.sub("9", line[last:match.start()]))
+        parts.append("#")
+        values.append(int(match.group(1)))
+        last = match.end()
+    parts.append(_DIGITS.sub("9", line[last:]))
+    return "".join(parts), values
+
+
+def _label(shape: str, slot: int) -> tuple[str, bool]:
+    """The word that names integer ``slot`` of a shape, and whether it is ``n/N``."""
+    pieces = shape.split("#")
+    before, after = pieces[slot], pieces[slot + 1]
+    progress = after.lstrip().startswith("/") and slot + 1 < len(pieces) - 1
+    words = _WORD.findall(before)
+    label = words[-1].lower() if words else ""
+    if progress and label not in STEP_WORDS:
+        # "200/ 2983 batches", "450/1000 [..., 14.8it/s]": the word after the
+        # total names what is counted, when it names steps.
+        following = _WORD.findall(pieces[slot + 2]) if slot + 2 < len(pieces) else []
+        label = following[0].lower() if following and following[0].lower() in STEP_WORDS \
+            else "progress"
+    return label, progress
+
+
+@dataclass
+class _Shape:
+    lines: list[list[int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StepLine:
+    """Where a log's step count is: the shape, which integer, and its label."""
+
+    shape: str
+    slot: int
+    label: str
+
+
+class StepLineFinder:
+    """Learns a log's line shapes and says which integer counts steps."""
+
+    def __init__(self) -> None:
+        self._shapes: OrderedDict[str, _Shape] = OrderedDict()
+        self._newest: dict[str, int] = {}
+
+    def feed(self, lines: Sequence[str]) -> set[str]:
+        """Learn from these lines; the shapes they hold."""
+        fed: set[str] = set()
+        for raw in lines:
+            line = normalise(raw)
+            if not line:
+                continue
+            shape, values = shape_of(line)
+            if not values:
+                continue
+            entry = self._shapes.pop(shape, None) or _Shape()
+            entry.lines = [*entry.lines[-(LINES_PER_SHAPE - 1):], values]
+            self._shapes[shape] = entry
+            fed.add(shape)
+            while len(self._shapes) > MAX_SHAPES:
+                self._shapes.popitem(last=False)
+        return fed
+
+    def step_line(self) -> StepLine | None:
+        """The best-labelled rising integer over every shape seen, if any; among
+        equals, the one in the shape written last (a log that changed format)."""
+        best: tuple[tuple[int, int], StepLine] | None = None
+        for recency, (shape, entry) in enumerate(self._shapes.items()):
+            if len(entry.lines) < MIN_LINES:
+                continue
+            for slot in range(len(entry.lines[0])):
+                rises = _rises([v[slot] for v in entry.lines])
+                if rises is None or rises < MIN_RISES:
+                    continue
+                label, progress = _label(shape, slot)
+                if label in NOT_STEPS:
+                    continue
+                score = 2 if label in STEP_WORDS else 1 if progress else 0
+                if score == 0:
+                    continue
+                key = (score, recency)
+                if best is None or key > best[0]:
+                    best = (key, StepLine(shape, slot, label or "step"))
+        return best[1] if best else None
+
+    def newest(self, where: StepLine) -> int | None:
+        entry = self._shapes.get(where.shape)
+        return entry.lines[-1][where.slot] if entry and entry.lines else None
+
+
+def _rises(values: Sequence[int]) -> int | None:
+    """Rises from line to line; None if it ever falls other than by a reset (to half)."""
+    rises = 0
+    for a, b in itertools.pairwise(values):
+        if b > a:
+            rises += 1
+        elif b < a and b > a // 2:
+            return None
+    return rises
+
+
+class JobLog:
+    """Reads the steps the job prints to its log file, one reading per new write."""
+
+    def __init__(self, link: Path, name: str) -> None:
+        self.link = link
+        self.name = name
+        self.finder = StepLineFinder()
+        self._offset: int | None = None
+        self._partial = ""
+        self._stamped: float | None = None
+
+    @classmethod
+    def of(cls, pid: int, proc_root: Path = Path("/proc")) -> JobLog | None:
+        found = find_log(pid, proc_root)
+        return cls(*found) if found else None
+
+    def read(self) -> StepCounterSample | None:
+        """The newest step the log shows, stamped with its write; None if nothing new."""
+        try:
+            with open(self.link, "rb") as fh:
+                info = os.fstat(fh.fileno())
+                size = info.st_size
+                if self._offset is None or size < self._offset:
+                    self._offset = max(0, size - TAIL_BYTES) if self._offset is None else 0
+                    self._partial = ""
+                start = max(self._offset, size - MAX_READ_BYTES)
+                fh.seek(start)
+                data = fh.read(size - start)
+        except OSError:
+            return None
+        self._offset = start + len(data)
+        text = self._partial + data.decode("utf-8", errors="replace")
+        lines = re.split(r"[\r\n]", text)
+        self._partial = lines.pop()
+        fed = self.finder.feed(lines)
+        where = self.finder.step_line()
+        # Only a step line in what was just read is as new as the file's mtime.
+        if where is None or where.shape not in fed or info.st_mtime == self._stamped:
+            return None
+        value = self.finder.newest(where)
+        if value is None:
+            return None
+        self._stamped = info.st_mtime
+        return StepCounterSample(info.st_mtime, f"{where.label} (job log)", value,
+                                 frame=self.name, source=LOG_SOURCE)
