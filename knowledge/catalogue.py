@@ -98,6 +98,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",
      "cores the job could use if the processes outside it were gone"),
+    ("proc_rss_floor_rise", "MB",
+     "least target-tree memory in the window's last quarter minus the most in its first: "
+     "above 0 only when memory rose past its own swings"),
     ("ram_minutes_left", "min",
      "minutes until system RAM runs out at the target tree's memory growth (proc_rss_trend)"),
     ("gpu_count", "", "number of GPUs NVML sees"),

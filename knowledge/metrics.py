@@ -609,6 +609,32 @@ def _process_metrics(
         max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
     _memory_runway(metrics, hosts[-1] if hosts else None)
+    metrics["proc_rss_floor_rise"] = floor_rise(
+        session.series(session.processes, _tree_sum(lambda p: _mb(p.rss_bytes)), now, window_s))
+
+
+#: The share of the window at each end that :func:`floor_rise` compares.
+RISE_EDGE = 0.25
+
+
+def floor_rise(points: Sequence[tuple[float, float]]) -> float | None:
+    """MB by which the least memory of the window's last quarter exceeds the most
+    of its first: above 0 only when the memory rose past its own swings.
+
+    A slope alone reads a job whose memory swings (the allocator returning and
+    taking back tens of MB every few seconds; pytorch/examples'
+    word_language_model swings 410-458 MB with no trend) as growing at
+    100+ MB/min over any 20 s that happens to end on a high.
+    """
+    if len(points) < 4:
+        return None
+    t0, t1 = points[0][0], points[-1][0]
+    edge = (t1 - t0) * RISE_EDGE
+    first = [v for t, v in points if t <= t0 + edge]
+    last = [v for t, v in points if t >= t1 - edge]
+    if not first or not last:
+        return None
+    return min(last) - max(first)
 
 
 def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) -> None:

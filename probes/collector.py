@@ -51,6 +51,9 @@ class StepSampler(Protocol):
 
     def read_log(self) -> StepCounterSample | None: ...
 
+    @property
+    def log_name(self) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class CollectorConfig:
@@ -258,27 +261,40 @@ class Collector:
                 workers,
             )
             session.add(sample)
-            logged = steps.read_log()
-            if logged is not None:
-                session.add(logged)
-            readings += sample.value is not None or logged is not None
+            readings += sample.value is not None
             # Read often until a rate is well established, then settle.
             if readings >= cfg.steps_warmup_readings:
                 task.interval_s = cfg.steps_interval_s
-            printed = f"; the step the job prints to {logged.frame}" if logged else ""
+            printed = f"; the step the job prints to {steps.log_name}" if steps.log_name else ""
             session.probe_status["steps"] = (
                 ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s{printed}")
                 if sample.name
-                else ProbeStatus("ok", f"no counter{printed}") if logged
+                else ProbeStatus("ok", f"no counter{printed}") if steps.log_name
                 else ProbeStatus("partial", sample.error or "no step counter found")
             )
 
         task.work = work
         self.loops.append(task)
+        if steps.log_name is not None:
+            self._add_log(steps)
+
+    def _add_log(self, steps: StepSampler) -> None:
+        """The job's log, read as often as the process tree: a read is a stat and
+        the bytes appended since, and each new step line is a reading (stamped
+        with its write, so the cadence sets how many readings, not their time).
+        Its state is the steps probe's, so it keeps no status of its own."""
+
+        def work() -> None:
+            logged = steps.read_log()
+            if logged is not None:
+                self.session.add(logged)
+
+        self.loops.append(PeriodicTask("log", work, self.config.interval_s, {}, self.stop_event))
 
     def start(self) -> None:
         for loop in self.loops:
-            self.session.probe_status.setdefault(loop.name, ProbeStatus("starting"))
+            if loop.status is self.session.probe_status:
+                self.session.probe_status.setdefault(loop.name, ProbeStatus("starting"))
             loop.start()
 
     def stop(self, timeout_s: float = 3.0) -> None:

@@ -137,6 +137,9 @@ class Job:
     thread_cpu: tuple[float, ...] = ()
     #: MB per second the main process's resident memory grows (a leak).
     rss_growth_mb_s: float = 0.0
+    #: MB of resident memory, one per process sample in turn, added to the growth
+    #: (memory that swings up and down).
+    rss_swing_mb: tuple[float, ...] = ()
     #: Cores a process outside the job keeps busy (PID 4242, "python build.py").
     neighbour_cores: float = 0.0
     #: MB/s the main process reads from storage.
@@ -243,7 +246,9 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     main = ProcessInfo(
         pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
         status="running", cpu_percent=job.main_cpu,
-        rss_bytes=4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i), num_threads=12,
+        rss_bytes=4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i)
+        + round(job.rss_swing_mb[i % len(job.rss_swing_mb)] * 1e6 if job.rss_swing_mb else 0),
+        num_threads=12,
         read_bps=job.read_mb_s * 1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
     )
     workers = tuple(

@@ -20,8 +20,10 @@ import pytest
 from aitop.knowledge.catalogue import CATALOGUE
 from aitop.knowledge.diagnosis import Diagnoser, Facts, estimate_gain
 from aitop.knowledge.loader import load_knowledge_base, rules_in_document
+from aitop.knowledge.metrics import floor_rise
 from aitop.knowledge.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
+from aitop.probes.session import aggregate
 from support.synthetic import (
     T0,
     WINDOW_S,
@@ -58,6 +60,15 @@ def k(**knobs: object) -> Knobs:
 
 
 CPU_ONLY = k(gpu=False)
+#: pytorch/examples' word_language_model's resident memory (MB), read once a second
+#: from 5 s after its start: it swings 369-479 MB and does not grow.
+WORD_LM_RSS_SWING = (
+    428, 455, 455, 374, 442, 425, 472, 423, 441, 463, 423, 479, 421, 461, 461, 452, 399, 435,
+    389, 439, 423, 428, 373, 422, 422, 439, 448, 447, 425, 440, 428, 390, 433, 474, 435, 410,
+    443, 459, 376, 476, 419, 375, 424, 448, 369, 439, 412, 423, 411, 467, 437, 430, 386, 475,
+    474, 408, 402, 457, 396, 441, 457, 424, 459, 377, 402, 411, 442, 400, 439, 450, 447,
+)
+
 #: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
 SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
 SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
@@ -93,10 +104,13 @@ RULE_CASES: dict[str, Cases] = {
                 k(cpu_count=2, host_cpu=70.0, neighbour_cores=0.9, main_cpu=60.0,
                   workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3))),
     ),
-    # 1 MB/s (60 MB/min) sustained over the window is the line.
+    # 1 MB/s (60 MB/min) sustained over the window is the line, and a rise past
+    # the memory's own swings.
     "host_memory_grows": Cases(
-        fires=(k(rss_growth_mb_s=1.0), k(rss_growth_mb_s=110.0)),
-        misses=(k(rss_growth_mb_s=0.99), k(rss_growth_mb_s=0.0)),
+        fires=(k(rss_growth_mb_s=1.0), k(rss_growth_mb_s=110.0),
+               k(rss_growth_mb_s=20.0, rss_swing_mb=WORD_LM_RSS_SWING)),
+        misses=(k(rss_growth_mb_s=0.99), k(rss_growth_mb_s=0.0),
+                k(rss_swing_mb=WORD_LM_RSS_SWING)),
     ),
     # Compiling before the first steps: 50 % of the window is the line.
     "warming_up_compiling": Cases(
@@ -1429,3 +1443,22 @@ def test_a_finding_held_by_keep_firing_for_is_told_with_the_numbers_that_made_it
         finding = next(f for f in tick.diagnosis.findings if f.id == "data_wait_dominant")
         shown = int(finding.title.split("waits for data ")[1].split("%")[0])
         assert shown >= 30, (finding.title, tick.metrics["phase_data_wait"])
+
+
+def test_memory_that_swings_is_no_growth_however_its_slope_reads() -> None:
+    """Every 20-s stretch of word_language_model's memory: slopes of 100+ MB/min
+    up and down, and never the last quarter above the first quarter's top."""
+    points = [(float(t), float(mb)) for t, mb in enumerate(WORD_LM_RSS_SWING)]
+    slopes, rises = [], []
+    for start in range(len(points) - 20):
+        window = points[start:start + 21]
+        agg = aggregate(window)
+        assert agg is not None
+        slopes.append(agg.trend)
+        rises.append(floor_rise(window))
+    assert max(slopes) >= 60, "the slope alone would read growth"
+    assert all(r is not None and r <= 0 for r in rises), rises
+    # The same swings on a leak of 20 MB/s rise past them in every stretch (a
+    # leak slower than its swings needs a longer window than 20 s to be told).
+    leak = [(t, mb + 20.0 * t) for t, mb in points]
+    assert all((floor_rise(leak[s:s + 21]) or 0) > 0 for s in range(len(leak) - 20))
