@@ -13,7 +13,10 @@ straggler slowed by its own data loading, which the others wait for).
 time it waited for the other ranks). ``--checkpoint-rank R`` makes rank R alone
 save a checkpoint every ``--checkpoint-every`` steps (as rank 0 does in many
 jobs), which the others wait for in the next all-reduce. ``--fail-once-after S`` makes rank 0 fail
-once (an elastic restart under ``torchrun --max-restarts=1``). SIGTERM/SIGINT
+once (an elastic restart under ``torchrun --max-restarts=1``). ``--hang-rank R
+--hang-after S`` makes rank R, S seconds in, wait forever for a batch from a
+producer that is gone (a hung rank), while the others wait for it in DDP's next
+all-reduce. SIGTERM/SIGINT
 end every rank with 130.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import signal
 import sys
@@ -157,6 +161,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     fail_at = (time.time() + args.fail_once_after
                if args.fail_once_after is not None and first_attempt else None)
+    hang_at = time.time() + args.hang_after
     step = 0
     checkpoints = Path(tempfile.mkdtemp(prefix="aitop-ddp-ckpt-"))
     while time.time() < deadline:
@@ -176,10 +181,18 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
                 break
             if rank == 0 and fail_at is not None and time.time() >= fail_at:
                 raise SystemExit("rank 0 fails once, as asked (--fail-once-after)")
+            if rank == args.hang_rank and time.time() >= hang_at:
+                clock.truth.maybe_write(force=True)
+                wait_for_a_batch_nobody_sends()
             clock.start()
     clock.truth.maybe_write(force=True)
     shutil.rmtree(checkpoints, ignore_errors=True)
     dist.destroy_process_group()
+
+
+def wait_for_a_batch_nobody_sends() -> None:
+    """Block for good on a queue no thread will ever fill (its producer died)."""
+    queue.Queue().get()
 
 
 def _spawned(index: int, world_size: int, args: argparse.Namespace) -> None:
@@ -215,6 +228,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fail-once-after", type=float, metavar="S",
                         help="rank 0 exits with an error after S s on torchrun's first attempt "
                         "(with --max-restarts=1 torchrun then restarts every rank)")
+    parser.add_argument("--hang-rank", type=int, default=-1, metavar="R",
+                        help="rank R waits forever for a batch after --hang-after seconds")
+    parser.add_argument("--hang-after", type=float, default=10.0, metavar="S")
     parser.add_argument("--truth", type=Path, metavar="DIR",
                         help="write each rank's own timers to DIR/rankN.jsonl")
     return parser.parse_args(argv)

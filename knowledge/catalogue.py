@@ -121,7 +121,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("accel_util", "%",
      "GPU utilisation when there is a GPU; without one, the training thread's share of "
      "time in forward/backward/optimizer (compute then means the CPU)"),
-    ("steps_per_s", "1/s", "training steps per second, from the loop counter"),
+    ("steps_per_s", "1/s",
+     "training steps per second, from the loop counter, the DataLoader workers' batch index "
+     "or the step the job prints to its log file"),
     ("step_time", "s", "seconds per training step"),
     ("cpu_headroom", "x",
      "CPUs the target may use / busy threads of the main process: how much wider CPU "

@@ -81,19 +81,28 @@ class JobFollower:
             return
         lead = self.lead
         peers = [_mark_exited(p) for p in lead.peers]
-        watched = {lead.session.target_pid, *(p.pid for p in peers)}
-        new = [r.pid for r in job.ranks if r.pid not in watched]
-        if not new:
-            lead.peers = peers
-            return
-        if lead.session.target_exited_at is not None:
-            successor = new.pop(0)  # job.ranks are in rank order: the new lowest rank
-            old = lead.session.target_pid
+        current = [r.pid for r in job.ranks]  # in rank order
+        old = lead.session.target_pid
+        if old not in current and not _alive(old):
+            # The lead exited and the launcher runs a new attempt: its lowest rank
+            # leads now, whether or not an earlier read already took it as a peer
+            # (the new ranks can appear before the process probe sees the old
+            # lead's exit).
+            successor = current[0]
+            for peer in peers:
+                if peer.pid == successor and peer.source is not None:
+                    peer.source.close()
+            peers = [p for p in peers if p.pid != successor]
             self.restarts += 1
             lead.adopt_lead(successor, job)
             lead.warnings.append(
                 f"the launcher (PID {self.launcher_pid}) restarted the job: now leading with "
                 f"{job.label(successor)} (PID {successor}); PID {old} exited")
+        watched = {lead.session.target_pid, *(p.pid for p in peers)}
+        new = [pid for pid in current if pid not in watched]
+        if not new:
+            lead.peers = peers
+            return
         added = [self.make_peer(pid, job) for pid in new]
         if self._stop.is_set():  # aitop closed meanwhile: nobody would stop these
             for peer in added:
@@ -103,6 +112,15 @@ class JobFollower:
         lead.peers = [*peers, *added]
         lead.session.probe_status["ranks"] = ProbeStatus(
             "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process exists (a zombie not yet reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _mark_exited(peer: RankPeer) -> RankPeer:

@@ -321,7 +321,8 @@ class AitopCollector(Collector):
         if frame.steps_total is not None:
             yield CounterMetricFamily(
                 "aitop_training_steps",
-                "training steps counted from the job's loop counter since aitop attached",
+                "training steps counted since aitop attached (the loop counter, or the step "
+                "the job prints)",
                 value=float(frame.steps_total),
             )
 

@@ -2,8 +2,9 @@
 
 The stacked bar is the phase breakdown over the window from the stack samples
 (``session.phase_fractions``); data wait is judged against the documents'
-target of under 5 % of step time. Steps/s comes from the loop counter the step
-probe reads, or from the engine's diagnoses when there is no counter.
+target of under 5 % of step time. Steps/s comes from the readings the session
+chooses (the loop counter the step probe reads, or the step the job prints),
+or from the engine's diagnoses when there are none.
 """
 
 from __future__ import annotations

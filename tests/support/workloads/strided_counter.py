@@ -1,9 +1,10 @@
-"""A loop shaped like pytorch/examples' word_language_model: its locals hold
-``batch`` (the step) and ``i`` (the offset into the data, stepping by ``bptt``),
-and it prints ``| epoch 1 |   40/  300 batches | ...`` every few batches.
+"""A loop shaped like pytorch/examples' word_language_model's evaluation loop:
+``for i in range(0, n, bptt)``, so its only integer local ``i`` is the offset
+into the data, stepping by ``bptt``; it prints ``| epoch 1 |   40/  300 batches
+| ...`` (``i // bptt``) every few batches.
 
-aitop's loop-counter names include ``i`` and not ``batch``, so the frame's
-counter reads ``bptt`` times the step rate; the printed count is the step's.
+The frame's counter reads ``bptt`` times the step rate; the printed count is the
+step's.
 Ground truth (steps and their times) goes to the file named by ``--truth``.
 """
 
@@ -28,7 +29,7 @@ def train(truth: Truth, deadline: float) -> None:
     while time.time() < deadline:
         epoch += 1
         start = time.perf_counter()
-        for batch, i in enumerate(range(0, data.size(0) - 1, BPTT)):
+        for i in range(0, data.size(0) - 1, BPTT):
             x = data[i:i + BPTT].reshape(-1, 512)
             loss = (model(x) - x).pow(2).mean()
             optimizer.zero_grad()
@@ -36,9 +37,9 @@ def train(truth: Truth, deadline: float) -> None:
             optimizer.step()
             truth.steps += 1
             truth.maybe_write()
-            if batch % 5 == 0 and batch > 0:
+            if (i // BPTT) % 5 == 0 and i > 0:
                 ms = (time.perf_counter() - start) * 1000 / 5
-                print(f"| epoch {epoch:3d} | {batch:5d}/{300:5d} batches | ms/batch {ms:5.2f} "
+                print(f"| epoch {epoch:3d} | {i // BPTT:5d}/{300:5d} batches | ms/batch {ms:5.2f} "
                       f"| loss {loss.item():5.2f}", flush=True)
                 start = time.perf_counter()
             if time.time() >= deadline:
