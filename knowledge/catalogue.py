@@ -175,6 +175,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "mean communication share of the ranks other than the straggler"),
     ("straggler_excess", "fraction",
      "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
+    ("straggler_stalled", "0/1",
+     "1 when the straggler's own state is stalled (it stands still while the others wait)"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),

@@ -37,11 +37,13 @@ Metrics = Mapping[str, "float | None"]
 HOLDS_BACK = "holds_back_job"
 #: Categories that say "this rank waits for the others": not a rank's own cause.
 WAITING_CATEGORIES = frozenset({"communication"})
+#: The category of a rank that does not move (rules.yaml ``job_stalled``).
+STALLED = "stalled"
 
 
 #: Metrics only the rank judging a whole job knows (None for every other session).
 JOB_METRICS = ("ranks_watched", "job_comm_share", "straggler_score", "straggler_rank_comm",
-               "job_wait_share", "straggler_excess")
+               "job_wait_share", "straggler_excess", "straggler_stalled")
 
 
 def comm_metrics(metrics: MutableMapping[str, float | None]) -> None:
@@ -146,7 +148,7 @@ class JobJudgement:
             "job_comm_share": (sum(r.comm_share or 0.0 for r in known) / len(known)
                                if known else None),
             "straggler_score": None, "straggler_rank_comm": None,
-            "job_wait_share": None, "straggler_excess": None,
+            "job_wait_share": None, "straggler_excess": None, "straggler_stalled": None,
         }
         s = self.straggler
         if s is None or s.comm_share is None or len(known) < 2:
@@ -160,6 +162,8 @@ class JobJudgement:
             # What the others wait beyond what the straggler waits itself: the
             # part of their step that exists only because it is slower.
             "straggler_excess": max(0.0, wait - s.comm_share),
+            # A rank that stands still while the others wait is the hung one.
+            "straggler_stalled": float(s.cause is not None and s.cause.category == STALLED),
         })
         return out
 

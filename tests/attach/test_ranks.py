@@ -394,3 +394,27 @@ def test_a_rank_that_cannot_be_watched_is_listed_with_the_reason() -> None:
     assert ranks["rank 0"]["status"] == "watched"
     assert "not look like a Python process" in ranks["rank 1"]["status"], ranks
     assert report["phases"] is not None  # rank 0 is diagnosed all the same
+
+
+@pytest.mark.attach
+def test_a_hung_job_names_the_rank_that_is_stuck(workdir: Path) -> None:
+    """torchrun, 2 ranks; rank 1 waits forever on a queue after 2 s, rank 0 waits
+    for it in DDP's all-reduce: both stand still, rank 1 is the one named."""
+    command = ddp_command(free_port(), workdir / "hang-truth", "--hang-rank", "1",
+                          "--hang-after", "2")
+    with started(command) as launcher:
+        job = wait_for(lambda: find_job(launcher.pid), 2)
+        time.sleep(8)  # past start-up and into the hang
+        result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
+                           "--duration", "22", timeout=120)
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    stuck = next(r for r in job.ranks if r.rank == 1)
+    summary = report["bottleneck"]["summary"]
+    print(summary)
+    assert report["bottleneck"]["category"] == "stalled"
+    assert summary.startswith(f"rank 1 (PID {stuck.pid}) is stuck, and the other ranks wait "
+                              "for it: Stalled: no progress for"), summary
+    assert "Queue.get" in summary or "Condition.wait" in summary, summary
+    assert [f["id"] for f in report["findings"]] == ["rank_stuck_others_wait"]
+    assert report["findings"][0]["est_speedup"] is None

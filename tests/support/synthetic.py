@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from aitop.knowledge.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics import compute_metrics, compute_words
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.model import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.rules import RuleEngine, RuleSet
 from aitop.knowledge.straggler import RankView, judge_ranks
 from aitop.probes.ranks import Job as RankJob
@@ -153,6 +153,8 @@ class Job:
     #: The other ranks' communication shares, as their own evaluators saw them:
     #: given, this session is judged as the lead rank of the whole job.
     peer_comm: tuple[float, ...] = ()
+    #: The other ranks' own lead finding is ``job_stalled`` (they stand still).
+    peers_stalled: bool = False
     #: The hottest frame of the 'other' phase: (function, location, loop line).
     other_frame: tuple[str, str, str] | None = None
     #: Whether the pin-memory thread exists; None: thread names unreadable.
@@ -336,13 +338,13 @@ def step_sample(job: Job, i: int) -> StepCounterSample:
 
 
 #: The other ranks' comm shares of each session judged as a job's lead rank.
-_PEERS: dict[int, tuple[float, ...]] = {}
+_PEERS: dict[int, tuple[tuple[float, ...], bool]] = {}
 
 
 def extend(session: Session, job: Job, first: int, last: int) -> Session:
     """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
     if job.peer_comm:
-        _PEERS[id(session)] = job.peer_comm
+        _PEERS[id(session)] = (job.peer_comm, job.peers_stalled)
     if job.local_ranks > 1:
         session.job = RankJob(PID, PID - 1, "env", tuple(
             RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
@@ -389,18 +391,28 @@ class Tick:
     diagnosis: Diagnosis | None = None
 
 
+#: A peer's lead finding when ``peers_stalled``: its own evaluator's job_stalled.
+STALLED_PEER = Finding(
+    id="job_stalled", severity="critical", category="stalled",
+    title="Stalled: no progress for 30 s, the training thread standing in Queue.get (queue.py)",
+    why="", evidence=(), actions=(), gain=Gain(None), expr="",
+    source=Citation("optimize", "Profiling for Targeted Improvement"), fired_at=T0)
+
+
 def evaluate(
     session: Session, evaluator: RuleEngine | Diagnoser, now: float, window_s: float = WINDOW_S
 ) -> Tick:
     """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
     metrics = compute_metrics(session, now, window_s)
     words = compute_words(session, now, window_s)
-    peers = _PEERS.get(id(session))
-    if peers:
+    given = _PEERS.get(id(session))
+    if given:
+        peers, stalled = given
+        cause = STALLED_PEER if stalled else None
         # As Evaluator._judge_job does with the other ranks' newest diagnoses.
         own = RankView("rank 0", PID, metrics.get("comm_share"), None, None, None)
         judgement = judge_ranks([own, *(RankView(f"rank {i + 1}", PID + 1000 * (i + 1), c,
-                                               None, None, "data wait 40%")
+                                               None, cause, "data wait 40%")
                                       for i, c in enumerate(peers))])
         metrics.update(judgement.metrics())
         words.update(judgement.words())

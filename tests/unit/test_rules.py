@@ -25,6 +25,7 @@ from aitop.knowledge.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.session import aggregate
 from support.synthetic import (
+    PID,
     T0,
     WINDOW_S,
     Job,
@@ -214,6 +215,22 @@ RULE_CASES: dict[str, Cases] = {
         ),
     ),
     # The lead rank waits 52 % of its time; the other waits 10 %: score 0.53.
+    # The other rank stands still and this one waits for it (CPU rank, its
+    # training thread off the CPU inside backward): the stuck rank is named.
+    "rank_stuck_others_wait": Cases(
+        fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=2.0,
+                 workers=0, phases=mix(backward=0.99, other=0.01), peer_comm=(0.0,),
+                 peers_stalled=True),),
+        misses=(
+            # The same wait for a peer that moves: a straggler, not a stuck rank.
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=2.0,
+              workers=0, phases=mix(backward=0.99, other=0.01), peer_comm=(0.0,)),
+            # A stuck peer that nobody waits for (this rank waits under half its time).
+            k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=60.0,
+              workers=0, phases=mix(backward=0.99, other=0.01), peer_comm=(0.0,),
+              peers_stalled=True),
+        ),
+    ),
     "straggler_holds_back_job": Cases(
         fires=(k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
                  workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.10,)),),
@@ -1462,3 +1479,20 @@ def test_memory_that_swings_is_no_growth_however_its_slope_reads() -> None:
     # leak slower than its swings needs a longer window than 20 s to be told).
     leak = [(t, mb + 20.0 * t) for t, mb in points]
     assert all((floor_rise(leak[s:s + 21]) or 0) > 0 for s in range(len(leak) - 20))
+
+
+def test_a_job_whose_other_rank_is_stuck_names_that_rank_first() -> None:
+    """Every rank of a hung DDP job stands still; the one the others wait for is named."""
+    d = diagnose_job(RULESET, 40, local_ranks=2, gpu=False, cpu_count=2, busy_threads=1,
+                     main_cpu=2.0, workers=0, phases=mix(backward=0.99, other=0.01),
+                     peer_comm=(0.0,), peers_stalled=True, stack_period_s=5,
+                     samples_per_window=50, steps_per_s=0.0, read_mb_s=0.0)
+    lead = d.findings[0]
+    assert lead.id == "rank_stuck_others_wait", [f.id for f in d.findings]
+    assert d.category == "stalled" and d.summary == lead.title
+    assert lead.title.startswith(f"rank 1 (PID {PID + 1000}) is stuck, and the other ranks "
+                                 "wait for it: Stalled: no progress for 30 s"), lead.title
+    # This rank's own stall (in backward, waiting) is carried, not listed beside it,
+    # and no steady-state finding (the straggler's gain) is judged meanwhile.
+    assert "job_stalled" not in [f.id for f in d.findings]
+    assert all(f.gain.speedup is None for f in d.findings)
