@@ -405,13 +405,16 @@ def test_a_hung_job_names_the_rank_that_is_stuck(workdir: Path) -> None:
     with started(command) as launcher:
         job = wait_for(lambda: find_job(launcher.pid), 2)
         time.sleep(8)  # past start-up and into the hang
+        # A peer rank is judged every 5 s on windows of up to 20 s: its own
+        # "stalled" (15 s in one frame, held 2 s) comes some 25 s after attach.
         result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
-                           "--duration", "22", timeout=120)
+                           "--duration", "32", timeout=130)
     assert result.returncode in (0, 3), result.stderr
     report = json.loads(result.stdout)
     stuck = next(r for r in job.ranks if r.rank == 1)
     summary = report["bottleneck"]["summary"]
-    print(summary)
+    print(f"{summary} (after {report['findings'][0]['fired_after_s']} s; timeline "
+          f"{[(e['after_s'], e['category']) for e in report['timeline']]})")
     assert report["bottleneck"]["category"] == "stalled"
     assert summary.startswith(f"rank 1 (PID {stuck.pid}) is stuck, and the other ranks wait "
                               "for it: Stalled: no progress for"), summary
