@@ -98,11 +98,11 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",
      "cores the job could use if the processes outside it were gone"),
-    ("proc_rss_floor_rise", "MB",
-     "least target-tree memory in the window's last quarter minus the most in its first: "
-     "above 0 only when memory rose past its own swings"),
+    ("proc_rss_growth", "MB/min",
+     "target-tree memory growth over the last minute: its least-squares slope where that "
+     "stands 4 standard errors out of the memory's swings, else 0 (none before 15 s)"),
     ("ram_minutes_left", "min",
-     "minutes until system RAM runs out at the target tree's memory growth (proc_rss_trend)"),
+     "minutes until system RAM runs out at the target tree's memory growth (proc_rss_growth)"),
     ("gpu_count", "", "number of GPUs NVML sees"),
     ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
     ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),

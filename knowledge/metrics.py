@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 
 from aitop.probes.samples import (
@@ -608,33 +609,40 @@ def _process_metrics(
     metrics["cpu_headroom"] = (
         max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
+    metrics["proc_rss_growth"] = memory_growth(session.series(
+        session.processes, _tree_sum(lambda p: _mb(p.rss_bytes)), now,
+        max(window_s, GROWTH_LOOKBACK_S)))
     _memory_runway(metrics, hosts[-1] if hosts else None)
-    metrics["proc_rss_floor_rise"] = floor_rise(
-        session.series(session.processes, _tree_sum(lambda p: _mb(p.rss_bytes)), now, window_s))
 
 
-#: The share of the window at each end that :func:`floor_rise` compares.
-RISE_EDGE = 0.25
+#: Memory growth is fitted over the last minute (at least the rule window), and
+#: read once it spans 15 s, with a slope at least 4 standard errors from flat.
+GROWTH_LOOKBACK_S = 60.0
+GROWTH_MIN_SPAN_S = 15.0
+GROWTH_MIN_T = 4.0
 
 
-def floor_rise(points: Sequence[tuple[float, float]]) -> float | None:
-    """MB by which the least memory of the window's last quarter exceeds the most
-    of its first: above 0 only when the memory rose past its own swings.
+def memory_growth(points: Sequence[tuple[float, float]]) -> float | None:
+    """MB per minute the memory grows: the least-squares slope where it stands out
+    of the memory's own swings, 0 where it does not, None before 15 s of points.
 
     A slope alone reads a job whose memory swings (the allocator returning and
     taking back tens of MB every few seconds; pytorch/examples'
-    word_language_model swings 410-458 MB with no trend) as growing at
-    100+ MB/min over any 20 s that happens to end on a high.
+    word_language_model swings 369-479 MB with no trend) as growing at
+    100+ MB/min over any 20 s that happens to end on a high: its t statistic
+    there stays under 3.1, a steady leak's climbs with the span.
     """
-    if len(points) < 4:
+    if len(points) < 5 or points[-1][0] - points[0][0] < GROWTH_MIN_SPAN_S:
         return None
-    t0, t1 = points[0][0], points[-1][0]
-    edge = (t1 - t0) * RISE_EDGE
-    first = [v for t, v in points if t <= t0 + edge]
-    last = [v for t, v in points if t >= t1 - edge]
-    if not first or not last:
-        return None
-    return min(last) - max(first)
+    ts = [t for t, _ in points]
+    vs = [v for _, v in points]
+    t_mean, v_mean = statistics.fmean(ts), statistics.fmean(vs)
+    sxx = sum((t - t_mean) ** 2 for t in ts)
+    slope = sum((t - t_mean) * (v - v_mean) for t, v in points) / sxx
+    residual = sum((v - v_mean - slope * (t - t_mean)) ** 2 for t, v in points)
+    error = math.sqrt(residual / (len(points) - 2) / sxx)
+    significant = slope > 0 and (error == 0 or slope / error >= GROWTH_MIN_T)
+    return slope * 60.0 if significant else 0.0
 
 
 def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) -> None:
@@ -644,7 +652,7 @@ def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) ->
         return
     free = max(0.0, _mb(host.ram_total_bytes - host.ram_used_bytes) or 0.0)
     metrics["host_ram_free_mb"] = free
-    growth = metrics.get("proc_rss_trend")
+    growth = metrics.get("proc_rss_growth")
     metrics["ram_minutes_left"] = free / growth if growth is not None and growth > 0 else None
 
 

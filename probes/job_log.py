@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .redact import redact_text
 from .samples import StepCounterSample
 
 #: What a reading from the log is marked as (``StepCounterSample.source``).
@@ -203,7 +204,8 @@ class JobLog:
 
     def __init__(self, link: Path, name: str) -> None:
         self.link = link
-        self.name = name
+        #: The file's name as shown (a secret in a path is redacted like any other).
+        self.name = redact_text(name)
         self.finder = StepLineFinder()
         self._offset: int | None = None
         self._partial = ""
