@@ -30,17 +30,22 @@ def readings_span(report: dict) -> tuple[float, float]:
     return readings[0][0], readings[-1][0]
 
 
-def test_a_module_level_loop_gets_its_rate_from_the_step_it_prints(tmp_path: Path) -> None:
-    truth = tmp_path / "module_loop.jsonl"
-    job = start_job("module_loop", truth)  # stdout goes to module_loop.log
+def report_then_stop(job: subprocess.Popen[bytes]) -> dict:
+    """aitop's headless report of the running job over 16 s; the job stopped after."""
     try:
-        time.sleep(4)
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "16",
                            timeout=110)
     finally:
         stop_job(job)
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_a_module_level_loop_gets_its_rate_from_the_step_it_prints(tmp_path: Path) -> None:
+    truth = tmp_path / "module_loop.jsonl"
+    job = start_job("module_loop", truth)  # stdout goes to module_loop.log
+    time.sleep(4)
+    report = report_then_stop(job)
     source = report["steps_source"]
     print(f"steps/s {report['steps_per_s']} from {source['counter']} in {source['frame']}")
     assert source["counter"] == "iter (job log)"
@@ -57,18 +62,14 @@ def test_a_counter_that_strides_is_set_aside_for_the_printed_step(tmp_path: Path
             [sys.executable, str(WORKLOADS / "strided_counter.py"), "--truth", str(truth),
              "--duration", "120"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 60
-        while not (truth.exists() and log.read_text().count("batches") >= 2):
-            assert job.poll() is None, log.read_text()[-2000:]
-            assert time.time() < deadline, "the job printed no progress within 60 s"
-            time.sleep(0.3)
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "16",
-                           timeout=110)
-    finally:
-        stop_job(job)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    deadline = time.time() + 60
+    while not (truth.exists() and log.read_text().count("batches") >= 2):
+        if job.poll() is not None or time.time() >= deadline:
+            stop_job(job)
+            raise AssertionError("the job printed no progress within 60 s: "
+                                 + log.read_text()[-2000:])
+        time.sleep(0.3)
+    report = report_then_stop(job)
     source = report["steps_source"]
     print(f"steps/s {report['steps_per_s']}; {source['rejected']}")
     assert source["counter"] == "batches (job log)"
