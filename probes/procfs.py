@@ -49,6 +49,13 @@ def parse_stat(text: str) -> tuple[str, list[str]] | None:
     return text[start + 1 : end], text[end + 2 :].split()
 
 
+def process_alive(pid: int, proc_root: str = PROC) -> bool:
+    """Whether the process exists and is no zombie (exited, not yet reaped)."""
+    text = read_text(f"{proc_root}/{pid}/stat")
+    parsed = parse_stat(text) if text else None
+    return parsed is not None and bool(parsed[1]) and parsed[1][0] != "Z"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskStat:
     """One thread's name and cumulative CPU ticks (user + system)."""

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from aitop.engine.live.source import RankPeer
 from aitop.probes.collector import PeriodicTask
+from aitop.probes.procfs import process_alive
 from aitop.probes.ranks import Job, find_job
 from aitop.probes.session import Session
 from aitop.probes.status import ProbeStatus
@@ -83,7 +84,7 @@ class JobFollower:
         peers = [_mark_exited(p) for p in lead.peers]
         current = [r.pid for r in job.ranks]  # in rank order
         old = lead.session.target_pid
-        if old not in current and not _alive(old):
+        if old not in current and not process_alive(old):
             # The lead exited and the launcher runs a new attempt: its lowest rank
             # leads now, whether or not an earlier read already took it as a peer
             # (the new ranks can appear before the process probe sees the old
@@ -112,15 +113,6 @@ class JobFollower:
         lead.peers = [*peers, *added]
         lead.session.probe_status["ranks"] = ProbeStatus(
             "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process exists (a zombie not yet reaped counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _mark_exited(peer: RankPeer) -> RankPeer:

@@ -133,22 +133,15 @@ class Publisher:
             self._stack_counts.setdefault(phase, 0)
 
     def _count_steps(self, now: float) -> None:
-        # The chosen source's readings of the last half minute; counted from the
-        # last one already counted. Readings of the stack count are numbered
-        # from the start of the range they are read over, so the last counted
-        # is found by its time and name, and its value is taken from this read.
-        readings = [s for s in self.session.step_readings(now - STEPS_WINDOW_S, now).readings
-                    if s.value is not None]
-        last = self._last_reading
-        start = next((i for i, s in enumerate(readings)
-                      if last is not None and (s.t, s.name) == (last.t, last.name)), None)
-        if start is None:
-            since = last.t if last is not None else -math.inf
-            readings = [s for s in readings if s.t > since]
-        else:
-            readings = readings[start:]
-        if not readings or (start is not None and len(readings) < 2):
+        # The chosen source's readings (loop counter or the job's printed step)
+        # since the last one counted, chosen over at least the half minute that
+        # steps/s is judged on; a change of source starts from its first.
+        since = self._last_reading.t if self._last_reading is not None else -math.inf
+        chosen = self.session.step_readings(min(since, now - STEPS_WINDOW_S), now).readings
+        new = [s for s in chosen if s.value is not None and s.t > since]
+        if not new:
             return
+        readings = [self._last_reading, *new] if self._last_reading is not None else new
         increments = counter_increments(readings)
         if self._steps_total is None:
             self._steps_total = 0
