@@ -20,6 +20,7 @@ from aitop.engine.commands import demo, diff, metrics, replay, rules, selftest
 from aitop.engine.commands.attach import add_attach_arguments, check_pid, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import EXIT_INTERRUPTED, STOP_SIGNALS, CliError
+from aitop.probes.own_version import DISTRIBUTION, aitop_version
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,12 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
         "why it is slow.",
         epilog="examples:  aitop --pid 1234   |   aitop demo   |   aitop replay run.json",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     parser.add_argument("--pid", type=int, help="PID of the training process to attach to")
     add_attach_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in (demo, replay, metrics, rules, diff, selftest):
         command.add_parser(sub)
     return parser
+
+
+def _version_line() -> str:
+    """``aitop 0.1.0 (torch-aitop)``: the distribution named, since PyPI's ``aitop`` is another."""
+    return f"aitop {aitop_version() or '(not installed)'} ({DISTRIBUTION})"
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

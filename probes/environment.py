@@ -34,11 +34,11 @@ import socket
 import stat
 import subprocess
 import time
-from importlib import metadata
 
 import psutil
 
 from .job_source import mixed_precision_in_source
+from .own_version import aitop_version
 from .process_tree import count_workers, pin_thread_present
 from .procfs import read_text, read_thread_names
 from .redact import redact_argv, redact_env
@@ -176,9 +176,7 @@ class EnvironmentProbe:
         self._handle: psutil.Process | None = None
         with contextlib.suppress(psutil.Error, ValueError):
             self._handle = psutil.Process(target_pid)
-        self._aitop: str | None = None
-        with contextlib.suppress(metadata.PackageNotFoundError, ValueError):
-            self._aitop = metadata.version("aitop")
+        self._aitop = aitop_version()
 
     def sample(self) -> EnvironmentInfo:
         """Current facts; static ones come from the first successful read."""

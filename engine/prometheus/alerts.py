@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 from aitop.engine.prometheus.names import Exported, exported_metrics
 from aitop.engine.prometheus.promql import Translator, Untranslatable, number
-from aitop.engine.version import aitop_version
 from aitop.knowledge.rules import Rule, RuleSet
+from aitop.probes.own_version import aitop_version
 
 GROUP = "aitop"
 #: Labels an alert adds to its expression's (``ALERTS`` has these beside the job's).

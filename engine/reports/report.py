@@ -22,7 +22,6 @@ import msgspec
 from aitop.engine.reports import schema as s
 from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.schema import SCHEMA, Report
-from aitop.engine.version import aitop_version
 from aitop.knowledge.metrics import STEPS_WINDOW_S
 from aitop.knowledge.model import (
     COLLECTING,
@@ -33,6 +32,7 @@ from aitop.knowledge.model import (
     Evidence,
     Finding,
 )
+from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session

@@ -60,8 +60,8 @@ from aitop.engine.selftest.procs import (
 from aitop.engine.selftest.smi import SmiError, SmiGpu, SmiRun
 from aitop.engine.selftest.truth import read_truth, truth_between
 from aitop.engine.selftest.write import SelftestResult, write_reports
-from aitop.engine.version import aitop_version
 from aitop.probes.gpu import GpuProbe
+from aitop.probes.own_version import aitop_version
 from aitop.probes.pyspy import PySpyError, find_pyspy, run_dump
 from aitop.probes.samples import GpuDevice, GpuSample
 

@@ -56,7 +56,7 @@ def test_versions_of_a_torch_trainer(trainer: subprocess.Popen[bytes]) -> None:
     # the child runs this very interpreter, so the full version must match
     assert info.python_version == platform.python_version()
     assert info.torch_version == metadata.version("torch")
-    assert info.aitop_version == metadata.version("aitop")
+    assert info.aitop_version == metadata.version("torch-aitop")
     assert info.hostname == socket.gethostname()
     assert info.start_time == pytest.approx(psutil.Process(trainer.pid).create_time(), abs=0.01)
 

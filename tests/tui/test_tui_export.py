@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from importlib import metadata
 from pathlib import Path
 
 import msgspec
@@ -155,7 +156,7 @@ async def test_s_writes_json_markdown_and_svg_and_the_export_replays(tmp_path: P
     assert [p.name for p in paths] == ["session.json", "session.md", "session.svg"]
     data = json.loads(paths[0].read_text())
     assert data["schema"] == "aitop.snapshot/1"
-    assert data["aitop_version"]  # importlib.metadata.version("aitop")
+    assert data["aitop_version"] == metadata.version("torch-aitop")
     assert len(data["diagnoses"]) == len(source.history())
     last = source.history()[-1]
     assert data["diagnoses"][-1]["findings"][0]["fired_at"] == last.findings[0].fired_at

@@ -1,0 +1,23 @@
+"""aitop's own version, as installed: the environment probe records it beside the
+target's versions, and every report, snapshot and exporter says which aitop wrote it.
+
+The distribution is ``torch-aitop``: on the Python package index the name
+``aitop`` belongs to another project (an "AI/ML system monitor"), so
+``pip install aitop`` gets that one. The import package and the command stay
+``aitop``.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+#: The name aitop is installed under (``pip install torch-aitop``).
+DISTRIBUTION = "torch-aitop"
+
+
+def aitop_version() -> str | None:
+    """The installed aitop's version, or ``None`` when running from a bare checkout."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
