@@ -5,8 +5,10 @@ Torch-free, so that it can be read (and its phase names imported) anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 #: Phases the jobs time. ``eval`` is the time inside ``evaluate()`` (0.0 when a
@@ -26,6 +28,23 @@ class Truth:
 
     def add(self, phase: str, seconds: float) -> None:
         self.totals[phase] += seconds
+
+    @contextlib.contextmanager
+    def timing(self, phase: str) -> Iterator[None]:
+        """Time a long phase (a save, an evaluation pass) into ``phase``.
+
+        Stopped inside it (SIGTERM, Ctrl-C), the time spent so far is counted and
+        written at once: a test's window that ends inside the phase then reads
+        what the job did up to its stop, not the record from before the phase.
+        """
+        started = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            self.add(phase, time.perf_counter() - started)
+            self.maybe_write(force=True)
+            raise
+        self.add(phase, time.perf_counter() - started)
 
     def maybe_write(self, force: bool = False) -> None:
         """Append a record, at most every 0.5 s unless forced."""

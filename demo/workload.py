@@ -334,16 +334,15 @@ def train(
             truth.add("optimizer", t4 - t3)
             step += 1
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-                if cfg.durable_checkpoints:
-                    save_durably(state, checkpoint_dir / "last.pt")
-                else:
-                    torch.save(state, checkpoint_dir / "last.pt")
-                truth.add("checkpoint", time.perf_counter() - t4)
+                with truth.timing("checkpoint"):
+                    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+                    if cfg.durable_checkpoints:
+                        save_durably(state, checkpoint_dir / "last.pt")
+                    else:
+                        torch.save(state, checkpoint_dir / "last.pt")
             if val_loader is not None and step % cfg.eval_every == 0:
-                t5 = time.perf_counter()
-                evaluate(model, val_loader, device)
-                truth.add("eval", time.perf_counter() - t5)
+                with truth.timing("eval"):
+                    evaluate(model, val_loader, device)
             truth.steps = step
             truth.maybe_write()
             if hang_at is not None and time.time() >= hang_at:
