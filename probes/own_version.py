@@ -9,14 +9,20 @@ The distribution is ``torch-aitop``: on the Python package index the name
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
 #: The name aitop is installed under (``pip install torch-aitop``).
 DISTRIBUTION = "torch-aitop"
 
 
+@functools.cache
 def aitop_version() -> str | None:
-    """The installed aitop's version, or ``None`` when running from a bare checkout."""
+    """The installed aitop's version, or ``None`` when running from a bare checkout.
+
+    Looked up once per process: the lookup scans ``sys.path`` for the
+    distribution's metadata, and the exporter asks on every scrape.
+    """
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -64,6 +64,18 @@ def watch(scenario: str, workdir: Path, seconds: float,
     return json.loads(result.stdout), truth
 
 
+def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float,
+                       settle_s: float = 0.0) -> list[tuple[dict, Path]]:
+    """:func:`watch` of each scenario at the same time, in the order given.
+
+    For tests whose verdicts read no free cores (memory growth, work per core):
+    their jobs may share the box's cores, and the test takes half the time.
+    """
+    with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+        runs = [pool.submit(watch, name, workdir, seconds, settle_s) for name in scenarios]
+        return [run.result() for run in runs]
+
+
 def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     tmp_path: Path,
 ) -> None:
@@ -71,10 +83,8 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     # Attached to running jobs, as people do: past the first steps' allocations.
     # Growth is read over 15 s at least, then held 5 s: 28 s leaves room on a busy box.
     # The two jobs are watched side by side: neither verdict reads free cores.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = [pool.submit(watch, name, tmp_path, 28, settle_s=6)
-                for name in ("leak", "leak_fixed")]
-        (leak, _), (fixed, _) = (run.result() for run in runs)
+    (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 28,
+                                               settle_s=6)
     ids = [f["id"] for f in leak["findings"]]
     growth = leak["metrics"]["proc_rss_growth"]
     print(f"leak: {growth:.0f} MB/min (slope {leak['metrics']['proc_rss_trend']:.0f}), "
@@ -136,9 +146,8 @@ def test_a_server_answering_one_request_at_a_time_is_told_to_batch(tmp_path: Pat
     """``serving`` answers one queued request per forward pass; ``serving_batched``
     takes up to 32 (the advice applied): the job's own count decides."""
     # Side by side, each with about a core: batching pays per core.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = [pool.submit(watch, name, tmp_path, 14) for name in ("serving", "serving_batched")]
-        (report, truth), (fixed, fixed_truth) = (run.result() for run in runs)
+    (report, truth), (fixed, fixed_truth) = watch_side_by_side(
+        ("serving", "serving_batched"), tmp_path, 14)
     ids = [f["id"] for f in report["findings"]]
     rate = truth_between(truth, *report["phase_span"])["steps_per_s"]
     fixed_rate = truth_between(fixed_truth, *fixed["phase_span"])["steps_per_s"]
