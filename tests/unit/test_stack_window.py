@@ -363,3 +363,30 @@ def test_torch_compile_at_work_is_compile_and_a_compiled_step_is_forward(
     w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
     assert w.phase_counts["compile"] == 30
     assert w.phase_counts["forward"] == 20
+
+
+def test_torch_compile_importing_dynamo_is_compile_not_other(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    """The first torch.compile() call imports dynamo and inductor for seconds (frames read
+    from a real compile demo on this machine): that is compiling, not Python overhead."""
+    importing = ";".join((
+        f"train ({script}:7)",
+        f"compile ({SITE}/torch/__init__.py:2620)",
+        "_find_and_load (<frozen importlib._bootstrap>:1176)",
+        f"<module> ({SITE}/torch/_dynamo/variables/base.py:32)",
+        "_find_and_load (<frozen importlib._bootstrap>:1176)",
+        f"<module> ({SITE}/torch/_dynamo/source.py:538)",
+        f"dataclass_with_cached_hash.<locals>.wrap ({SITE}/torch/_guards.py:1356)",
+        f"_create_fn ({STDLIB}/dataclasses.py:433)"))
+    lazily = ";".join((
+        f"train ({script}:7)",
+        "_find_and_load (<frozen importlib._bootstrap>:1176)",
+        f"<module> ({SITE}/torch/_inductor/config.py:1)",
+        f"_create_fn ({STDLIB}/dataclasses.py:433)"))
+    plain = ";".join((f"train ({script}:7)", f"_create_fn ({STDLIB}/dataclasses.py:433)"))
+    text = raw(("1:MainThread", importing, 30), ("1:MainThread", lazily, 10),
+               ("1:MainThread", plain, 5), ("1:MainThread", bwd(script), 5))
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.phase_counts["compile"] == 40
+    assert w.phase_counts["other"] == 5
