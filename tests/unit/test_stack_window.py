@@ -368,8 +368,9 @@ def test_torch_compile_at_work_is_compile_and_a_compiled_step_is_forward(
 def test_torch_compile_importing_dynamo_is_compile_not_other(
     classifier: PhaseClassifier, script: Path,
 ) -> None:
-    """The first torch.compile() call imports dynamo and inductor for seconds (frames read
-    from a real compile demo on this machine): that is compiling, not Python overhead."""
+    """The torch.compile() call imports dynamo and inductor for seconds (frames read from
+    a real compile demo on this machine): that is compiling, not Python overhead. The
+    same imports without it (an optimizer's first use makes them) are no compiling."""
     importing = ";".join((
         f"train ({script}:7)",
         f"compile ({SITE}/torch/__init__.py:2620)",
@@ -388,5 +389,5 @@ def test_torch_compile_importing_dynamo_is_compile_not_other(
     text = raw(("1:MainThread", importing, 30), ("1:MainThread", lazily, 10),
                ("1:MainThread", plain, 5), ("1:MainThread", bwd(script), 5))
     w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
-    assert w.phase_counts["compile"] == 40
-    assert w.phase_counts["other"] == 5
+    assert w.phase_counts["compile"] == 30
+    assert w.phase_counts["other"] == 15
