@@ -62,6 +62,10 @@ def dispatch(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         return diff.run(args)
     if args.command == "selftest":
         return selftest.run(args)
+    if args.pid is None and args.serve is not None:
+        from aitop.engine.commands.serve import run_agent  # binds a port: only when asked
+
+        return run_agent(args)
     return run_attached(args, check_pid(args.pid, os.getpid()), run_ui)
 
 
@@ -77,7 +81,7 @@ def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> i
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt)
     try:
-        if args.command is None and args.pid is None:
+        if args.command is None and args.pid is None and args.serve is None:
             parser.print_usage(sys.stderr)
         return dispatch(args, run_ui)
     except CliError as exc:

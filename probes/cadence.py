@@ -135,3 +135,15 @@ def peer_value(name: str, lead: float, ranks: int) -> float:
 def peer(lead: Profile, ranks: int) -> Profile:
     """The peer column for a lead rank with ``lead``'s cadences in an ``ranks``-rank job."""
     return _column(lambda name, row: row.peer(getattr(lead, name), ranks))
+
+
+#: Where the node agent's cost per job count is measured.
+FLEET_COST = "docs/benchmarks.md, The node agent's cost per job count"
+
+
+def fleet_pace(jobs: int) -> float:
+    """How many times slower than its own cadence each of ``jobs`` jobs on one node
+    is watched by the node agent: the square root of their number, so that N jobs
+    cost about sqrt(N) times one (each job's samples still count its phases, at
+    rate/sqrt(N); see ``FLEET_COST``)."""
+    return max(1.0, float(jobs)) ** 0.5

@@ -28,6 +28,9 @@ from .status import ProbeStatus
 #: back when healthy, like py-spy windows), doubling up to ``MAX_RETRY_S``.
 MIN_RETRY_S = 1.0
 MAX_RETRY_S = 30.0
+#: The lowest py-spy rate a paced-down collector samples at (``Collector.set_pace``):
+#: the peer rank's floor in ``probes.cadence.TABLE``.
+MIN_PACED_RATE_HZ = 2
 
 
 class Sampler(Protocol):
@@ -35,6 +38,9 @@ class Sampler(Protocol):
 
 
 class StackSampler(Protocol):
+    #: Samples per second of the next window (read at each window's start).
+    rate_hz: int
+
     def run_window(self, window_s: int | None = None) -> StackWindow: ...
 
     def stop(self) -> None:
@@ -115,6 +121,9 @@ class PeriodicTask:
         self.on_fatal = on_fatal
         #: Consecutive failures so far (0 once a run succeeds).
         self.failures = 0
+        #: How many times its own interval the task waits between runs (a node
+        #: agent sharing its cost among jobs, or keeping inside a CPU budget).
+        self.pace = 1.0
         self.thread = threading.Thread(target=self._run, name=f"aitop-{name}", daemon=True)
 
     def start(self) -> None:
@@ -127,7 +136,7 @@ class PeriodicTask:
         (py-spy windows, interval 0) cannot relaunch a failing program in a loop.
         """
         if failures == 0:
-            return self.interval_s
+            return self.interval_s * self.pace
         base = max(self.interval_s, MIN_RETRY_S)
         return min(base * 2 ** (failures - 1), max(MAX_RETRY_S, self.interval_s))
 
@@ -290,6 +299,21 @@ class Collector:
                 self.session.add(logged)
 
         self.loops.append(PeriodicTask("log", work, self.config.interval_s, {}, self.stop_event))
+
+    def set_pace(self, pace: float) -> None:
+        """Sample ``pace`` times less often than the config says (1 = as configured).
+
+        Every periodic probe waits ``pace`` times its interval, and py-spy
+        samples at ``rate / pace``, never under ``MIN_PACED_RATE_HZ`` (a window
+        must still hold enough samples to count phases in). Takes effect from
+        each probe's next run: nothing restarts.
+        """
+        pace = max(1.0, pace)
+        for loop in self.loops:
+            loop.pace = pace
+        if self._stacks is not None:
+            base = self.config.stack_rate_hz
+            self._stacks.rate_hz = max(min(base, MIN_PACED_RATE_HZ), round(base / pace))
 
     def start(self) -> None:
         for loop in self.loops:

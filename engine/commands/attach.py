@@ -52,7 +52,14 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
                         help="py-spy samples per second (default %(default)s)")
     parser.add_argument("--serve", metavar="[ADDR:]PORT",
                         help="no UI: serve Prometheus metrics here until the job ends "
-                        "(loopback unless ADDR is given)")
+                        "(loopback unless ADDR is given); without --pid, for every PyTorch "
+                        "job on this machine (the node agent)")
+    parser.add_argument("--budget", type=positive_float, metavar="PERCENT",
+                        help="--serve without --pid: keep the agent's own CPU within this "
+                        "percent of one core, watching jobs less often when over it")
+    parser.add_argument("--match", action="append", default=[], metavar="TEXT",
+                        help="--serve without --pid: only jobs whose launcher's command line "
+                        "contains TEXT (repeatable: any of them)")
     parser.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
                         help="with --headless: exit 3 when a finding this severe or worse "
                         f"fires ({', '.join(SEVERITIES)})")
@@ -74,6 +81,10 @@ def check_pid(pid: int | None, own_pid: int) -> int:
 def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
                  popen: subprocess.Popen[bytes] | None = None) -> int:
     """Attach to ``pid`` and run the UI, the headless report or the exporter on it."""
+    if args.serve is None and (args.budget is not None or args.match):
+        flag = "--budget" if args.budget is not None else "--match"
+        raise CliError(f"{flag} is for the node agent: `aitop --serve PORT {flag} ...` "
+                       "without --pid", EXIT_USAGE)
     if args.serve is not None:
         from aitop.engine.commands.serve import run_serve  # binds a port: only when asked
 

@@ -1,4 +1,7 @@
-"""``aitop --pid P --serve [ADDR:]PORT``: a headless Prometheus exporter for one job.
+"""``aitop [--pid P] --serve [ADDR:]PORT``: a headless Prometheus exporter.
+
+With ``--pid``, for that one job; without, the node agent (``engine.fleet``) for
+every PyTorch job on the machine, each job's series labelled with its identity.
 
 The port is bound before attaching, so a port in use or a bad address ends at
 once in one line (exit 1, or 2 for a malformed ``--serve``) and the job is never
@@ -21,12 +24,15 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from wsgiref.simple_server import WSGIServer
 
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
+from aitop.engine.fleet.agent import SCAN_EVERY_S, NodeAgent
 from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.options import options_from, start_source
 from aitop.engine.live.attach import LiveJob, self_cpu_seconds, self_rss_bytes
 from aitop.engine.prometheus.exporter import AitopCollector, Publisher
+from aitop.probes.job_identity import identify
 from prometheus_client import CollectorRegistry, start_http_server
 
 #: How often the serve loop publishes a frame (the evaluator's own cadence).
@@ -68,17 +74,9 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/metrics" if bracket else f"http://{host}:{port}/metrics"
 
 
-def run_serve(
-    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None = None
-) -> int:
-    """Bind, attach, publish until the job ends or aitop is stopped."""
+def bind(args: argparse.Namespace) -> tuple[WSGIServer, AitopCollector, str]:
+    """The exporter's port, bound before anything is attached (a port in use is one line)."""
     host, port = parse_address(args.serve)
-    if args.fail_on or args.baseline:
-        flag = "--fail-on" if args.fail_on else "--baseline"
-        raise CliError(f"{flag} is not for --serve: alert on aitop_finding_firing or use "
-                       "the rules from `aitop rules --format prometheus`", EXIT_USAGE)
-    args.headless = True  # no UI; headless cadences (docs/benchmarks.md)
-    options = options_from(args)  # --rules and --export are checked before binding
     collector = AitopCollector(self_cpu_seconds=self_cpu_seconds, self_rss_bytes=self_rss_bytes)
     registry = CollectorRegistry()
     registry.register(collector)
@@ -89,16 +87,76 @@ def run_serve(
         hint = ("another process listens there: pick another port"
                 if "in use" in reason else "give a local address or only a port")
         raise CliError(f"cannot serve metrics on {host}:{port}: {reason} ({hint})") from exc
+    return server, collector, url_of(host, server.server_port)
+
+
+def _refuse_gates(args: argparse.Namespace) -> None:
+    if args.fail_on or args.baseline:
+        flag = "--fail-on" if args.fail_on else "--baseline"
+        raise CliError(f"{flag} is not for --serve: alert on aitop_finding_firing or use "
+                       "the rules from `aitop rules --format prometheus`", EXIT_USAGE)
+
+
+def run_serve(
+    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None = None
+) -> int:
+    """Bind, attach, publish until the job ends or aitop is stopped."""
+    _refuse_gates(args)
+    if args.budget is not None or args.match:
+        flag = "--budget" if args.budget is not None else "--match"
+        raise CliError(f"{flag} is for the node agent: drop --pid to watch the jobs on "
+                       "this machine", EXIT_USAGE)
+    args.headless = True  # no UI; headless cadences (docs/benchmarks.md)
+    options = options_from(args)  # --rules and --export are checked before binding
+    server, collector, url = bind(args)
     try:
         source = start_source(pid, options, popen)
         try:
-            return _publish_until_done(source, collector, url_of(host, server.server_port),
-                                       args.export)
+            return _publish_until_done(source, collector, url, args.export)
         finally:
             source.close()
     finally:
         server.shutdown()
         server.server_close()
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """``--serve`` without ``--pid``: every PyTorch job on this machine, until stopped."""
+    _refuse_gates(args)
+    if args.export is not None:
+        raise CliError("--export is for one job: give --pid, or keep the fleet's history in "
+                       "Prometheus", EXIT_USAGE)
+    args.headless = True
+    options = options_from(args)
+    server, collector, url = bind(args)
+    agent = NodeAgent(options, budget_percent=args.budget, match=tuple(args.match))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    handled = (*STOP_SIGNALS, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    budget = f", within {args.budget:g}% of a core" if args.budget is not None else ""
+    print(f"aitop: node agent serving Prometheus metrics for every PyTorch job on this "
+          f"machine at {url}{budget} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    next_scan = 0.0
+    try:
+        while not stop.is_set():
+            now = time.time()
+            if now >= next_scan:
+                agent.poll(now)
+                next_scan = now + SCAN_EVERY_S
+            frames, infos = agent.frames(now)
+            collector.publish_jobs(frames, infos, agent.gauges())
+            stop.wait(PUBLISH_EVERY_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        agent.close()
+        server.shutdown()
+        server.server_close()
+    return EXIT_OK
 
 
 def _publish_until_done(
@@ -112,9 +170,11 @@ def _publish_until_done(
     handled = (*STOP_SIGNALS, signal.SIGINT)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     session = source.session
+    launcher = source.follower.launcher_pid if source.follower is not None else None
+    identity = identify(session.target_pid, launcher)
     publisher = Publisher(
         session, lambda: source.latest().diagnosis, source.started_at,
-        tuple(source.evaluator.diagnoser.ruleset.rules),
+        tuple(source.evaluator.diagnoser.ruleset.rules), identity.labels(),
     )
     collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job
     print(f"aitop: serving Prometheus metrics for PID {session.target_pid} at {url} "

@@ -69,6 +69,8 @@ class LiveJob:
         self.closing = threading.Event()
         self._rebuild = rebuild
         self._closed = False
+        #: How many times slower than its cadence each rank is watched (``set_pace``).
+        self.pace = 1.0
         #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job.
         self.follower = (JobFollower(self, launcher_pid, make_peer, self.closing)
                          if launcher_pid is not None and make_peer is not None else None)
@@ -113,6 +115,14 @@ class LiveJob:
         elapsed = max(time.time() - self.started_at, 1e-6)
         return 100.0 * (self_cpu_seconds() - self.cpu_at_start) / elapsed
 
+    def set_pace(self, pace: float) -> None:
+        """Watch every rank ``pace`` times less often than its cadence (the node agent)."""
+        self.pace = pace
+        self.lead.set_pace(pace)
+        for peer in self.peers:
+            if peer.source is not None:
+                peer.source.set_pace(pace)
+
     def adopt_lead(self, pid: int, job: Job) -> None:
         """Lead with another rank (the lead's successor after an elastic restart).
 
@@ -121,6 +131,7 @@ class LiveJob:
         """
         assert self._rebuild is not None, "only a launcher's job is restarted"
         old, self.lead = self.lead, self._rebuild(pid, job)
+        self.lead.set_pace(self.pace)
         self.lead.start()
         old.close()
 

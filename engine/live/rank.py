@@ -153,6 +153,11 @@ class LiveSource:
         self._eval_loop.start()
         return self
 
+    def set_pace(self, pace: float) -> None:
+        """Sample and judge ``pace`` times less often (``Collector.set_pace``)."""
+        self.collector.set_pace(pace)
+        self._eval_loop.pace = max(1.0, pace)
+
     def close(self) -> None:
         if self._closed:
             return

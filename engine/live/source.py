@@ -90,6 +90,11 @@ class DataSource(Protocol):
         """The recorded span a cursor moves over; None when live or empty."""
         ...
 
+    def set_pace(self, pace: float) -> None:
+        """Read the job ``pace`` times less often than its cadence (1: as configured);
+        the node agent shares its cost among jobs with it. A replay reads nothing."""
+        ...
+
     def close(self) -> None:
         """Stop collecting; idempotent."""
         ...
@@ -213,6 +218,9 @@ class ReplaySource:
         if self._timeline is None:
             self._timeline = (self._span(),)
         return self._timeline[0]
+
+    def set_pace(self, pace: float) -> None:
+        """Nothing to pace: a replay samples nothing."""
 
     def close(self) -> None:
         """Nothing to release: a replay holds only memory."""

@@ -84,14 +84,16 @@ def _field_template(spec: Exported, format_spec: str) -> str:
     """A Go template printing one metric of the alert's own job, in aitop's units."""
     verb, factor = go_verb(format_spec)
     factor /= spec.scale
-    # The job's own series: its instance and job labels, filled in by printf.
-    selector = spec.selector('instance=%q,job=%q')
+    # The job's own series: its instance, scrape job and aitop job_id (the node
+    # agent serves several jobs on one instance), filled in by printf.
+    selector = spec.selector('instance=%q,job=%q,job_id=%q')
     if spec.labels:
         dropped = ", ".join(k for k, _ in spec.labels)
         selector = f"max without ({dropped}) ({selector})"
     query = selector if factor == 1.0 else f"{selector} * {number(factor)}"
     return (
-        f"{{{{ with printf {_go_string(query)} $labels.instance $labels.job | query }}}}"
+        f"{{{{ with printf {_go_string(query)} $labels.instance $labels.job $labels.job_id "
+        "| query }}"
         f"{{{{ . | first | value | printf {_go_string(verb)} }}}}"
         "{{ else }}?{{ end }}"
     )

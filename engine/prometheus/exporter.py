@@ -52,9 +52,10 @@ STALE_AFTER_S = 10.0
 #: The longest command line exported in ``aitop_target_info`` (a label, not a log).
 MAX_COMMAND_CHARS = 256
 
-#: dcgm-exporter's label names, spelled as it spells them (``Hostname`` with a
-#: capital H), so that ``on(UUID)`` / ``on(gpu, Hostname)`` joins work.
-DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "Hostname")
+#: dcgm-exporter's label names, spelled as its current releases spell them
+#: (``hostname``: see the README on versions that wrote ``Hostname``), so that
+#: ``on(UUID)`` / ``on(gpu, hostname)`` joins work.
+DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "hostname")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class Frame:
     steps_total: int | None = None
     #: Times each rule has started firing since attach.
     fired_total: tuple[tuple[str, int], ...] = ()
+    #: The job's identity and placement (``probes.job_identity.LABELS``), carried by
+    #: each of its series so that one scrape can hold several jobs.
+    identity: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Publisher:
     latest: Callable[[], Diagnosis | None]
     attached_at: float
     rules: tuple[Rule, ...] = ()
+    identity: tuple[tuple[str, str], ...] = ()
     _stack_counts: dict[str, int] = field(default_factory=dict)
     _stacks_seen_to: float = -math.inf
     _last_reading: StepCounterSample | None = None
@@ -120,6 +125,7 @@ class Publisher:
             stack_samples=tuple(self._stack_counts.items()),
             steps_total=self._steps_total,
             fired_total=tuple(self._fired_total.items()),
+            identity=self.identity,
         )
 
     def _count_stacks(self, now: float) -> None:
@@ -167,8 +173,60 @@ def _number(value: float | None) -> float | None:
     return number if math.isfinite(number) else None
 
 
+@dataclass(frozen=True)
+class WatchInfo:
+    """One job (or process) the node agent found: watched, or why not.
+
+    Exported as ``aitop_job_info``, so that what aitop could not watch (another
+    user's process, a binary without Python, an attach that failed) is listed
+    with its reason instead of missing silently.
+    """
+
+    identity: tuple[tuple[str, str], ...]
+    pid: int
+    command: tuple[str, ...]
+    #: "watched", "attaching", "waiting" (a launcher before its ranks) or "not_watched".
+    status: str
+    reason: str = ""
+
+
+class _Families:
+    """Metric families built once per scrape, each series prefixed by its job's identity."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def add(self, kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str,
+            text: str, identity: tuple[tuple[str, str], ...],
+            labels: Mapping[str, str], value: float) -> None:
+        family = self._families.get(name)
+        names = [*(k for k, _ in identity), *labels]
+        if family is None:
+            family = kind(name, text, labels=names)
+            self._families[name] = family
+        elif getattr(family, "_labelnames", names) != tuple(names):
+            raise ValueError(f"{name}: label names {names} differ from the family's")
+        values = [*(v for _, v in identity), *labels.values()]
+        family.add_metric([_clean(v) for v in values], value)  # type: ignore[attr-defined]
+
+    def declare(self, kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str,
+                text: str, identity: tuple[tuple[str, str], ...], labels: Iterable[str]) -> None:
+        """A family that exists even with no series (a rule with no gain yet)."""
+        if name not in self._families:
+            self._families[name] = kind(name, text, labels=[*(k for k, _ in identity), *labels])
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
 class AitopCollector(Collector):
-    """The metrics of one attached job, built at scrape time from the newest frame."""
+    """The metrics of the watched jobs, built at scrape time from their newest frames.
+
+    ``publish`` shows one job (``aitop --pid P --serve``); ``publish_jobs`` shows
+    every job the node agent watches, with ``aitop_job_info`` for what it found.
+    A job that ended leaves the next frame set, and its series leave the next
+    scrape: nothing stale is served.
+    """
 
     def __init__(
         self,
@@ -180,44 +238,52 @@ class AitopCollector(Collector):
         self._self_cpu = self_cpu_seconds
         self._self_rss = self_rss_bytes
         self._clock = clock
-        self._frame: Frame | None = None
+        self._frames: tuple[Frame, ...] = ()
+        self._infos: tuple[WatchInfo, ...] | None = None
+        self._agent: tuple[tuple[str, float], ...] = ()
         self._hostname = socket.gethostname()
 
     def publish(self, frame: Frame) -> None:
         """Make ``frame`` what scrapes show (an atomic reference swap)."""
-        self._frame = frame
+        self._frames = (frame,)
+
+    def publish_jobs(self, frames: Iterable[Frame], infos: Iterable[WatchInfo],
+                     agent: Mapping[str, float] | None = None) -> None:
+        """Make these jobs what scrapes show; ``agent``: the agent's own gauges."""
+        state = (tuple(frames), tuple(infos), tuple((agent or {}).items()))
+        self._frames, self._infos, self._agent = state
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: registering must not build a scrape (see ``collect``)."""
         return ()
 
     def collect(self) -> Iterator[Metric]:
-        frame = self._frame  # the one read of shared state a scrape makes
+        frames, infos = self._frames, self._infos  # the reads of shared state a scrape makes
         now = self._clock()
-        yield from self._health(frame, now)
-        if frame is None:
-            return
-        yield from self._target(frame)
-        diagnosis = frame.diagnosis
-        if diagnosis is not None:
-            yield from self._evaluation(diagnosis, now)
-            yield from self._catalogue(diagnosis.metrics)
-        yield from self._counters(frame)
-        yield from self._findings(frame)
-        yield from self._probes(frame)
-        yield from self._gpus(frame)
+        yield from self._own()
+        families = _Families()
+        if not frames and infos is None:
+            families.add(GaugeMetricFamily, "aitop_up", UP_HELP, (), {}, 0.0)
+        for frame in frames:
+            self._health(families, frame, now)
+            self._target(families, frame)
+            if frame.diagnosis is not None:
+                self._evaluation(families, frame, frame.diagnosis, now)
+                self._catalogue(families, frame, frame.diagnosis.metrics)
+            self._counters(families, frame)
+            self._findings(families, frame)
+            self._probes(families, frame)
+            self._gpus(families, frame)
+        if infos is not None:
+            self._job_info(families, infos)
+        for name, value in self._agent:
+            families.add(GaugeMetricFamily, f"aitop_agent_{name}", AGENT_HELP.get(name, name),
+                         (), {}, value)
+        yield from families
 
     # ------------------------------------------------------------ families
 
-    def _health(self, frame: Frame | None, now: float) -> Iterator[Metric]:
-        fresh = frame is not None and now - frame.published_at <= STALE_AFTER_S
-        up = bool(frame is not None and frame.target_alive and fresh)
-        yield GaugeMetricFamily(
-            "aitop_up",
-            "1 while aitop is attached to a live training process and publishing "
-            f"evaluations (the newest under {STALE_AFTER_S:g} s old), else 0",
-            value=float(up),
-        )
+    def _own(self) -> Iterator[Metric]:
         build = InfoMetricFamily("aitop_build", "aitop's version")
         build.add_metric([], {"version": _clean(aitop_version() or "unknown")})
         yield build
@@ -231,178 +297,169 @@ class AitopCollector(Collector):
             value=float(self._self_rss()),
         )
 
-    def _target(self, frame: Frame) -> Iterator[Metric]:
+    def _health(self, families: _Families, frame: Frame, now: float) -> None:
+        fresh = now - frame.published_at <= STALE_AFTER_S
+        up = bool(frame.target_alive and fresh)
+        families.add(GaugeMetricFamily, "aitop_up", UP_HELP, frame.identity, {}, float(up))
+
+    def _target(self, families: _Families, frame: Frame) -> None:
         env = frame.environment
-        info: dict[str, str] = {"pid": str(frame.target_pid)}
+        known = dict(frame.identity)
+        # The same label names for every job, so one family holds them all.
+        info: dict[str, str] = {"pid": str(frame.target_pid), "command": "",
+                                "python_version": "", "torch_version": ""}
+        if "hostname" not in known:
+            info["hostname"] = (env.hostname if env else None) or self._hostname
+        if "rank" not in known:
+            info["rank"] = (self._rank(env) if env else None) or ""
         if env is not None:
-            command = " ".join(redact_argv(env.cmdline))
-            info["command"] = command[:MAX_COMMAND_CHARS]
-            info["hostname"] = env.hostname or self._hostname
-            if env.python_version:
-                info["python_version"] = env.python_version
-            if env.torch_version:
-                info["torch_version"] = env.torch_version
-            rank = self._rank(env)
-            if rank is not None:
-                info["rank"] = rank
-        target = InfoMetricFamily(
-            "aitop_target", "the training process aitop is attached to (secrets redacted)"
-        )
-        target.add_metric([], {k: _clean(v) for k, v in info.items()})
-        yield target
-        yield GaugeMetricFamily(
-            "aitop_attach_time_seconds", "when aitop attached, in seconds since the epoch",
-            value=frame.attached_at,
-        )
+            info["command"] = " ".join(redact_argv(env.cmdline))[:MAX_COMMAND_CHARS]
+            info["python_version"] = env.python_version or ""
+            info["torch_version"] = env.torch_version or ""
+        families.add(GaugeMetricFamily, "aitop_target_info",
+                     "the training process aitop is attached to (secrets redacted)",
+                     frame.identity, info, 1.0)
+        families.add(GaugeMetricFamily, "aitop_attach_time_seconds",
+                     "when aitop attached, in seconds since the epoch",
+                     frame.identity, {}, frame.attached_at)
 
     @staticmethod
     def _rank(env: EnvironmentInfo) -> str | None:
         rank = env.env.get("RANK")
         return rank if rank is not None and rank.isdigit() else None
 
-    def _evaluation(self, diagnosis: Diagnosis, now: float) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "aitop_evaluation_timestamp_seconds",
-            "when the exported diagnosis was made, in seconds since the epoch",
-            value=diagnosis.t,
-        )
-        yield GaugeMetricFamily(
-            "aitop_evaluation_age_seconds",
-            "seconds between the exported diagnosis and this scrape",
-            value=max(0.0, now - diagnosis.t),
-        )
-        bottleneck = GaugeMetricFamily(
-            "aitop_bottleneck",
-            "1 for the category aitop names as the job's bottleneck now, 0 for the others",
-            labels=["category"],
-        )
+    def _evaluation(self, families: _Families, frame: Frame, diagnosis: Diagnosis,
+                    now: float) -> None:
+        ident = frame.identity
+        families.add(GaugeMetricFamily, "aitop_evaluation_timestamp_seconds",
+                     "when the exported diagnosis was made, in seconds since the epoch",
+                     ident, {}, diagnosis.t)
+        families.add(GaugeMetricFamily, "aitop_evaluation_age_seconds",
+                     "seconds between the exported diagnosis and this scrape",
+                     ident, {}, max(0.0, now - diagnosis.t))
         # Every value, always (the enum pattern), so a panel never sees a gap;
         # "collecting"/"unknown" are what a diagnosis says before it can judge.
         categories = [*CATEGORIES, COLLECTING, UNKNOWN]
         if diagnosis.category not in categories:
             categories.append(diagnosis.category)  # a category newer than this list
         for category in categories:
-            bottleneck.add_metric([_clean(category)], float(category == diagnosis.category))
-        yield bottleneck
+            families.add(GaugeMetricFamily, "aitop_bottleneck",
+                         "1 for the category aitop names as the job's bottleneck now, 0 for "
+                         "the others", ident, {"category": category},
+                         float(category == diagnosis.category))
 
-    def _catalogue(self, metrics: Mapping[str, float | None]) -> Iterator[Metric]:
+    def _catalogue(self, families: _Families, frame: Frame,
+                   metrics: Mapping[str, float | None]) -> None:
         """Every catalogue metric with a value, in base units (unknown ones are absent)."""
-        families: dict[str, GaugeMetricFamily] = {}
         for metric, spec in exported_metrics().items():
             value = _number(metrics.get(metric))
-            if value is None:
-                continue
-            family = families.get(spec.name)
-            if family is None:
-                family = GaugeMetricFamily(
-                    spec.name, spec.help, labels=[k for k, _ in spec.labels]
-                )
-                families[spec.name] = family
-            family.add_metric([v for _, v in spec.labels], base_value(value, spec.scale))
-        yield from families.values()
+            if value is not None:
+                families.add(GaugeMetricFamily, spec.name, spec.help, frame.identity,
+                             dict(spec.labels), base_value(value, spec.scale))
 
-    def _counters(self, frame: Frame) -> Iterator[Metric]:
-        samples = CounterMetricFamily(
-            "aitop_stack_samples",
-            "stack samples of the training thread per step phase since aitop attached "
-            "(rate() of these gives the phase shares over any range)",
-            labels=[PHASE_LABEL],
-        )
+    def _counters(self, families: _Families, frame: Frame) -> None:
         for phase, n in frame.stack_samples:
-            samples.add_metric([_clean(phase)], float(n))
-        yield samples
+            families.add(CounterMetricFamily, "aitop_stack_samples",
+                         "stack samples of the training thread per step phase since aitop "
+                         "attached (rate() of these gives the phase shares over any range)",
+                         frame.identity, {PHASE_LABEL: phase}, float(n))
         if frame.steps_total is not None:
-            yield CounterMetricFamily(
-                "aitop_training_steps",
-                "training steps counted since aitop attached (the loop counter, or the step "
-                "the job prints)",
-                value=float(frame.steps_total),
-            )
+            families.add(CounterMetricFamily, "aitop_training_steps",
+                         "training steps counted since aitop attached (the loop counter, or "
+                         "the step the job prints)", frame.identity, {},
+                         float(frame.steps_total))
 
-    def _findings(self, frame: Frame) -> Iterator[Metric]:
+    def _findings(self, families: _Families, frame: Frame) -> None:
         diagnosis = frame.diagnosis
         firing = {f.id: f for f in (diagnosis.findings if diagnosis else ())}
-        labels = ["rule", "severity", "category"]
-        state = GaugeMetricFamily(
-            "aitop_finding_firing",
-            "1 while a rule of aitop's knowledge base is firing (for: and keep_firing_for: "
-            "applied), 0 otherwise",
-            labels=labels,
-        )
-        speedup = GaugeMetricFamily(
-            "aitop_finding_estimated_speedup",
-            "estimated speed-up of the training step from acting on a firing finding "
-            "(1 = none); method: predicted (for this job on this machine), amdahl (a "
-            "ceiling, at most) or document (the source documents' general figure)",
-            labels=[*labels, "method"],
-        )
-        fired = CounterMetricFamily(
-            "aitop_finding_fired", "times a rule has started firing since aitop attached",
-            labels=labels,
-        )
         totals = dict(frame.fired_total)
+        ident = frame.identity
+        families.declare(GaugeMetricFamily, "aitop_finding_estimated_speedup", SPEEDUP_HELP,
+                         ident, ("rule", "severity", "category", "method"))
         for rule in frame.rules:
-            values = [_clean(rule.id), _clean(rule.severity), _clean(rule.category)]
+            labels = {"rule": rule.id, "severity": rule.severity, "category": rule.category}
             finding = firing.get(rule.id)
-            state.add_metric(values, float(finding is not None))
-            fired.add_metric(values, float(totals.get(rule.id, 0)))
+            families.add(GaugeMetricFamily, "aitop_finding_firing",
+                         "1 while a rule of aitop's knowledge base is firing (for: and "
+                         "keep_firing_for: applied), 0 otherwise",
+                         ident, labels, float(finding is not None))
+            families.add(CounterMetricFamily, "aitop_finding_fired",
+                         "times a rule has started firing since aitop attached",
+                         ident, labels, float(totals.get(rule.id, 0)))
             gain = _number(finding.gain.speedup) if finding is not None else None
             if gain is not None and finding is not None:
-                speedup.add_metric([*values, _clean(finding.gain.method)], gain)
-        yield state
-        yield speedup
-        yield fired
+                families.add(GaugeMetricFamily, "aitop_finding_estimated_speedup",
+                             SPEEDUP_HELP, ident, {**labels, "method": finding.gain.method},
+                             gain)
 
-    def _probes(self, frame: Frame) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            "aitop_probe_state",
-            "1 for each probe's current state (ok, starting, partial, error, unavailable, off)",
-            labels=["probe", "state"],
-        )
+    def _probes(self, families: _Families, frame: Frame) -> None:
         for probe, current in frame.probe_states:
             for state in PROBE_STATES:
-                family.add_metric([_clean(probe), state], float(state == current))
-        yield family
+                families.add(GaugeMetricFamily, "aitop_probe_state",
+                             "1 for each probe's current state (ok, starting, partial, error, "
+                             "unavailable, off)", frame.identity,
+                             {"probe": probe, "state": state}, float(state == current))
 
-    def _gpus(self, frame: Frame) -> Iterator[Metric]:
+    def _gpus(self, families: _Families, frame: Frame) -> None:
         sample = frame.gpu
         if sample is None or not sample.available or not sample.devices:
             return
         env = frame.environment
-        hostname = (env.hostname if env else None) or self._hostname
-        rank = self._rank(env) if env else None
-        names = [*DCGM_LABELS, *(["rank"] if rank is not None else [])]
-        specs: tuple[tuple[str, str, Callable[[GpuDevice], float | None]], ...] = (
-            ("aitop_gpu_utilization_ratio", "share of time a kernel was running (NVML), 0-1",
-             lambda d: None if d.util_percent is None else d.util_percent / 100.0),
-            ("aitop_gpu_memory_used_bytes", "GPU memory in use, bytes",
-             lambda d: d.mem_used_bytes),
-            ("aitop_gpu_memory_total_bytes", "GPU memory capacity, bytes",
-             lambda d: d.mem_total_bytes),
-            ("aitop_gpu_job_memory_used_bytes",
-             "GPU memory used by the attached job's processes, bytes",
-             lambda d: d.target_mem_bytes),
-            ("aitop_gpu_temperature_celsius", "GPU temperature", lambda d: d.temperature_c),
-            ("aitop_gpu_power_watts", "GPU power draw", lambda d: d.power_w),
-            ("aitop_gpu_power_limit_watts", "enforced GPU power limit", lambda d: d.power_limit_w),
-            ("aitop_gpu_sm_clock_hertz", "SM clock",
-             lambda d: None if d.sm_clock_mhz is None else d.sm_clock_mhz * 1e6),
-            ("aitop_gpu_pcie_rx_bytes_per_second", "PCIe host-to-GPU traffic",
-             lambda d: d.pcie_rx_bps),
-            ("aitop_gpu_pcie_tx_bytes_per_second", "PCIe GPU-to-host traffic",
-             lambda d: d.pcie_tx_bps),
-            ("aitop_gpu_lost", "1 when the GPU fell off the bus or stopped answering",
-             lambda d: float(d.lost)),
-        )
-        families = [GaugeMetricFamily(name, text, labels=names) for name, text, _ in specs]
+        known = dict(frame.identity)
+        hostname = known.get("hostname") or (env.hostname if env else None) or self._hostname
+        # The job's identity, less the hostname dcgm-exporter's labels carry.
+        ident = tuple((k, v) for k, v in frame.identity if k != "hostname")
+        rank = None if "rank" in known else (self._rank(env) if env else None)
         for device in sample.devices:
-            values = [
+            labels = dict(zip(DCGM_LABELS, (
                 str(device.index), device.uuid or "", f"nvidia{device.index}",
-                device.name or "", hostname, *([rank] if rank is not None else []),
-            ]
-            clean = [_clean(v) for v in values]
-            for family, (_name, _text, read) in zip(families, specs, strict=True):
+                device.name or "", hostname), strict=True))
+            if rank is not None:
+                labels["rank"] = rank
+            for name, text, read in GPU_SERIES:
                 value = _number(read(device))
                 if value is not None:
-                    family.add_metric(clean, value)
-        yield from families
+                    families.add(GaugeMetricFamily, name, text, ident, labels, value)
+
+    def _job_info(self, families: _Families, infos: Iterable[WatchInfo]) -> None:
+        for info in infos:
+            command = " ".join(redact_argv(info.command))[:MAX_COMMAND_CHARS]
+            families.add(GaugeMetricFamily, "aitop_job_info",
+                         "every PyTorch job the node agent found: status watched, attaching, "
+                         "waiting or not_watched, with the reason (secrets redacted)",
+                         info.identity, {"pid": str(info.pid), "command": command,
+                                         "status": info.status, "reason": info.reason}, 1.0)
+
+
+UP_HELP = (f"1 while aitop is attached to a live training process and publishing "
+           f"evaluations (the newest under {STALE_AFTER_S:g} s old), else 0")
+SPEEDUP_HELP = (
+    "estimated speed-up of the training step from acting on a firing finding (1 = none); "
+    "method: predicted (for this job on this machine), amdahl (a ceiling, at most) or "
+    "document (the source documents' general figure)")
+AGENT_HELP = {
+    "jobs": "jobs the node agent watches now",
+    "pace": "how much slower than its own cadence each job is sampled (1 = not at all); "
+            "above 1 while the agent sheds cadence to stay inside --budget or to share "
+            "its cost among many jobs",
+    "budget_ratio": "the agent's CPU over the last minute as a share of --budget "
+                    "(above 1: over it)",
+}
+
+GPU_SERIES: tuple[tuple[str, str, Callable[[GpuDevice], float | None]], ...] = (
+    ("aitop_gpu_utilization_ratio", "share of time a kernel was running (NVML), 0-1",
+     lambda d: None if d.util_percent is None else d.util_percent / 100.0),
+    ("aitop_gpu_memory_used_bytes", "GPU memory in use, bytes", lambda d: d.mem_used_bytes),
+    ("aitop_gpu_memory_total_bytes", "GPU memory capacity, bytes", lambda d: d.mem_total_bytes),
+    ("aitop_gpu_job_memory_used_bytes", "GPU memory used by the attached job's processes, bytes",
+     lambda d: d.target_mem_bytes),
+    ("aitop_gpu_temperature_celsius", "GPU temperature", lambda d: d.temperature_c),
+    ("aitop_gpu_power_watts", "GPU power draw", lambda d: d.power_w),
+    ("aitop_gpu_power_limit_watts", "enforced GPU power limit", lambda d: d.power_limit_w),
+    ("aitop_gpu_sm_clock_hertz", "SM clock",
+     lambda d: None if d.sm_clock_mhz is None else d.sm_clock_mhz * 1e6),
+    ("aitop_gpu_pcie_rx_bytes_per_second", "PCIe host-to-GPU traffic", lambda d: d.pcie_rx_bps),
+    ("aitop_gpu_pcie_tx_bytes_per_second", "PCIe GPU-to-host traffic", lambda d: d.pcie_tx_bps),
+    ("aitop_gpu_lost", "1 when the GPU fell off the bus or stopped answering",
+     lambda d: float(d.lost)),
+)

@@ -319,7 +319,11 @@ def test_serve_listens_on_loopback_unless_told_and_stops_cleanly(sleeper: int) -
                      if c.status == psutil.CONN_LISTEN]
         assert [tuple(a) for a in listening] == [("127.0.0.1", int(port))], listening
         body, _ = scrape(address)
-        assert "aitop_up 1.0" in body  # a live target, even one without Python stacks
+        up = [s for f in text_string_to_metric_families(body) if f.name == "aitop_up"
+              for s in f.samples]
+        # A live target, even one without Python stacks, under its job's identity.
+        assert [s.value for s in up] == [1.0], up
+        assert up[0].labels["job_id"] and up[0].labels["hostname"], up
     finally:
         code = stop_process(serve)
     assert code == 0

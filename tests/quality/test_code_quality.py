@@ -65,7 +65,7 @@ def test_import_contracts_are_kept() -> None:
     assert "BROKEN" not in result.stdout
     # Every contract ran, the layers among them.
     assert "tui -> engine -> knowledge -> probes" in result.stdout
-    assert "Inside engine: cli -> commands -> headless" in result.stdout
+    assert "Inside engine: cli -> commands -> (headless | fleet)" in result.stdout
 
 
 ROOMS = ("aitop.probes", "aitop.knowledge", "aitop.engine", "aitop.tui", "aitop.demo")

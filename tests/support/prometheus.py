@@ -111,15 +111,22 @@ class PrometheusServer:
                 self.process.wait()
 
 
-def start_serve(pid: int, *extra: str, serve: str = "127.0.0.1:0",
-                timeout: float = 60.0) -> tuple[subprocess.Popen[str], str]:
-    """``aitop --pid PID --serve 127.0.0.1:0``: the process and its host:port.
+def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
+                timeout: float = 60.0, user: str | None = None,
+                ) -> tuple[subprocess.Popen[str], str]:
+    """``aitop --pid PID --serve 127.0.0.1:0`` (``pid=None``: the node agent, ``user``:
+    run as that user): the process and its host:port.
 
     Waits for the line that says where it serves (the port is the kernel's pick).
     """
+    target = ["--pid", str(pid)] if pid is not None else []
+    command = [sys.executable, "-m", "aitop.tui", *target, "--serve", serve, *extra]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+                   *command]
     process = subprocess.Popen(
-        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--serve", serve, *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True,
     )
     assert process.stderr is not None
     deadline = time.time() + timeout

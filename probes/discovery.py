@@ -1,0 +1,196 @@
+"""Every PyTorch process on the node, found from ``/proc``, grouped into jobs.
+
+The node agent attaches to jobs nobody named, so it must find them the way a
+person would with ``pgrep -af python`` and ``/proc/PID/maps``:
+
+* A *torch process* is one whose ``maps`` shows ``torch/lib/libtorch*.so``: the
+  library ``import torch`` loads, whatever launched the process or wrote its
+  code (a binary that embeds libtorch without Python is one too, and is listed
+  as not watchable: py-spy reads Python stacks).
+* A process's *job root* is its topmost ancestor that is itself a torch
+  process: DataLoader workers fold into their training process, ranks into
+  torchrun's agent or the ``mp.spawn`` parent, Lightning's ranks into rank 0.
+  ``aitop --pid ROOT`` already watches everything under a root, so the agent
+  attaches once per root.
+* A Python process whose ``maps`` cannot be read (another user's, without
+  root) may be a torch job that aitop cannot watch: it is listed, with that
+  reason, rather than silently missing. Such processes fold only into a parent
+  they were forked or spawned from, since an unreadable parent may be anything
+  that started a job (a Python shell, a test runner, a notebook).
+
+A process is named by ``(pid, start time)``: a PID the kernel reuses is another
+process. What a process is (torch or not) is cached under that name, since a
+library once mapped stays mapped; Python processes without torch are looked at
+again on every scan (they may import it later). Never raises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .environment import torch_dir_from_maps
+from .process_tree import is_spawn_child
+from .procfs import PROC, parse_stat, read_cmdline, read_text
+
+#: Why a torch process cannot be watched, as ``aitop_job_info`` says it.
+OTHER_USER = "owned by another user (uid {uid}): run the agent as root or as that user"
+NOT_PYTHON = "not a Python process (libtorch without Python): py-spy cannot read its stacks"
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One process the agent may watch, or has to say why not."""
+
+    pid: int
+    parent: int | None
+    #: Clock ticks after boot at which it started (``/proc/PID/stat`` field 22).
+    started: int
+    uid: int | None
+    command: tuple[str, ...]
+    #: Why aitop cannot watch it; None when it can.
+    unwatchable: str | None = None
+    #: Its maps show libtorch (False: a Python process whose maps could not be read).
+    torch_seen: bool = True
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.pid, self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """The processes under one job root: what one ``attach(root)`` watches."""
+
+    root: Found
+    members: tuple[Found, ...]
+
+
+@dataclass
+class Discovery:
+    """Scans ``/proc``; remembers what each process was found to be."""
+
+    proc_root: str = PROC
+    own_uid: int = field(default_factory=os.geteuid)
+    #: (pid, start) -> torch loaded? (True is final; False is looked at again).
+    _torch: dict[tuple[int, int], bool] = field(default_factory=dict)
+
+    def scan(self) -> list[Found]:
+        """Torch processes and unreadable Python processes, in PID order."""
+        found: list[Found] = []
+        live: set[tuple[int, int]] = set()
+        for pid in _pids(self.proc_root):
+            item = self._look_at(pid)
+            if item is None:
+                continue
+            live.add(item.key)
+            found.append(item)
+        # Forget processes that are gone, so the cache is bounded by what runs.
+        for key in [k for k in self._torch if k not in live]:
+            del self._torch[key]
+        return found
+
+    def _look_at(self, pid: int) -> Found | None:
+        stat = read_text(f"{self.proc_root}/{pid}/stat")
+        parsed = parse_stat(stat) if stat else None
+        if parsed is None or len(parsed[1]) < 20 or parsed[1][0] == "Z":
+            return None
+        fields = parsed[1]
+        parent, started = _int(fields[1]), _int(fields[19])
+        if started is None:
+            return None
+        command = read_cmdline(pid, self.proc_root)
+        if not command:
+            return None  # a kernel thread
+        uid = _uid(self.proc_root, pid)
+        key = (pid, started)
+        python = _is_python(command, self.proc_root, pid)
+        if not self._torch.get(key, False):
+            maps = read_text(f"{self.proc_root}/{pid}/maps")
+            if maps is None or maps == "":
+                if python and uid is not None and uid != self.own_uid and self.own_uid != 0:
+                    self._torch[key] = False
+                    return Found(pid, parent, started, uid, command,
+                                 OTHER_USER.format(uid=uid), torch_seen=False)
+                self._torch[key] = False
+                return None
+            self._torch[key] = torch_dir_from_maps(maps) is not None
+        if not self._torch[key]:
+            return None
+        return Found(pid, parent, started, uid, command, None if python else NOT_PYTHON)
+
+
+#: Launchers whose ranks come later (after a rendezvous that may wait for other
+#: nodes): a launcher alone has no training thread to watch yet.
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
+
+
+def is_launcher(command: tuple[str, ...]) -> bool:
+    """torchrun (as a script or ``python -m torch.distributed.run``), accelerate, DeepSpeed."""
+    if any(arg in LAUNCHER_MODULES for arg in command[1:3]):
+        return True
+    scripts = [os.path.basename(arg) for arg in command[:2]]
+    return any(name in LAUNCHER_SCRIPTS for name in scripts)
+
+
+def job_groups(found: Iterable[Found]) -> list[JobGroup]:
+    """Each torch process under its job root (its topmost torch ancestor), by root PID."""
+    by_pid: Mapping[int, Found] = {f.pid: f for f in found}
+
+    def joins(item: Found, parent: Found) -> bool:
+        if item.torch_seen and parent.torch_seen:
+            return True
+        # Unreadable processes are folded only into a parent they were forked or
+        # spawned from (a DataLoader worker, an mp.spawn rank): an unreadable
+        # parent otherwise may be anything that started a job (a shell in Python,
+        # a test runner, a notebook).
+        return not parent.torch_seen and (item.command == parent.command
+                                          or is_spawn_child(item.command))
+
+    def root_of(item: Found) -> Found:
+        seen = {item.pid}
+        while (item.parent is not None and item.parent in by_pid
+               and item.parent not in seen and joins(item, by_pid[item.parent])):
+            item = by_pid[item.parent]
+            seen.add(item.pid)
+        return item
+
+    groups: dict[int, list[Found]] = {}
+    roots: dict[int, Found] = {}
+    for item in by_pid.values():
+        root = root_of(item)
+        roots[root.pid] = root
+        groups.setdefault(root.pid, []).append(item)
+    return [JobGroup(roots[pid], tuple(sorted(groups[pid], key=lambda f: f.pid)))
+            for pid in sorted(groups)]
+
+
+def _pids(proc_root: str) -> list[int]:
+    try:
+        return sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+    except OSError:
+        return []
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _uid(proc_root: str, pid: int) -> int | None:
+    try:
+        return os.stat(f"{proc_root}/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _is_python(command: tuple[str, ...], proc_root: str, pid: int) -> bool:
+    """The executable is a Python interpreter (``exe`` when readable, else argv[0])."""
+    try:
+        exe = os.readlink(f"{proc_root}/{pid}/exe")
+    except OSError:
+        exe = command[0] if command else ""
+    name = os.path.basename(exe.removesuffix(" (deleted)"))
+    return name.startswith(("python", "pypy")) or (
+        not name and os.path.basename(command[0]).startswith("python"))

@@ -1,0 +1,111 @@
+"""The node agent (``aitop --serve PORT`` without ``--pid``) on real jobs, scraped by a
+real Prometheus: jobs are attached as they start and their series leave when they end.
+
+``--match`` keeps each agent to this test's own jobs (their command lines carry the
+test's directory): the suite runs other tests' jobs beside it on the same machine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from aitop.probes.discovery import OTHER_USER
+from aitop.probes.job_identity import read_environ
+from prometheus_client.parser import text_string_to_metric_families
+from support.jobs import start_job, stop_job
+from support.processes import free_port, started, wait_until
+from support.prometheus import PrometheusServer, start_serve, stop_process
+
+pytestmark = pytest.mark.attach
+
+Samples = dict[str, list[dict[str, str]]]
+
+
+def scrape(address: str) -> Samples:
+    """Each metric's samples' labels (values in ``"value"``), from a direct scrape."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {f.name: [{**s.labels, "value": str(s.value)} for s in f.samples]
+            for f in text_string_to_metric_families(text)}
+
+
+def job_ids(samples: Samples, metric: str = "aitop_up") -> set[str]:
+    return {s["job_id"] for s in samples.get(metric, [])}
+
+
+def torchrun(port: int, marker: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            f"--master_port={port}", f"--rdzv-id=agent-test-{port}", "-m", "aitop.demo.ddp",
+            "--duration", "90", "--truth", str(marker / "ddp-truth")]
+
+
+def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) -> None:
+    agent, address = start_serve(None, "--match", str(tmp_path))
+    prometheus = PrometheusServer(tmp_path, [address])
+    single = None
+    try:
+        assert job_ids(scrape(address)) == set()  # nothing of this test's runs yet
+        single = start_job("data", tmp_path / "data.jsonl", duration_s=120)
+        with started(torchrun(free_port(), tmp_path)) as launcher:
+            up = prometheus.wait_for('count(aitop_up == 1) == 2', timeout=90)
+            assert up
+            samples = scrape(address)
+            info = {s["pid"]: s for s in samples["aitop_job_info"]}
+            assert set(info) == {str(single.pid), str(launcher.pid)}, info
+            assert {s["status"] for s in info.values()} == {"watched"}, info
+            # The torchrun job is named by its run and watched at rank 0 of node 0.
+            ranks = [c.pid for c in psutil.Process(launcher.pid).children()]
+            run_id = {read_environ(pid).get("TORCHELASTIC_RUN_ID") for pid in ranks}
+            ddp = info[str(launcher.pid)]
+            assert {ddp["job_id"]} == run_id and ddp["job_id"].startswith("agent-test-"), (
+                ddp, run_id)
+            assert (ddp["rank"], ddp["local_rank"], ddp["node_rank"]) == ("0", "0", "0")
+            assert ddp["hostname"] and info[str(single.pid)]["rank"] == ""
+            # Every job has its verdict series, under its own identity.
+            judged = prometheus.wait_for("count by (job_id) (aitop_bottleneck == 1)",
+                                         timeout=60)
+            assert {r["metric"]["job_id"] for r in judged} == job_ids(samples)
+            agent_jobs = {s["value"] for s in samples["aitop_agent_jobs"]}
+            assert agent_jobs == {"2.0"}, samples["aitop_agent_jobs"]
+            first_series = {
+                pid: time.time() - psutil.Process(int(pid)).create_time() for pid in info}
+            print(f"seconds from a job's start to its series (upper bound): {first_series}")
+            single_id = info[str(single.pid)]["job_id"]
+        # The torchrun job ended: its series left the scrape, and Prometheus saw them go.
+        assert wait_until(lambda: job_ids(scrape(address)) == {single_id}, timeout=20), \
+            scrape(address).get("aitop_up")
+        assert wait_until(lambda: {r["metric"]["job_id"] for r in
+                                   prometheus.query("aitop_up")} == {single_id}, timeout=20)
+        assert not [s for s in scrape(address)["aitop_job_info"] if s["job_id"] != single_id]
+    finally:
+        if single is not None:
+            stop_job(single)
+        prometheus.stop()
+        code = stop_process(agent)
+    assert code == 0
+
+
+def test_another_users_job_is_listed_with_the_reason(tmp_path: Path) -> None:
+    """An agent run as ``nobody`` cannot read root's job: it says so, and keeps serving."""
+    job = start_job("data", tmp_path / "data.jsonl", duration_s=60)
+    agent = None
+    try:
+        agent, address = start_serve(None, "--match", str(tmp_path), user="65534")
+        listed = wait_until(lambda: scrape(address).get("aitop_job_info"), timeout=20)
+        if not listed:
+            stop_process(agent)
+            assert agent.stderr is not None
+            pytest.fail(f"nothing listed; the agent said: {agent.stderr.read()}")
+        [info] = scrape(address)["aitop_job_info"]
+        assert info["pid"] == str(job.pid) and info["status"] == "not_watched", info
+        assert info["reason"] == OTHER_USER.format(uid=0), info
+        assert "aitop_up" not in scrape(address)
+    finally:
+        stop_job(job)
+        code = stop_process(agent) if agent is not None else 0
+    assert code == 0

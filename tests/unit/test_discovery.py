@@ -1,0 +1,156 @@
+"""Finding every PyTorch job on a node, and naming it: real files in a /proc-shaped tree.
+
+The tree holds what the kernel shows for each process (``stat``, ``cmdline``,
+``maps``, ``exe``, ``environ``, ``cgroup``), as read from real processes here;
+the real /proc is read by the node agent's attach tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from aitop.probes.discovery import NOT_PYTHON, OTHER_USER, Discovery, is_launcher, job_groups
+from aitop.probes.job_identity import command_digest, identify, job_id_from_env
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+TORCH_MAPS = (f"7f01-7f02 r-xp 00000000 08:01 42 {SITE}/torch/lib/libtorch_cpu.so\n"
+              "7f03-7f04 r-xp 00000000 08:01 43 /usr/lib/libc.so.6\n")
+PLAIN_MAPS = "7f03-7f04 r-xp 00000000 08:01 43 /usr/lib/libc.so.6\n"
+PYTHON = "/usr/bin/python3.11"
+
+
+def process(proc: Path, pid: int, parent: int, command: list[str], *, maps: str | None,
+            exe: str = PYTHON, started: int = 1000, env: dict[str, str] | None = None,
+            cgroup: str = "0::/user.slice\n") -> None:
+    """One process's files, as the kernel writes them."""
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    # pid (comm) state ppid ... field 22 (starttime) is the 20th after comm.
+    after = ["S", str(parent), *["0"] * 17, str(started), "0", "0"]
+    (d / "stat").write_text(f"{pid} ({Path(command[0]).name[:15]}) {' '.join(after)}\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in command) + b"\0")
+    if maps is None:
+        (d / "maps").mkdir()  # unreadable, as another user's maps are to a non-root reader
+    else:
+        (d / "maps").write_text(maps)
+    os.symlink(exe, d / "exe")
+    (d / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in (env or {}).items()))
+    (d / "cgroup").write_text(cgroup)
+
+
+@pytest.fixture
+def proc(tmp_path: Path) -> Path:
+    root = tmp_path / "proc"
+    root.mkdir()
+    return root
+
+
+def test_workers_fold_into_their_training_process_and_ranks_into_the_launcher(
+        proc: Path) -> None:
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=TORCH_MAPS)
+    process(proc, 101, 100, [PYTHON, "-c", "from multiprocessing.spawn import spawn_main"],
+            maps=TORCH_MAPS)  # a DataLoader worker
+    process(proc, 200, 1, [PYTHON, "/usr/bin/torchrun", "--nproc-per-node=2", "ddp.py"],
+            maps=TORCH_MAPS)
+    process(proc, 201, 200, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS)
+    process(proc, 202, 200, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS)
+    process(proc, 300, 1, [PYTHON, "notes.py"], maps=PLAIN_MAPS)  # Python without torch
+    process(proc, 400, 1, ["/usr/bin/bash"], maps=PLAIN_MAPS, exe="/usr/bin/bash")
+    groups = job_groups(Discovery(str(proc), own_uid=0).scan())
+    assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
+        (100, [100, 101]), (200, [200, 201, 202])]
+    assert all(g.root.unwatchable is None for g in groups)
+
+
+def test_a_process_that_imports_torch_later_is_found_then(proc: Path) -> None:
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=PLAIN_MAPS)
+    discovery = Discovery(str(proc), own_uid=0)
+    assert discovery.scan() == []
+    (proc / "100" / "maps").write_text(TORCH_MAPS)  # `import torch` has run since
+    assert [f.pid for f in discovery.scan()] == [100]
+
+
+def test_a_reused_pid_is_another_process(proc: Path) -> None:
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, started=1000)
+    discovery = Discovery(str(proc), own_uid=0)
+    first = discovery.scan()
+    (proc / "100" / "stat").write_text((proc / "100" / "stat").read_text()
+                                       .replace(" 1000 ", " 5000 "))
+    (proc / "100" / "maps").write_text(PLAIN_MAPS)  # the new process has no torch
+    assert [f.key for f in first] == [(100, 1000)]
+    assert discovery.scan() == []
+
+
+def test_what_cannot_be_watched_is_listed_with_the_reason(proc: Path) -> None:
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=None)  # another user's, maps unreadable
+    process(proc, 200, 1, ["/opt/app/serve-libtorch", "--port", "80"], maps=TORCH_MAPS,
+            exe="/opt/app/serve-libtorch")
+    found = {f.pid: f for f in Discovery(str(proc), own_uid=1000).scan()}
+    uid = os.stat(proc / "100").st_uid
+    assert found[100].unwatchable == OTHER_USER.format(uid=uid)
+    assert found[200].unwatchable == NOT_PYTHON
+    # As root (or as its owner) an unreadable maps file is no torch job to list.
+    assert Discovery(str(proc), own_uid=uid).scan() == [found[200]]
+
+
+def test_a_torchrun_rank_is_named_by_its_run_and_place(proc: Path) -> None:
+    process(proc, 200, 1, [PYTHON, "/usr/bin/torchrun", "--nnodes=2", "--node-rank", "1",
+                           "ddp.py"], maps=TORCH_MAPS)
+    process(proc, 201, 200, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+        "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "WORLD_SIZE": "4",
+        "TORCHELASTIC_RUN_ID": "bert-large-7"})
+    identity = identify(201, 200, proc_root=str(proc), hostname="node-b")
+    assert identity.labels() == (("job_id", "bert-large-7"), ("hostname", "node-b"),
+                                 ("rank", "3"), ("local_rank", "1"), ("node_rank", "1"),
+                                 ("pod", ""), ("namespace", ""), ("container", ""))
+
+
+def test_the_job_id_without_a_run_id_is_the_launchers_command_on_every_node() -> None:
+    node0 = ("torchrun", "--nnodes=2", "--node-rank=0", "train.py")
+    node1 = ("torchrun", "--nnodes=2", "--node-rank", "1", "train.py")
+    assert command_digest(node0) == command_digest(node1) != command_digest(("train.py",))
+    # torchrun's default run id ("none") names nothing; Slurm's names the allocation.
+    assert job_id_from_env({"TORCHELASTIC_RUN_ID": "none"}, node0) == command_digest(node0)
+    assert job_id_from_env({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}, node0) == "4242.0"
+
+
+def test_a_pod_is_named_as_dcgm_exporter_names_it(proc: Path) -> None:
+    container = "3f" * 32
+    cgroup = ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-"
+              "pod0b1c2d3e_4f50_6172_8394_a5b6c7d8e9f0.slice/"
+              f"cri-containerd-{container}.scope\n")
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, cgroup=cgroup,
+            env={"HOSTNAME": "trainer-0", "RANK": "0"})
+    secrets = proc / "100" / "root" / "var/run/secrets/kubernetes.io/serviceaccount"
+    secrets.mkdir(parents=True)
+    (secrets / "namespace").write_text("research\n")
+    identity = identify(100, proc_root=str(proc), hostname="gpu-node-7")
+    assert (identity.pod, identity.namespace, identity.container) == (
+        "trainer-0", "research", container[:12])
+    # Outside Kubernetes there is no pod, whatever HOSTNAME says.
+    process(proc, 200, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, env={"HOSTNAME": "box"})
+    assert identify(200, proc_root=str(proc)).pod == ""
+
+
+@pytest.mark.parametrize("command,launcher", [
+    ((PYTHON, "-m", "torch.distributed.run", "--nproc_per_node=2", "t.py"), True),
+    (("/opt/venv/bin/python", "/opt/venv/bin/torchrun", "t.py"), True),
+    (("/opt/venv/bin/python3", "/opt/venv/bin/accelerate", "launch", "t.py"), True),
+    ((PYTHON, "train.py", "--launcher", "torchrun"), False),
+    ((PYTHON, "-m", "aitop.demo.ddp"), False),
+])
+def test_launchers_are_known_by_their_command(command: tuple[str, ...], launcher: bool) -> None:
+    assert is_launcher(command) is launcher
+
+
+def test_an_unreadable_job_is_not_folded_into_whatever_started_it(proc: Path) -> None:
+    """To a non-root agent, another user's runner and job are both unreadable Python:
+    the job stands alone, with its forked worker folded in."""
+    process(proc, 100, 1, [PYTHON, "-m", "pytest"], maps=None)
+    process(proc, 110, 100, [PYTHON, "train.py", "--data", "/d"], maps=None)
+    process(proc, 111, 110, [PYTHON, "train.py", "--data", "/d"], maps=None)  # fork worker
+    groups = job_groups(Discovery(str(proc), own_uid=1000).scan())
+    assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
+        (100, [100]), (110, [110, 111])]
