@@ -18,7 +18,7 @@ python -m benchmarks.run            # full run (~30 min): writes this file
 python -m benchmarks.run --quick    # ~4-5 min smoke run: one pair, a 1-min session
 python -m benchmarks.run --only overhead   # one section (repeatable):
                                            #   pyspy | overhead | tui_overhead | session |
-                                           #   tui | ranks
+                                           #   tui | ranks | agent
 ```
 
 Run from the repository root with the virtual environment active (`tmux` and
@@ -40,6 +40,19 @@ runs `--nonblocking` and never stops the job).
 """
 
 METHODS = {
+    "agent": """### The node agent's cost per job count (issue 21)
+
+For N = 1, 2 and 4 small single-process PyTorch jobs (`benchmarks/agent.py`'s
+`LIGHT_JOB`: a 2-layer MLP trained in a loop that sleeps 30 ms a step, so the jobs
+leave the cores mostly free), one node agent (`aitop --serve 127.0.0.1:0 --match
+MARKER`, no `--pid`) is scraped. Once it watches all N and {warmup_s:g} s have passed,
+its own CPU (`aitop_self_cpu_seconds`, py-spy runs included) is read over
+{duration_s:g} s; {rounds} round(s), the job counts interleaved within each round. The
+time to a first series is from each job's start to the first scrape showing its
+`aitop_target_info`. A last run ({budget_s:g} s) gives 4 jobs a `--budget` of 60 % of
+their measured median cost and reads the agent's CPU over its last minute and the
+pace it settled at (the budget is judged on each minute).
+""",
     "ranks": """### Every rank of a job (issue 9)
 
 For N = 1, 2 and 4 ranks of the DDP demo (`torchrun --nproc_per_node=N -m
@@ -341,6 +354,24 @@ def ranks_detail(section: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def agent_detail(section: dict[str, Any]) -> str:
+    """Each round: jobs watched, the agent's CPU, its pace, each job's time to a series."""
+    lines = ["| jobs | round | watched | agent CPU | pace | seconds to first series |",
+             "|---|---|---|---|---|---|"]
+    for n, runs in sorted(section.get("runs", {}).items()):
+        for i, r in enumerate(runs, 1):
+            firsts = ", ".join(f"{s:.1f}" for s in r.get("first_series_s", []))
+            lines.append(f"| {n} | {i} | {r.get('watched', 0):.0f} "
+                         f"| {_f(r.get('cpu'), '.2f', ' %')} | {_f(r.get('pace'), '.2f', '')} "
+                         f"| {firsts} |")
+    budget = section.get("budget")
+    if budget:
+        lines += ["", f"* 4 jobs under `--budget {budget['percent']:g}`: the agent used "
+                  f"**{budget['cpu']:.2f} %** of a core over the last minute at pace "
+                  f"{budget['pace']:.2f} (without a budget 4 jobs run at pace 2)"]
+    return "\n".join(lines)
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else 1000.0 * value
 
@@ -371,7 +402,7 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
              "Verdicts judge the median, except key latency (its p95). "
              "\"not measured\" means that part did not run or failed; see its section.", "",
              "## How each figure was obtained, and the details", ""]
-    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui", "ranks"):
+    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui", "ranks", "agent"):
         section = sections.get(name)
         if not section:
             continue
@@ -394,6 +425,8 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
             parts.append(pyspy_detail(data))
         elif name == "ranks":
             parts.append(ranks_detail(data))
+        elif name == "agent":
+            parts.append(agent_detail(data))
         else:
             parts.append(tui_detail(data))
         parts.append("")

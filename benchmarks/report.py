@@ -216,8 +216,29 @@ def ranks_rows(section: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def agent_rows(section: dict[str, Any]) -> list[Row]:
+    """The node agent (issue 21): its CPU per job count, and how soon a job is seen."""
+    rows = [_row("A", f"node agent CPU, {n} job(s)", _s(section.get(f"cpu_{n}")), "—",
+                 lambda v: True, fmt=".2f", unit=" %") for n in (1, 2, 4)]
+    rows.append(_one("A", "node agent CPU, 2 jobs / 1 job (medians)", section.get("ratio_2"),
+                     "—", lambda v: True, unit="×"))
+    rows.append(_one("A", "node agent CPU, 4 jobs / 1 job (medians)", section.get("ratio_4"),
+                     "≤ 2.5×", lambda v: v <= 2.5, unit="×"))
+    rows.append(_row("A", "seconds from a job's start to its first series",
+                     _s(section.get("first_series_s")), "—", lambda v: True, fmt=".1f",
+                     unit=" s"))
+    budget = section.get("budget")
+    if budget:
+        rows.append(_one("A", f"node agent CPU under --budget {budget['percent']:g} (4 jobs), "
+                         "as a share of the budget", budget["cpu"] / budget["percent"],
+                         "≤ 1.2×", lambda v: v <= 1.2, unit="×"))
+    return rows
+
+
 def all_rows(sections: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
+    if "agent" in sections:
+        rows += agent_rows(sections["agent"])
     if "ranks" in sections:
         rows += ranks_rows(sections["ranks"])
     if "overhead" in sections:

@@ -10,7 +10,9 @@ how each figure was obtained). Sections:
 * ``tui``: targets 4 and 5 — first frame and key latency with Textual's Pilot;
 * ``pyspy``: what one py-spy call costs (the unit costs behind aitop's cadences);
 * ``ranks``: aitop's CPU watching 1, 2 and 4 ranks of a torchrun job, with the
-  communication error and the straggler verdict on each multi-rank round.
+  communication error and the straggler verdict on each multi-rank round;
+* ``agent``: the node agent's CPU watching 1, 2 and 4 jobs, the time from a job's
+  start to its first series, and where ``--budget`` settles.
 
 The full run takes ~30 minutes; ``--quick`` (~4-5 minutes) runs every section
 once, briefly, as a smoke test.
@@ -29,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .agent import run_agent
 from .docs_md import section_data, write_markdown
 from .jobs import REPO, SCENARIOS
 from .machine import load_average, machine_info
@@ -40,7 +43,7 @@ from .session import run_session
 from .tui_latency import run_tui_latency
 
 SECTIONS: tuple[str, ...] = ("pyspy", "overhead", "tui_overhead", "session", "tui",
-                             "ranks")
+                             "ranks", "agent")
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 
 
@@ -57,6 +60,11 @@ class Plan:
     first_frame_runs: int
     pyspy_reps: int
     ranks_rounds: int = 3
+    agent_rounds: int = 3
+    agent_warmup_s: float = 20.0
+    agent_duration_s: float = 60.0
+    #: The --budget round's length (0: none); the budget is judged each minute.
+    agent_budget_s: float = 180.0
     #: Long enough that start-up (short first windows, warm-up reads) is not all
     #: of it: a job is watched for minutes.
     ranks_duration_s: float = 60.0
@@ -84,6 +92,10 @@ QUICK = Plan(
     pyspy_reps=2,
     ranks_rounds=1,
     ranks_duration_s=15.0,
+    agent_rounds=1,
+    agent_warmup_s=5.0,
+    agent_duration_s=15.0,
+    agent_budget_s=0.0,
 )
 
 
@@ -115,6 +127,12 @@ def run_section(name: str, plan: Plan, workdir: Path) -> tuple[dict[str, Any], d
         log(f"ranks: 1, 2, 4 ranks, {plan.ranks_rounds} round(s)")
         return ({"rounds": plan.ranks_rounds, "duration_s": plan.ranks_duration_s},
                 run_ranks(plan.ranks_rounds, plan.ranks_duration_s, workdir / name, log))
+    if name == "agent":
+        log(f"agent: 1, 2, 4 jobs, {plan.agent_rounds} round(s)")
+        return ({"rounds": plan.agent_rounds, "warmup_s": plan.agent_warmup_s,
+                 "duration_s": plan.agent_duration_s, "budget_s": plan.agent_budget_s},
+                run_agent(plan.agent_rounds, plan.agent_warmup_s, plan.agent_duration_s,
+                          plan.agent_budget_s, workdir / name, log))
     if name == "pyspy":
         log(f"pyspy: unit costs, {plan.pyspy_reps} round(s)")
         return {"reps": plan.pyspy_reps}, run_pyspy_cost(plan.pyspy_reps, workdir / name, log)

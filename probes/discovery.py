@@ -7,9 +7,11 @@ person would with ``pgrep -af python`` and ``/proc/PID/maps``:
   library ``import torch`` loads, whatever launched the process or wrote its
   code (a binary that embeds libtorch without Python is one too, and is listed
   as not watchable: py-spy reads Python stacks).
-* A process's *job root* is its topmost ancestor that is itself a torch
-  process: DataLoader workers fold into their training process, ranks into
-  torchrun's agent or the ``mp.spawn`` parent, Lightning's ranks into rank 0.
+* A process's *job root* is its topmost torch ancestor that it is a worker or
+  rank of: DataLoader workers fold into their training process, ranks into
+  torchrun's agent or the ``mp.spawn`` parent, Lightning's ranks into rank 0. A
+  job that a torch-loaded Python process merely started (a notebook, a sweep
+  driver, a test runner) is a job of its own.
   ``aitop --pid ROOT`` already watches everything under a root, so the agent
   attaches once per root.
 * A Python process whose ``maps`` cannot be read (another user's, without
@@ -31,8 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .environment import torch_dir_from_maps
-from .process_tree import is_spawn_child
+from .process_tree import is_forkserver, is_spawn_child
 from .procfs import PROC, parse_stat, read_cmdline, read_text
+from .ranks import read_rank_env
 
 #: Why a torch process cannot be watched, as ``aitop_job_info`` says it.
 OTHER_USER = "owned by another user (uid {uid}): run the agent as root or as that user"
@@ -135,19 +138,29 @@ def is_launcher(command: tuple[str, ...]) -> bool:
     return any(name in LAUNCHER_SCRIPTS for name in scripts)
 
 
-def job_groups(found: Iterable[Found]) -> list[JobGroup]:
-    """Each torch process under its job root (its topmost torch ancestor), by root PID."""
+def job_groups(found: Iterable[Found], proc_root: str = PROC) -> list[JobGroup]:
+    """Each torch process under its job root, by root PID: the topmost ancestor it
+    is a worker or rank of (forked or spawned from it, started by a launcher, or
+    given a ``LOCAL_RANK``)."""
     by_pid: Mapping[int, Found] = {f.pid: f for f in found}
 
+    def rank_env(pid: int) -> dict[str, str]:
+        return read_rank_env(pid, proc_root) or {}
+
     def joins(item: Found, parent: Found) -> bool:
-        if item.torch_seen and parent.torch_seen:
-            return True
-        # Unreadable processes are folded only into a parent they were forked or
-        # spawned from (a DataLoader worker, an mp.spawn rank): an unreadable
-        # parent otherwise may be anything that started a job (a shell in Python,
-        # a test runner, a notebook).
-        return not parent.torch_seen and (item.command == parent.command
-                                          or is_spawn_child(item.command))
+        """Whether ``item`` is part of its parent's job, not a job of its own."""
+        if item.torch_seen != parent.torch_seen:
+            return False
+        started_by_it = (item.command == parent.command  # forked: a worker, a rank
+                         or is_spawn_child(item.command) or is_forkserver(item.command))
+        if not parent.torch_seen:
+            # Unreadable: only what was forked or spawned from it, since such a
+            # parent may be anything that started a job.
+            return started_by_it
+        # A Python process with torch loaded that starts another (a notebook, a
+        # sweep driver, a test runner) has not made it a rank: only a launcher's
+        # children, forked or spawned ones and those given a rank are.
+        return started_by_it or is_launcher(parent.command) or "LOCAL_RANK" in rank_env(item.pid)
 
     def root_of(item: Found) -> Found:
         seen = {item.pid}

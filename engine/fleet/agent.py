@@ -106,7 +106,8 @@ class NodeAgent:
 
     def poll(self, now: float) -> None:
         """Scan once: attach what is new, drop what has ended, keep the pace."""
-        groups = {g.root.key: g for g in job_groups(self.discovery.scan()) if self._wanted(g)}
+        found = job_groups(self.discovery.scan(), self.discovery.proc_root)
+        groups = {g.root.key: g for g in found if self._wanted(g)}
         with self._lock:
             ended = [w for key, w in self.watches.items() if key not in groups]
             for gone in ended:

@@ -58,7 +58,7 @@ def test_workers_fold_into_their_training_process_and_ranks_into_the_launcher(
     process(proc, 202, 200, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS)
     process(proc, 300, 1, [PYTHON, "notes.py"], maps=PLAIN_MAPS)  # Python without torch
     process(proc, 400, 1, ["/usr/bin/bash"], maps=PLAIN_MAPS, exe="/usr/bin/bash")
-    groups = job_groups(Discovery(str(proc), own_uid=0).scan())
+    groups = job_groups(Discovery(str(proc), own_uid=0).scan(), str(proc))
     assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
         (100, [100, 101]), (200, [200, 201, 202])]
     assert all(g.root.unwatchable is None for g in groups)
@@ -151,6 +151,20 @@ def test_an_unreadable_job_is_not_folded_into_whatever_started_it(proc: Path) ->
     process(proc, 100, 1, [PYTHON, "-m", "pytest"], maps=None)
     process(proc, 110, 100, [PYTHON, "train.py", "--data", "/d"], maps=None)
     process(proc, 111, 110, [PYTHON, "train.py", "--data", "/d"], maps=None)  # fork worker
-    groups = job_groups(Discovery(str(proc), own_uid=1000).scan())
+    groups = job_groups(Discovery(str(proc), own_uid=1000).scan(), str(proc))
     assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
         (100, [100]), (110, [110, 111])]
+
+
+def test_a_job_a_torch_process_merely_started_is_a_job_of_its_own(proc: Path) -> None:
+    """A notebook or sweep driver with torch loaded runs trials as subprocesses: each
+    trial is a job. Lightning's ranks (given LOCAL_RANK) stay rank 0's."""
+    process(proc, 100, 1, [PYTHON, "-m", "ipykernel_launcher"], maps=TORCH_MAPS)
+    process(proc, 110, 100, [PYTHON, "trial.py", "--lr", "0.1"], maps=TORCH_MAPS)
+    process(proc, 120, 100, [PYTHON, "trial.py", "--lr", "0.01"], maps=TORCH_MAPS)
+    process(proc, 200, 1, [PYTHON, "fit.py"], maps=TORCH_MAPS)
+    process(proc, 201, 200, [PYTHON, "/srv/fit.py"], maps=TORCH_MAPS,
+            env={"LOCAL_RANK": "1", "WORLD_SIZE": "2"})
+    groups = job_groups(Discovery(str(proc), own_uid=0).scan(), str(proc))
+    assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
+        (100, [100]), (110, [110]), (120, [120]), (200, [200, 201])]
