@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import socket
+import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -188,6 +189,17 @@ class WatchInfo:
     #: "watched", "attaching", "waiting" (a launcher before its ranks) or "not_watched".
     status: str
     reason: str = ""
+
+
+def stable_title(template: str) -> str:
+    """A rule's title with each ``{field}`` as ``…``: the live figures would make a new
+    series at every evaluation."""
+    parts = []
+    for literal, name, _spec, _conversion in string.Formatter().parse(template):
+        parts.append(literal)
+        if name is not None:
+            parts.append("…")
+    return "".join(parts)
 
 
 class _Families:
@@ -386,6 +398,11 @@ class AitopCollector(Collector):
             families.add(CounterMetricFamily, "aitop_finding_fired",
                          "times a rule has started firing since aitop attached",
                          ident, labels, float(totals.get(rule.id, 0)))
+            if finding is not None:
+                families.add(GaugeMetricFamily, "aitop_finding_info",
+                             "1 for each firing finding, with its rule's title (the figures in "
+                             "it left out, so the series stays one while it fires)",
+                             ident, {**labels, "title": stable_title(rule.title)}, 1.0)
             gain = _number(finding.gain.speedup) if finding is not None else None
             if gain is not None and finding is not None:
                 families.add(GaugeMetricFamily, "aitop_finding_estimated_speedup",

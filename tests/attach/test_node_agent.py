@@ -1,5 +1,8 @@
 """The node agent (``aitop --serve PORT`` without ``--pid``) on real jobs, scraped by a
-real Prometheus: jobs are attached as they start and their series leave when they end.
+real Prometheus: jobs are attached as they start and their series leave when they end,
+and every query of the shipped Grafana dashboard is valid and returns data.
+
+The agent's GPU is the fake NVML's "healthy" scenario (no GPU here; the only fake).
 
 ``--match`` keeps each agent to this test's own jobs (their command lines carry the
 test's directory): the suite runs other tests' jobs beside it on the same machine.
@@ -7,6 +10,7 @@ test's directory): the suite runs other tests' jobs beside it on the same machin
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import urllib.request
@@ -24,6 +28,30 @@ from support.prometheus import PrometheusServer, start_serve, stop_process
 pytestmark = pytest.mark.attach
 
 Samples = dict[str, list[dict[str, str]]]
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "aitop-dashboard.json"
+
+
+def dashboard_panels() -> dict[str, list[str]]:
+    """Each panel's PromQL queries, the dashboard's variables set to "All"."""
+    board = json.loads(DASHBOARD.read_text())
+    return {panel["title"]: [target["expr"].replace("$hostname", ".*").replace("$job_id", ".*")
+                             for target in panel["targets"]]
+            for panel in board["panels"] if panel.get("targets")}
+
+
+def check_dashboard(prometheus: PrometheusServer, timeout: float = 60.0) -> None:
+    """Every query is valid (the API accepts it, else this raises) and every panel shows
+    data (one of its queries has some: a job's own GPU memory needs it on the GPU)."""
+    pending = dashboard_panels()
+    deadline = time.time() + timeout
+    while True:
+        pending = {title: exprs for title, exprs in pending.items()
+                   if not any([prometheus.query(e) for e in exprs])}
+        if not pending or time.time() > deadline:
+            break
+        time.sleep(2)
+    assert not pending, f"panels without data: {pending}"
 
 
 def scrape(address: str) -> Samples:
@@ -45,7 +73,7 @@ def torchrun(port: int, marker: Path) -> list[str]:
 
 
 def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) -> None:
-    agent, address = start_serve(None, "--match", str(tmp_path))
+    agent, address = start_serve(None, "--match", str(tmp_path), fake_gpu="healthy")
     prometheus = PrometheusServer(tmp_path, [address])
     single = None
     try:
@@ -76,6 +104,9 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
                 pid: time.time() - psutil.Process(int(pid)).create_time() for pid in info}
             print(f"seconds from a job's start to its series (upper bound): {first_series}")
             single_id = info[str(single.pid)]["job_id"]
+            # The dashboard: every query valid, every panel with data (the straggler
+            # score once the torchrun job's peer has been judged).
+            check_dashboard(prometheus)
         # The torchrun job ended: its series left the scrape, and Prometheus saw them go.
         assert wait_until(lambda: job_ids(scrape(address)) == {single_id}, timeout=20), \
             scrape(address).get("aitop_up")

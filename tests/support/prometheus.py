@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -111,11 +112,17 @@ class PrometheusServer:
                 self.process.wait()
 
 
+#: Put on PYTHONPATH with ``AITOP_TEST_FAKE_NVML=SCENARIO``: aitop's GPU probe reads
+#: that fake NVML scenario (``support/fake_gpu_site/sitecustomize.py``).
+FAKE_GPU_SITE = Path(__file__).parent / "fake_gpu_site"
+
+
 def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
                 timeout: float = 60.0, user: str | None = None,
-                ) -> tuple[subprocess.Popen[str], str]:
+                fake_gpu: str | None = None) -> tuple[subprocess.Popen[str], str]:
     """``aitop --pid PID --serve 127.0.0.1:0`` (``pid=None``: the node agent, ``user``:
-    run as that user): the process and its host:port.
+    run as that user, ``fake_gpu``: with that fake NVML scenario as its GPU): the
+    process and its host:port.
 
     Waits for the line that says where it serves (the port is the kernel's pick).
     """
@@ -124,9 +131,13 @@ def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
     if user is not None:
         command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
                    *command]
+    env = None
+    if fake_gpu is not None:
+        path = os.pathsep.join((str(FAKE_GPU_SITE), str(FAKE_GPU_SITE.parent.parent)))
+        env = {**os.environ, "PYTHONPATH": path, "AITOP_TEST_FAKE_NVML": fake_gpu}
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-        text=True,
+        text=True, env=env,
     )
     assert process.stderr is not None
     deadline = time.time() + timeout

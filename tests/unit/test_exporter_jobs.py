@@ -73,3 +73,11 @@ def test_one_family_cannot_mix_label_names() -> None:
     families.add(GaugeMetricFamily, "aitop_x", "x", (("job_id", "a"),), {"phase": "f"}, 1.0)
     with pytest.raises(ValueError, match="label names"):
         families.add(GaugeMetricFamily, "aitop_x", "x", (("job_id", "b"),), {"rule": "r"}, 1.0)
+
+
+def test_a_findings_title_is_stable_while_it_fires() -> None:
+    from aitop.engine.prometheus.exporter import stable_title
+
+    title = "Data loading is the bottleneck: {phase_data_wait:.0%} of the step waits ({n} s)"
+    assert stable_title(title) == "Data loading is the bottleneck: … of the step waits (… s)"
+    assert stable_title("No figures") == "No figures"
