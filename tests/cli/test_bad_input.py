@@ -42,6 +42,32 @@ def test_not_a_number_pid() -> None:
     assert result.returncode == 2 and "invalid int value" in result.stderr
 
 
+@pytest.mark.parametrize("args,code,words", [
+    (("--pid", "1", "--budget", "5"), 2, "--budget is for the node agent"),
+    (("--pid", "1", "--serve", "0", "--match", "train"), 2, "--match is for the node agent"),
+    (("--serve", "0", "--export", "run.json"), 2, "--export is for one job: give --pid"),
+    (("--serve", "0", "--fail-on", "high"), 2, "--fail-on is not for --serve"),
+    (("--serve", "0", "--budget", "-1"), 2, "must be a number of seconds > 0"),
+])
+def test_node_agent_options_out_of_place_are_one_line(args: tuple[str, ...], code: int,
+                                                      words: str) -> None:
+    result = run_aitop(*args, timeout=30)
+    assert result.returncode == code, result.stderr
+    assert words in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_node_agent_on_a_port_in_use_is_one_line() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_aitop("--serve", f"127.0.0.1:{port}", timeout=30)
+    assert_one_line_error(result, "cannot serve metrics", "pick another port")
+    assert result.returncode == 1
+
+
 @pytest.mark.attach
 def test_non_python_target_runs_without_stacks() -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
