@@ -28,8 +28,10 @@ again on every scan (they may import it later). Never raises.
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .environment import torch_dir_from_maps
@@ -76,21 +78,25 @@ class Discovery:
 
     proc_root: str = PROC
     own_uid: int = field(default_factory=os.geteuid)
-    #: (pid, start) -> torch loaded? (True is final; False is looked at again).
-    _torch: dict[tuple[int, int], bool] = field(default_factory=dict)
+    #: A Python process without torch is looked at again after this long (it may
+    #: import torch later; reading every process's maps at each scan would not pay).
+    recheck_s: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    #: (pid, start) -> (torch loaded?, when looked at). True is final.
+    _torch: dict[tuple[int, int], tuple[bool, float]] = field(default_factory=dict)
+    #: The processes the scan in progress has seen.
+    _live: set[tuple[int, int]] = field(default_factory=set)
 
     def scan(self) -> list[Found]:
         """Torch processes and unreadable Python processes, in PID order."""
         found: list[Found] = []
-        live: set[tuple[int, int]] = set()
+        self._live = set()
         for pid in _pids(self.proc_root):
             item = self._look_at(pid)
-            if item is None:
-                continue
-            live.add(item.key)
-            found.append(item)
+            if item is not None:
+                found.append(item)
         # Forget processes that are gone, so the cache is bounded by what runs.
-        for key in [k for k in self._torch if k not in live]:
+        for key in [k for k in self._torch if k not in self._live]:
             del self._torch[key]
         return found
 
@@ -108,18 +114,19 @@ class Discovery:
             return None  # a kernel thread
         uid = _uid(self.proc_root, pid)
         key = (pid, started)
+        self._live.add(key)
         python = _is_python(command, self.proc_root, pid)
-        if not self._torch.get(key, False):
+        now = self.clock()
+        known, looked_at = self._torch.get(key, (False, -math.inf))
+        if not known and now - looked_at >= self.recheck_s:
             maps = read_text(f"{self.proc_root}/{pid}/maps")
-            if maps is None or maps == "":
-                if python and uid is not None and uid != self.own_uid and self.own_uid != 0:
-                    self._torch[key] = False
-                    return Found(pid, parent, started, uid, command,
-                                 OTHER_USER.format(uid=uid), torch_seen=False)
-                self._torch[key] = False
-                return None
-            self._torch[key] = torch_dir_from_maps(maps) is not None
-        if not self._torch[key]:
+            known = bool(maps) and torch_dir_from_maps(maps or "") is not None
+            self._torch[key] = (known, now)
+        if not known:
+            if python and uid is not None and uid != self.own_uid and self.own_uid != 0 \
+                    and read_text(f"{self.proc_root}/{pid}/maps") is None:
+                return Found(pid, parent, started, uid, command,
+                             OTHER_USER.format(uid=uid), torch_seen=False)
             return None
         return Found(pid, parent, started, uid, command, None if python else NOT_PYTHON)
 

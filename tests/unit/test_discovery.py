@@ -66,7 +66,7 @@ def test_workers_fold_into_their_training_process_and_ranks_into_the_launcher(
 
 def test_a_process_that_imports_torch_later_is_found_then(proc: Path) -> None:
     process(proc, 100, 1, [PYTHON, "train.py"], maps=PLAIN_MAPS)
-    discovery = Discovery(str(proc), own_uid=0)
+    discovery = Discovery(str(proc), own_uid=0, recheck_s=0.0)
     assert discovery.scan() == []
     (proc / "100" / "maps").write_text(TORCH_MAPS)  # `import torch` has run since
     assert [f.pid for f in discovery.scan()] == [100]
@@ -74,7 +74,7 @@ def test_a_process_that_imports_torch_later_is_found_then(proc: Path) -> None:
 
 def test_a_reused_pid_is_another_process(proc: Path) -> None:
     process(proc, 100, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, started=1000)
-    discovery = Discovery(str(proc), own_uid=0)
+    discovery = Discovery(str(proc), own_uid=0, recheck_s=0.0)
     first = discovery.scan()
     (proc / "100" / "stat").write_text((proc / "100" / "stat").read_text()
                                        .replace(" 1000 ", " 5000 "))
@@ -168,3 +168,15 @@ def test_a_job_a_torch_process_merely_started_is_a_job_of_its_own(proc: Path) ->
     groups = job_groups(Discovery(str(proc), own_uid=0).scan(), str(proc))
     assert [(g.root.pid, [m.pid for m in g.members]) for g in groups] == [
         (100, [100]), (110, [110]), (120, [120]), (200, [200, 201])]
+
+
+def test_python_without_torch_is_looked_at_again_only_now_and_then(proc: Path) -> None:
+    now = [0.0]
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=PLAIN_MAPS)
+    discovery = Discovery(str(proc), own_uid=0, recheck_s=10.0, clock=lambda: now[0])
+    assert discovery.scan() == []
+    (proc / "100" / "maps").write_text(TORCH_MAPS)
+    now[0] = 9.0
+    assert discovery.scan() == []  # its maps are not read again yet
+    now[0] = 10.0
+    assert [f.pid for f in discovery.scan()] == [100]
