@@ -21,8 +21,8 @@ import pytest
 from aitop.probes.discovery import OTHER_USER
 from aitop.probes.job_identity import read_environ
 from prometheus_client.parser import text_string_to_metric_families
-from support.jobs import start_job, stop_job
-from support.processes import free_port, started, wait_until
+from support.jobs import LIGHT_TRAINING
+from support.processes import free_port, start_logged, started, stop_tree, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
 
 pytestmark = pytest.mark.attach
@@ -67,9 +67,12 @@ def job_ids(samples: Samples, metric: str = "aitop_up") -> set[str]:
 
 
 def torchrun(port: int, marker: Path) -> list[str]:
+    """2 ranks; rank 1 makes its batches in its training thread, so rank 0 mostly
+    waits (about one core for the job, not two: the suite runs beside it)."""
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
             f"--master_port={port}", f"--rdzv-id=agent-test-{port}", "-m", "aitop.demo.ddp",
-            "--duration", "90", "--truth", str(marker / "ddp-truth")]
+            "--duration", "90", "--slow-rank", "1", "--slow-ms", "30",
+            "--truth", str(marker / "ddp-truth")]
 
 
 def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) -> None:
@@ -78,7 +81,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
     single = None
     try:
         assert job_ids(scrape(address)) == set()  # nothing of this test's runs yet
-        single = start_job("data", tmp_path / "data.jsonl", duration_s=120)
+        single = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
         with started(torchrun(free_port(), tmp_path)) as launcher:
             up = prometheus.wait_for('count(aitop_up == 1) == 2', timeout=90)
             assert up
@@ -115,7 +118,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
         assert not [s for s in scrape(address)["aitop_job_info"] if s["job_id"] != single_id]
     finally:
         if single is not None:
-            stop_job(single)
+            stop_tree(single)
         prometheus.stop()
         code = stop_process(agent)
     assert code == 0
@@ -123,7 +126,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
 
 def test_another_users_job_is_listed_with_the_reason(tmp_path: Path) -> None:
     """An agent run as ``nobody`` cannot read root's job: it says so, and keeps serving."""
-    job = start_job("data", tmp_path / "data.jsonl", duration_s=60)
+    job = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
     agent = None
     try:
         agent, address = start_serve(None, "--match", str(tmp_path), user="65534")
@@ -137,6 +140,6 @@ def test_another_users_job_is_listed_with_the_reason(tmp_path: Path) -> None:
         assert info["reason"] == OTHER_USER.format(uid=0), info
         assert "aitop_up" not in scrape(address)
     finally:
-        stop_job(job)
+        stop_tree(job)
         code = stop_process(agent) if agent is not None else 0
     assert code == 0

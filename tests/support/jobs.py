@@ -162,3 +162,22 @@ def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
 
 #: The session fixture's callable: ``watched_run(scenario, extra_args=())``.
 WatchedRun = Callable[..., Watched]
+
+
+#: A small PyTorch training loop that leaves most of a core idle (a few ms of compute
+#: a step, then 30 ms asleep): for tests that need a job to find, not to judge. Its
+#: arguments end up in its command line (``python -c LIGHT_TRAINING MARKER``).
+LIGHT_TRAINING = """
+import time, torch
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+def train():
+    step = 0
+    while True:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        step += 1
+        time.sleep(0.03)
+train()
+"""
