@@ -157,6 +157,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("local_ranks", "",
      "ranks of the target's job on this machine (1 for a single-process job, or when the "
      "job was not looked for, as in older recordings)"),
+    ("job_ranks", "",
+     "ranks of the target's job in all (its WORLD_SIZE): more than local_ranks when the "
+     "others run on other machines, whether or not aitop watches them (1 for a single "
+     "process)"),
     ("comm_hidden", "fraction",
      "share of wall time a CPU rank's training thread was blocked inside forward/backward/"
      "optimizer (neither running nor queued for a CPU): DDP's gradient all-reduce waiting for "

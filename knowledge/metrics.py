@@ -588,7 +588,10 @@ def _process_metrics(
     trees = session.processes.window(now - window_s, now)
     tree = trees[-1] if trees else None
     job = session.job
-    metrics["local_ranks"] = float(len(job.ranks)) if job is not None and job.ranks else 1.0
+    local = float(len(job.ranks)) if job is not None and job.ranks else 1.0
+    metrics["local_ranks"] = local
+    # The job's WORLD_SIZE: ranks on other machines are the job's too, watched or not.
+    metrics["job_ranks"] = max(local, float(job.world_size)) if job is not None else local
     if tree is not None:
         metrics["num_workers"] = float(len(tree.workers))
         metrics["pin_memory"] = _flag(tree.pin_memory_thread)

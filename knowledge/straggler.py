@@ -69,7 +69,9 @@ def hidden_comm(metrics: Metrics) -> float | None:
     Python, evaluation, checkpoints, loading in the training process) take their
     share of that first; what compute phases then lack is waiting.
     """
-    ranks = metrics.get("local_ranks") or 1.0
+    # Ranks on other machines are waited for just the same (older recordings lack
+    # job_ranks: their local ranks were all the job aitop knew).
+    ranks = metrics.get("job_ranks") or metrics.get("local_ranks") or 1.0
     compute = metrics.get("phase_compute")
     thread = metrics.get("training_thread_cpu")
     if ranks < 2 or metrics.get("has_gpu") == 1.0 or compute is None or thread is None:

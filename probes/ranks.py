@@ -71,14 +71,22 @@ class Job:
             return self.given_pid
         return self.ranks[0].pid
 
+    @property
+    def world_size(self) -> int:
+        """Ranks of the job in all: its WORLD_SIZE, when larger than the ranks found here."""
+        return max([len(self.ranks), *(r.world_size or 0 for r in self.ranks)])
+
     def describe(self) -> str:
         """One line for the user: what the given PID is and which ranks there are."""
-        if not self.multi_rank:
+        world = self.world_size
+        if world <= 1:
             return f"PID {self.given_pid}: a single-process job"
         ranks = ", ".join(f"{_number(r)}={r.pid}" for r in self.ranks)
         role = ("the launcher" if self.given_pid == self.launcher_pid
                 else f"rank {_number(self._given())}")
-        return f"PID {self.given_pid} is {role} of a {len(self.ranks)}-rank job (ranks {ranks})"
+        elsewhere = world - len(self.ranks)
+        away = f"; {elsewhere} on other machines" if elsewhere > 0 else ""
+        return f"PID {self.given_pid} is {role} of a {world}-rank job (ranks {ranks}{away})"
 
     def label(self, pid: int) -> str:
         """How the report and the UI name a rank: "rank 1", or its spawn order."""

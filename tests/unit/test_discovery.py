@@ -180,3 +180,24 @@ def test_python_without_torch_is_looked_at_again_only_now_and_then(proc: Path) -
     assert discovery.scan() == []  # its maps are not read again yet
     now[0] = 10.0
     assert [f.pid for f in discovery.scan()] == [100]
+
+
+def test_a_rank_whose_peers_run_on_other_machines_knows_its_job_is_larger(proc: Path) -> None:
+    """One rank per node: the launcher here has one child, WORLD_SIZE says two."""
+    from aitop.engine.live.attach import job_notice
+    from aitop.probes.ranks import find_job
+
+    process(proc, 200, 1, [PYTHON, "/usr/bin/torchrun", "--nnodes=2", "ddp.py"],
+            maps=TORCH_MAPS)
+    process(proc, 201, 200, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+        "RANK": "1", "LOCAL_RANK": "0", "GROUP_RANK": "1", "WORLD_SIZE": "2",
+        "TORCHELASTIC_RUN_ID": "two-nodes"})
+    for tid, kids in ((200, "201"), (201, "")):
+        task = proc / str(tid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(kids)
+    job = find_job(200, str(proc))
+    assert (len(job.ranks), job.world_size, job.multi_rank) == (1, 2, False)
+    notice = job_notice(job)
+    assert notice is not None and "the launcher of a 2-rank job" in notice, notice
+    assert "1 on other machines" in notice and "single-process" not in notice, notice
