@@ -9,7 +9,10 @@ ones that belong neither to the job nor to aitop.
 The job is its process tree (the launcher, its ranks, their DataLoader
 workers: torchrun puts each rank in a session of its own) and its process
 group, which ``tee`` in ``python train.py | tee log`` shares: part of the run,
-not a neighbour. aitop's own process tree (its py-spy children) is left out too.
+not a neighbour. So is a process of the same torchrun run (its
+``TORCHELASTIC_RUN_ID``): a rank of another "node" of the job that happens to
+run on this machine waits and works with this one. aitop's own process tree (its
+py-spy children) is left out too.
 Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine.
 """
 
@@ -21,6 +24,7 @@ import time
 
 import psutil
 
+from .job_identity import read_environ
 from .redact import redact_argv
 from .samples import OtherProcess
 
@@ -46,6 +50,11 @@ def _group(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+def _run_id(pid: int) -> str | None:
+    """A process's ``TORCHELASTIC_RUN_ID`` (None: none, or not readable)."""
+    return read_environ(pid).get("TORCHELASTIC_RUN_ID")
 
 
 def _kernel_thread(proc: psutil.Process) -> bool:
@@ -76,6 +85,7 @@ class NeighbourScanner:
         self._cpu = self._cpu_times()
         self._at = time.monotonic()
         self._last: tuple[OtherProcess, ...] | None = None
+        self._run_id: str | None = None
         #: Seconds a scan's own cost asks between scans (MAX_CPU_SHARE).
         self._gap = 0.0
 
@@ -105,6 +115,13 @@ class NeighbourScanner:
                 own.update(c.pid for c in psutil.Process(root).children(recursive=True))
         return own
 
+    def _same_run(self, pid: int, own: set[int]) -> bool:
+        """Whether ``pid`` is a rank of the job's torchrun run (by its run id)."""
+        if self._run_id is None:
+            ids = {_run_id(p) for p in own if p != self.own_pid} - {None, "", "none"}
+            self._run_id = next(iter(ids), None) if len(ids) == 1 else None
+        return self._run_id is not None and _run_id(pid) == self._run_id
+
     def _cpu_times(self) -> dict[int, float]:
         out: dict[int, float] = {}
         for proc in psutil.process_iter(["cpu_times"]):
@@ -124,6 +141,8 @@ class NeighbourScanner:
             if cores < MIN_CORES or len(out) == KEPT:
                 break
             if self.job_group is not None and _group(pid) == self.job_group:
+                continue
+            if self._same_run(pid, own):
                 continue
             try:
                 proc = psutil.Process(pid)

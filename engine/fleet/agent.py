@@ -25,7 +25,9 @@ from dataclasses import dataclass, field, replace
 
 from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
 from aitop.engine.live.rank import self_cpu_seconds
+from aitop.engine.live.source import DataSource
 from aitop.engine.prometheus.exporter import Frame, Publisher, WatchInfo
+from aitop.knowledge.model import Diagnosis
 from aitop.knowledge.yamlio import KnowledgeError
 from aitop.probes import cadence
 from aitop.probes.discovery import Discovery, Found, JobGroup, is_launcher, job_groups
@@ -60,6 +62,8 @@ class Watch:
     reason: str = ""
     job: LiveJob | None = None
     publisher: Publisher | None = None
+    #: The job's other ranks on this machine, by PID: each exports its own series.
+    peer_publishers: dict[int, Publisher] = field(default_factory=dict)
     found_at: float = field(default_factory=time.time)
     #: When its first frame was published (the time to a job's first series).
     first_frame_at: float | None = None
@@ -209,9 +213,31 @@ class NodeAgent:
         for watch in watches:
             if watch.publisher is not None:
                 frames.append(watch.publisher.frame(now))
+                frames += [p.frame(now) for p in self._peer_publishers(watch)]
                 if watch.first_frame_at is None:
                     watch.first_frame_at = now
         return frames, [w.info() for w in watches]
+
+    def _peer_publishers(self, watch: Watch) -> list[Publisher]:
+        """A publisher for each of the job's other ranks here, under the job's id and the
+        rank's own placement: the series a job-wide verdict across nodes is computed
+        from (``aitop rules --format prometheus``'s recording rules)."""
+        job = watch.job
+        assert job is not None and watch.publisher is not None
+        current: dict[int, Publisher] = {}
+        for peer in job.peers:
+            source = peer.source
+            if source is None:
+                continue
+            publisher = watch.peer_publishers.get(peer.pid)
+            if publisher is None:
+                placement = identify(peer.pid, watch.root.pid)
+                identity = replace(placement, job_id=watch.identity.job_id)
+                publisher = Publisher(source.session, _latest_of(source), job.started_at,
+                                      watch.publisher.rules, identity.labels())
+            current[peer.pid] = publisher
+        watch.peer_publishers = current
+        return list(current.values())
 
     def gauges(self) -> dict[str, float]:
         """The agent's own state, as ``aitop_agent_*`` gauges."""
@@ -274,6 +300,11 @@ class NodeAgent:
             thread.start()
         for thread in closing:
             thread.join(timeout=10.0)
+
+
+def _latest_of(source: DataSource) -> Callable[[], Diagnosis | None]:
+    """The newest diagnosis ``source`` has published, read afresh at each call."""
+    return lambda: source.latest().diagnosis
 
 
 def _short(command: tuple[str, ...], limit: int = 60) -> str:

@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 from aitop.engine.prometheus.names import Exported, exported_metrics
 from aitop.engine.prometheus.promql import Translator, Untranslatable, number
+from aitop.engine.prometheus.rank_rules import GROUP as RANK_GROUP
+from aitop.engine.prometheus.rank_rules import rank_group
 from aitop.knowledge.rules import Rule, RuleSet
 from aitop.probes.own_version import aitop_version
 
@@ -190,6 +192,12 @@ def render(ruleset: RuleSet, alerts: Sequence[dict[str, Any]],
     if skipped:
         lines.append(f"# Not translated ({len(skipped)}): no faithful PromQL form")
         lines += [f"#   {s.rule} ({s.where}): {s.reason}" for s in skipped]
-    document = {"groups": [{"name": GROUP, "rules": list(alerts)}]}
+    groups: list[dict[str, Any]] = [{"name": GROUP, "rules": list(alerts)}]
+    ranks = rank_group(ruleset)
+    if ranks is not None:
+        lines.append(f"# Group {RANK_GROUP}: recording rules that judge a job across its ranks "
+                     "on every node (by job_id), and the straggler alert.")
+        groups.append(ranks)
+    document = {"groups": groups}
     body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=10_000)
     return "\n".join(lines) + "\n" + body

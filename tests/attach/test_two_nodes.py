@@ -1,14 +1,19 @@
 """A real 2-node torchrun job on one machine: two launchers, ``--nnodes=2``, one rank
 each, a c10d rendezvous on loopback; the rank on one "node" is starved for data.
 
-aitop pointed at the other node's launcher sees one rank there, yet knows the job
-has two: the rank's wait for the other node inside backward() is communication,
-not CPU compute that more threads would speed up.
+* aitop pointed at the other node's launcher sees one rank there, yet knows the job
+  has two: the rank's wait for the other node inside backward() is communication,
+  not CPU compute that more threads would speed up.
+* One node agent per "node" (each ``--match``-ed to its launcher) and one real
+  Prometheus with ``aitop rules --format prometheus``: the cross-node recording
+  rules score each rank, and the straggler alert names the slow rank, its node and
+  its own bottleneck.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,8 +23,10 @@ import pytest
 from aitop.probes.job_identity import read_environ
 from support.jobs import run_aitop
 from support.processes import free_port, started, wait_until
+from support.prometheus import PrometheusServer, start_serve, stop_process
 
-pytestmark = pytest.mark.attach
+# Alone: the waiting rank is judged on what the cores do, and the slow rank takes one.
+pytestmark = [pytest.mark.attach, pytest.mark.alone]
 
 #: The starved rank builds each batch with this much CPU in its training thread.
 SLOW_MS = "40"
@@ -43,17 +50,60 @@ def rank_of(launcher_pid: int) -> tuple[int, int] | None:
     return None
 
 
-def test_a_rank_waiting_for_another_node_is_communication_not_compute(tmp_path: Path) -> None:
+def test_a_job_across_two_nodes_is_judged_per_rank_and_across_nodes(tmp_path: Path) -> None:
     port = free_port()
     run_id = f"two-nodes-{port}"
-    with started(launcher(port, run_id, tmp_path / "a")) as node_a, \
-            started(launcher(port, run_id, tmp_path / "b")) as node_b:
-        assert wait_until(lambda: rank_of(node_a.pid) and rank_of(node_b.pid), timeout=60)
-        ranks = {rank_of(node.pid): node.pid for node in (node_a, node_b)}
-        waiting = next(pid for (rank, _), pid in ranks.items() if rank == 0)
-        time.sleep(5)  # init_process_group and the first steps
-        result = run_aitop("--pid", str(waiting), "--headless", "--json", "--duration", "20",
-                           timeout=120)
+    node_dirs = (tmp_path / "node-a", tmp_path / "node-b")
+    rules = tmp_path / "aitop-rules.yml"
+    made = run_aitop("rules", "--format", "prometheus", "-o", str(rules), timeout=60)
+    assert made.returncode == 0, made.stderr
+    agents = [start_serve(None, "--match", str(d)) for d in node_dirs]
+    prometheus = PrometheusServer(tmp_path, [address for _, address in agents], [rules])
+    try:
+        with started(launcher(port, run_id, node_dirs[0])) as node_a, \
+                started(launcher(port, run_id, node_dirs[1])) as node_b:
+            assert wait_until(lambda: rank_of(node_a.pid) and rank_of(node_b.pid), timeout=60)
+            ranks = {rank_of(node.pid): node.pid for node in (node_a, node_b)}
+            waiting = next(pid for (rank, _), pid in ranks.items() if rank == 0)
+            time.sleep(5)  # init_process_group and the first steps
+            result = run_aitop("--pid", str(waiting), "--headless", "--json", "--duration",
+                               "20", timeout=120)
+            check_the_waiting_rank(result)
+            # Across nodes: each agent exports its node's rank under the job's id; the
+            # recording rules score them, and the alert names rank 1 and its node.
+            alert = wait_for_alert(prometheus, timeout=90)
+        labels = alert["labels"]
+        print(f"alert: {alert['annotations']['title']}")
+        assert (labels["rank"], labels["job_id"]) == ("1", run_id), labels
+        scores = {r["metric"]["rank"]: float(r["value"][1])
+                  for r in prometheus.query("aitop:rank_straggler_score")}
+        assert scores.get("0") == 1.0 and scores.get("1", 1.0) < 0.75, scores
+        title = alert["annotations"]["title"]
+        assert title.startswith(f"rank 1 (node {labels['node_rank']}, {labels['hostname']}) "
+                                f"holds job {run_id} back"), title
+        assert "not known yet" not in title, title  # its own bottleneck is named
+    finally:
+        prometheus.stop()
+        codes = [stop_process(agent) for agent, _ in agents]
+    assert codes == [0, 0]
+
+
+def wait_for_alert(prometheus: PrometheusServer, timeout: float) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        firing = [a for a in prometheus.alerts()
+                  if a["labels"].get("alertname") == "AitopStragglerRank"
+                  and a["state"] == "firing"]
+        if firing:
+            return firing[0]
+        time.sleep(1)
+    pytest.fail(f"no straggler alert in {timeout:.0f} s; scores "
+                f"{prometheus.query('aitop:rank_straggler_score')}; own work "
+                f"{prometheus.query('aitop:rank_own_work_ratio')}")
+
+
+def check_the_waiting_rank(result: subprocess.CompletedProcess[str]) -> None:
+    """The rank waiting for the other node: a rank of a 2-rank job, waiting, not computing."""
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     metrics = report["metrics"]
@@ -68,3 +118,5 @@ def test_a_rank_waiting_for_another_node_is_communication_not_compute(tmp_path: 
     assert report["bottleneck"]["category"] == "communication", report["bottleneck"]
     assert metrics["comm_share"] is not None and metrics["comm_share"] >= 0.5, metrics
     assert not THREAD_ADVICE & set(ids), ids
+    # The other node's rank runs on this machine here, yet it is the job's, no neighbour.
+    assert "cores_taken_by_other_processes" not in ids, report["findings"][0]["title"]
