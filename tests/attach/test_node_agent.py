@@ -83,7 +83,9 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
         assert job_ids(scrape(address)) == set()  # nothing of this test's runs yet
         single = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
         with started(torchrun(free_port(), tmp_path)) as launcher:
-            up = prometheus.wait_for('count(aitop_up == 1) == 2', timeout=90)
+            # Two jobs: the single loop, and the torchrun job's two ranks under one job_id.
+            up = prometheus.wait_for('count(count by (job_id) (aitop_up == 1)) == 2',
+                                     timeout=90)
             assert up
             samples = scrape(address)
             info = {s["pid"]: s for s in samples["aitop_job_info"]}
