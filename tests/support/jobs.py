@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.agent import LIGHT_JOB
+
 #: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
 PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 
@@ -164,20 +166,8 @@ def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
 WatchedRun = Callable[..., Watched]
 
 
-#: A small PyTorch training loop that leaves most of a core idle (a few ms of compute
-#: a step, then 30 ms asleep): for tests that need a job to find, not to judge. Its
-#: arguments end up in its command line (``python -c LIGHT_TRAINING MARKER``).
-LIGHT_TRAINING = """
-import time, torch
-model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-def train():
-    step = 0
-    while True:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(); loss.backward(); opt.step()
-        step += 1
-        time.sleep(0.03)
-train()
-"""
+
+#: A small PyTorch training loop that leaves most of a core idle: for tests that need
+#: a job to find, not to judge (``python -c LIGHT_TRAINING MARKER``; the benchmark of
+#: the node agent's cost runs the same loop).
+LIGHT_TRAINING = LIGHT_JOB
