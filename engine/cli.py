@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from aitop.engine.commands import demo, diff, metrics, replay, rules, selftest
+from aitop.engine.commands import demo, diff, metrics, replay, report, rules, selftest
 from aitop.engine.commands.attach import add_attach_arguments, check_pid, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import EXIT_INTERRUPTED, STOP_SIGNALS, CliError
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pid", type=int, help="PID of the training process to attach to")
     add_attach_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, replay, metrics, rules, diff, selftest):
+    for command in (demo, replay, report, metrics, rules, diff, selftest):
         command.add_parser(sub)
     return parser
 
@@ -54,6 +54,8 @@ def dispatch(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         return demo.run(args, run_ui)
     if args.command == "replay":
         return replay.run(args, run_ui)
+    if args.command == "report":
+        return report.run(args)
     if args.command == "metrics":
         return metrics.run()
     if args.command == "rules":

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.headless.options import require_terminal
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.report import recorded_report
 from aitop.engine.records.snapshot import SnapshotError, load_snapshot
-from aitop.engine.reports.report import RunFacts, render_text
+from aitop.engine.reports.report import render_text
 from aitop.engine.reports.schema import report_json
 
 #: A replay steps through recorded samples, not a live clock: one frame a second.
@@ -36,12 +35,7 @@ def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
     if args.headless:
-        conclusion = source.latest()
-        diagnosis = conclusion.diagnosis
-        started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
-        latest = source.session.latest_time() or started
-        report = report_of(source, latest, conclusion, RunFacts(latest - started, None, None),
-                           started)
+        report = recorded_report(source)
         print(report_json(report) if args.json else render_text(report))
         return EXIT_OK
     if run_ui is None:

@@ -1,4 +1,4 @@
-"""Exporting a session: the snapshot with its Markdown report and screenshot, as one set.
+"""Exporting a session: the snapshot with its Markdown and HTML reports and screenshot, as one set.
 
 The snapshot format (:mod:`aitop.engine.records.snapshot`) knows nothing of the
 report written beside it; ``write_snapshot`` renders the report, stages every
@@ -10,6 +10,7 @@ what became of each (a UI draws it; nothing here knows of one).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -17,10 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitop.engine.compare.runs import Run
 from aitop.engine.errors import CliError
 from aitop.engine.files import FileError, write_all
+from aitop.engine.headless.html_report import html_of
+from aitop.engine.headless.report import report_of
 from aitop.engine.live.source import DataSource
 from aitop.engine.records.snapshot import (
+    COMPANION_SUFFIXES,
     SnapshotError,
     companion_paths,
     encode,
@@ -28,7 +33,17 @@ from aitop.engine.records.snapshot import (
     snapshot_of,
 )
 from aitop.engine.reports.markdown import render_report
+from aitop.engine.reports.report import RunFacts
+from aitop.engine.reports.schema import Report
 from aitop.knowledge.model import Diagnosis
+
+
+def report_at(source: DataSource, now: float, diagnosis: Diagnosis | None) -> Report:
+    """The typed report of ``source`` as of ``now``, with ``diagnosis`` as its conclusion."""
+    conclusion = dataclasses.replace(source.at(now), diagnosis=diagnosis)
+    started = source.session.started_at or now
+    return report_of(source, now, conclusion, RunFacts(max(0.0, now - started), None, None),
+                     started)
 
 
 def write_snapshot(
@@ -38,37 +53,45 @@ def write_snapshot(
     now: float | None = None,
     diagnosis: Diagnosis | None = None,
     screenshot_svg: str | None = None,
+    report: Report | None = None,
+    baseline: Run | None = None,
 ) -> list[Path]:
-    """Write the snapshot JSON, its Markdown report and (if given) the SVG screenshot.
+    """Write the snapshot JSON, its Markdown and HTML reports and (if given) the SVG screenshot.
 
     ``now`` is the time the report describes (a replay's cursor; default the
     newest sample) and ``diagnosis`` the conclusion it reports (default: the
     last one in the history at or before ``now``; the rules are never re-run
-    just to write a report). Returns the paths written, JSON first. The set
+    just to write a report). ``report`` is the typed report a headless run
+    already made (default: built here for ``now``), drawn in the HTML page with
+    ``baseline``'s comparison if given. Returns the paths written, JSON first
+    (then Markdown, HTML, SVG). The set
     lands whole (see ``write_all``): everything is rendered in memory, then
     staged, then renamed, the JSON last so that a snapshot on disk means its
     report landed too. Raises ``SnapshotError`` (one line) naming the file that
     failed and what was written; the session in memory is untouched.
     """
     path = Path(path)
-    if path.suffix in (".md", ".svg"):
+    if path.suffix in COMPANION_SUFFIXES:
         raise SnapshotError(
-            f"cannot write {path}: the report and screenshot would overwrite it; "
+            f"cannot write {path}: the reports and screenshot would overwrite it; "
             f"give a .json name such as {path.with_suffix('.json')}; nothing was written"
         )
     snapshot = snapshot_of(source)
     report_now = now if now is not None else (source.session.latest_time() or time.time())
     if diagnosis is None:
         diagnosis = latest_before(snapshot.diagnoses, report_now)
-    md_path, svg_path = companion_paths(path)
-    report = render_report(
+    md_path, svg_path, html_path = companion_paths(path)
+    markdown = render_report(
         source.session,
         diagnosis,
         report_now,
         aitop_version=snapshot.aitop_version,
         snapshot_name=path.name,
     )
-    files = [(md_path, report.encode("utf-8"))]
+    if report is None:
+        report = report_at(source, report_now, diagnosis)
+    files = [(md_path, markdown.encode("utf-8")),
+             (html_path, html_of(report, source, baseline).encode("utf-8"))]
     if screenshot_svg is not None:
         files.append((svg_path, screenshot_svg.encode("utf-8")))
     files.append((path, encode(snapshot)))
@@ -80,10 +103,11 @@ def write_snapshot(
 
 
 
-def export_snapshot(source: DataSource, path: Path) -> None:
+def export_snapshot(source: DataSource, path: Path, report: Report | None = None,
+                    baseline: Run | None = None) -> None:
     """A headless command's export: the files written, or one ``CliError`` line."""
     try:
-        written = write_snapshot(path, source)
+        written = write_snapshot(path, source, report=report, baseline=baseline)
     except (OSError, SnapshotError) as exc:
         raise CliError(f"could not write the snapshot to {path}: {exc}") from exc
     print("exported: " + ", ".join(str(p) for p in written), file=sys.stderr)
@@ -138,7 +162,7 @@ class ExportFlow:
         self.path = Path(path) if path is not None else None
         self.on_exit = on_exit
         self.clock = clock
-        #: Written exports (each: JSON, MD, SVG paths) and one-line failures.
+        #: Written exports (each: JSON, MD, HTML, SVG paths) and one-line failures.
         self.exports: list[list[Path]] = []
         self.errors: list[str] = []
         #: Why the last export failed, until one succeeds.

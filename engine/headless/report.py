@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from aitop.engine.live.job import job_verdict_json, rank_rows, ranks_json
 from aitop.engine.live.source import Conclusion, DataSource
 from aitop.engine.reports.report import RunFacts, build_report
@@ -22,3 +24,13 @@ def report_of(
         ranks=ranks_json(rank_rows(source, conclusion, now)),
         job_verdict=job_verdict_json(conclusion.judgement),
     )
+
+
+def recorded_report(source: DataSource) -> Report:
+    """The report of a whole recording, as of its last sample (``aitop replay --headless``,
+    ``aitop report``)."""
+    conclusion = source.latest()
+    diagnosis = conclusion.diagnosis
+    started = source.session.started_at or (diagnosis.t if diagnosis else time.time())
+    latest = source.session.latest_time() or started
+    return report_of(source, latest, conclusion, RunFacts(latest - started, None, None), started)

@@ -62,7 +62,7 @@ def run_headless(
     report = report_of(source, now, conclusion, facts, attached_at)
     print(report_json(report) if as_json else render_text(report))
     if export is not None:
-        export_snapshot(source, export)
+        export_snapshot(source, export, report, baseline)
     if baseline is not None:
         print(baseline_report(baseline, report), file=sys.stderr)
     return gates.findings_gate(report, fail_on) if fail_on else EXIT_OK

@@ -161,9 +161,13 @@ def _encode_other(obj: object) -> object:
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
-def companion_paths(path: Path) -> tuple[Path, Path]:
-    """The Markdown report and SVG screenshot written beside a snapshot."""
-    return path.with_suffix(".md"), path.with_suffix(".svg")
+#: Suffixes of the files written beside a snapshot: none may name the snapshot itself.
+COMPANION_SUFFIXES = (".md", ".svg", ".html")
+
+
+def companion_paths(path: Path) -> tuple[Path, Path, Path]:
+    """The Markdown report, SVG screenshot and HTML report written beside a snapshot."""
+    return path.with_suffix(".md"), path.with_suffix(".svg"), path.with_suffix(".html")
 
 
 
@@ -190,10 +194,11 @@ def check_export_path(path: Path) -> None:
     bits alone say nothing for root or a read-only mount).
     """
     path = Path(path)
-    if path.suffix in (".md", ".svg"):
+    if path.suffix in COMPANION_SUFFIXES:
         raise SnapshotError(
-            f"cannot export to {path}: the report and screenshot are written beside the "
-            f"snapshot as .md and .svg; give a .json name such as {path.with_suffix('.json')}"
+            f"cannot export to {path}: the reports and screenshot are written beside the "
+            f"snapshot as .md, .html and .svg; give a .json name such as "
+            f"{path.with_suffix('.json')}"
         )
     for target in (path, *companion_paths(path)):
         if target.is_dir():

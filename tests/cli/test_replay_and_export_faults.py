@@ -170,14 +170,15 @@ def test_a_rename_failing_midway_says_exactly_what_was_written(
         write_snapshot(tmp_path / "run.json", live_source())
     message = str(info.value)
     assert f"cannot write {tmp_path / 'run.json'}: Input/output error" in message
-    assert f"written: {tmp_path / 'run.md'};" in message
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.md"]  # no temporaries
+    assert f"written: {tmp_path / 'run.md'}, {tmp_path / 'run.html'};" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html", "run.md"]  # no temporaries
 
 
 def test_a_whole_export_returns_json_first(tmp_path: Path) -> None:
     paths = write_snapshot(tmp_path / "run.json", live_source(), screenshot_svg="<svg/>")
-    assert [p.name for p in paths] == ["run.json", "run.md", "run.svg"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md", "run.svg"]
+    assert [p.name for p in paths] == ["run.json", "run.md", "run.html", "run.svg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html", "run.json", "run.md",
+                                                          "run.svg"]
 
 
 def test_check_export_path_accepts_a_writable_place(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ def sample_counts(session: object) -> dict[str, int]:
 def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) -> None:
     source = live_source()
     paths = write_snapshot(tmp_path / "run.json", source)
-    assert [p.name for p in paths] == ["run.json", "run.md"]
+    assert [p.name for p in paths] == ["run.json", "run.md", "run.html"]
     data = json.loads(paths[0].read_text())
     assert data["schema"] == SCHEMA
     assert data["target_pid"] == 4242
@@ -47,7 +47,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     assert replay.at(NOW).diagnosis == source.at(NOW).diagnosis
     assert replay.session.started_at == source.session.started_at
     # no temporary files left behind, and ordinary permissions (not mkstemp's 0600)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html", "run.json", "run.md"]
     mask = os.umask(0)
     os.umask(mask)
     assert paths[0].stat().st_mode & 0o777 == 0o666 & ~mask
@@ -153,7 +153,7 @@ async def test_s_writes_json_markdown_and_svg_and_the_export_replays(tmp_path: P
         await wait_exports(app)
         await wait_for(pilot, lambda: bool(app.exports))
     paths = app.exports[0]
-    assert [p.name for p in paths] == ["session.json", "session.md", "session.svg"]
+    assert [p.name for p in paths] == ["session.json", "session.md", "session.html", "session.svg"]
     data = json.loads(paths[0].read_text())
     assert data["schema"] == "aitop.snapshot/1"
     assert data["aitop_version"] == metadata.version("torch-aitop")
@@ -161,7 +161,8 @@ async def test_s_writes_json_markdown_and_svg_and_the_export_replays(tmp_path: P
     last = source.history()[-1]
     assert data["diagnoses"][-1]["findings"][0]["fired_at"] == last.findings[0].fired_at
     assert "**data_loading**" in paths[1].read_text()
-    svg = paths[2].read_text()
+    svg = paths[3].read_text()
+    assert "<h1>aitop report</h1>" in paths[2].read_text()
     assert svg.lstrip().startswith("<svg") and "</svg>" in svg
     # replay the export: same samples, same findings
     replay = load_snapshot(paths[0])

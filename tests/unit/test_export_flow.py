@@ -38,7 +38,7 @@ def test_a_background_export_lands_on_its_own_daemon_thread(tmp_path: Path) -> N
     outcome, name, daemon = landed[0]
     assert name == "aitop-export" and daemon  # a hung disk cannot hold up quitting
     assert outcome.error is None
-    assert [p.name for p in outcome.paths] == ["run.json", "run.md", "run.svg"]
+    assert [p.name for p in outcome.paths] == ["run.json", "run.md", "run.html", "run.svg"]
     assert flow.exports == [list(outcome.paths)] and flow.unsaved_failure is None
     assert flow.messages == []  # the UI says so itself
     assert load_snapshot(outcome.paths[0]).history()
