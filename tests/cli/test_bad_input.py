@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from aitop.engine.headless.export import write_snapshot
 from support.jobs import run_aitop
 from support.rule_files import THREE_MISTAKES
+from support.tui_session import live_source
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -212,6 +214,25 @@ def test_replay_of_a_file_that_is_not_a_snapshot(tmp_path: Path) -> None:
     assert_one_line_error(result)
     missing = run_aitop("replay", str(tmp_path / "absent.json"), "--headless")
     assert_one_line_error(missing)
+
+
+def test_report_html_refuses_what_would_lose_the_recording(tmp_path: Path) -> None:
+    """``aitop report``: a non-snapshot, --output without --html, or the page over the
+    snapshot itself are one line each, and the snapshot is left as it was."""
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"hello": 1}')
+    assert_one_line_error(run_aitop("report", str(notes), "--html"))
+    assert not (tmp_path / "notes.html").exists()
+    result = run_aitop("report", str(notes), "-o", str(tmp_path / "x.html"))
+    assert result.returncode == 2
+    assert_one_line_error(result, "--output is for --html")
+    snapshot = tmp_path / "run.json"
+    write_snapshot(snapshot, live_source())
+    before = snapshot.read_bytes()
+    result = run_aitop("report", str(snapshot), "--html", "-o", str(snapshot))
+    assert result.returncode == 2
+    assert_one_line_error(result, "is the snapshot itself")
+    assert snapshot.read_bytes() == before
 
 
 @pytest.mark.parametrize(
