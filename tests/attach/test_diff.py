@@ -28,6 +28,8 @@ from support.jobs import EXIT_GATE, WatchedRun, run_aitop, start_job, stop_job, 
 
 #: A truth speed-up this large must be detected as an improvement.
 CLEAR_SPEEDUP = 1.25
+#: The same job's two runs within this of each other by its own count: no change.
+STEADY = 0.05
 
 
 def headless(pid: int, out: Path, duration: float, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -133,12 +135,20 @@ def test_same_job_twice_is_no_significant_change(tmp_path: Path) -> None:
     print(f"same job: aitop {steps['before']['estimate']:.2f} -> "
           f"{steps['after']['estimate']:.2f} ({steps['verdict']}); job's own "
           f"{truths[0]:.2f} -> {truths[1]:.2f}")
-    # Alone on the box, the job runs as fast both times by its own count, and
-    # aitop must not call the difference a change.
-    assert abs(truths[1] / truths[0] - 1) < 0.15, truths
-    assert steps["verdict"] == "no significant change", steps
+    # aitop's change is the job's own, whichever way the box moved it.
+    true_change = truths[1] / truths[0] - 1
+    assert steps["change_pct"] / 100 == pytest.approx(true_change, abs=0.05), (steps, truths)
+    if abs(true_change) < STEADY:
+        # The job ran as fast both times by its own count: no change to report.
+        assert steps["verdict"] == "no significant change", steps
+        assert not any(p["significant"] for p in c["phases"].values()), c["phases"]
+    else:
+        # The machine itself slowed or sped the same job up between the two runs
+        # (a CI run once read 14.21 -> 12.10 steps/s by the job's own count): aitop
+        # may call that a change, never the opposite one.
+        assert steps["verdict"] in ("no significant change",
+                                    "regressed" if true_change < 0 else "improved"), steps
     assert c["bottleneck"] == {"before": "data_loading", "after": "data_loading"}
-    assert not any(p["significant"] for p in c["phases"].values()), c["phases"]
     gate = diff(str(tmp_path / "first.json"), str(tmp_path / "second.json"),
                 "--fail-on-regression", "50")
     assert gate.returncode == 0, gate.stderr
