@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from aitop.engine.commands import demo, diff, metrics, replay, report, rules, selftest
-from aitop.engine.commands.attach import add_attach_arguments, check_pid, run_attached
+from aitop.engine.commands.attach import add_attach_arguments, check_pids, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import EXIT_INTERRUPTED, STOP_SIGNALS, CliError
 from aitop.probes.own_version import DISTRIBUTION, aitop_version
@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:  aitop --pid 1234   |   aitop demo   |   aitop replay run.json",
     )
     parser.add_argument("--version", action="version", version=_version_line())
-    parser.add_argument("--pid", type=int, help="PID of the training process to attach to")
+    parser.add_argument("--pid", type=int, action="append",
+                        help="PID of the training process to attach to (its launcher or any "
+                        "rank); repeat it for the launchers of one job's nodes on this machine")
     add_attach_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in (demo, replay, report, metrics, rules, diff, selftest):
@@ -68,7 +70,8 @@ def dispatch(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         from aitop.engine.commands.serve import run_agent  # binds a port: only when asked
 
         return run_agent(args)
-    return run_attached(args, check_pid(args.pid, os.getpid()), run_ui)
+    pid, *also = check_pids(args.pid, os.getpid())
+    return run_attached(args, pid, run_ui, also=tuple(also))
 
 
 def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> int:

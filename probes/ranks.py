@@ -60,6 +60,8 @@ class Job:
     #: "single" (no ranks: a one-process job).
     kind: str
     ranks: tuple[RankProcess, ...]
+    #: The other PIDs the user named as part of this job (``aitop --pid A --pid B``).
+    joined: tuple[int, ...] = ()
 
     @property
     def multi_rank(self) -> bool:
@@ -82,17 +84,22 @@ class Job:
         if world <= 1:
             return f"PID {self.given_pid}: a single-process job"
         ranks = ", ".join(f"{_number(r)}={r.pid}" for r in self.ranks)
-        role = ("the launcher" if self.given_pid == self.launcher_pid
-                else f"rank {_number(self._given())}")
         elsewhere = world - len(self.ranks)
         away = f"; {elsewhere} on other machines" if elsewhere > 0 else ""
+        if self.joined:
+            given = ", ".join(str(p) for p in (self.given_pid, *self.joined))
+            return f"PIDs {given} are one {world}-rank job (ranks {ranks}{away})"
+        role = ("the launcher" if self.given_pid == self.launcher_pid
+                else f"rank {_number(self._given())}")
         return f"PID {self.given_pid} is {role} of a {world}-rank job (ranks {ranks}{away})"
 
     def label(self, pid: int) -> str:
         """How the report and the UI name a rank: "rank 1", or its spawn order."""
         for index, r in enumerate(self.ranks):
             if r.pid == pid:
-                return f"rank {r.rank}" if r.rank is not None else f"spawned #{index}"
+                if r.rank is not None:
+                    return f"rank {r.rank}"
+                return f"PID {pid}" if self.joined else f"spawned #{index}"
         return f"PID {pid}"
 
     def _given(self) -> RankProcess | None:
@@ -172,6 +179,24 @@ def _spawn_ranks(parent: int, proc_root: str) -> list[RankProcess]:
                 and (read_text(f"{proc_root}/{kid}/comm") or "").strip() != WORKER_NAME):
             kids.append(kid)
     return [RankProcess(pid=k, rank=None, local_rank=None, world_size=None) for k in kids]
+
+
+def joined_job(first: Job, others: Sequence[Job]) -> Job:
+    """One job from the PIDs a user names together (``aitop --pid A --pid B``).
+
+    The launchers of one job's nodes run on one machine (a multi-node job tried
+    on loopback, or two launchers sharing a host) each see only their own ranks;
+    named together, their ranks are judged as one job. No launcher is followed
+    through restarts then: each would re-read only its own ranks.
+    """
+    ranks: dict[int, RankProcess] = {}
+    for job in (first, *others):
+        for rank in job.ranks or (RankProcess(job.given_pid, None, None, None),):
+            ranks.setdefault(rank.pid, rank)
+    joined = tuple(dict.fromkeys(j.given_pid for j in others if j.given_pid != first.given_pid))
+    kind = first.kind if first.kind != "single" else next(
+        (j.kind for j in others if j.kind != "single"), "single")
+    return Job(first.given_pid, None, kind, _ordered(list(ranks.values())), joined)
 
 
 def find_job(pid: int, proc_root: str = PROC) -> Job:

@@ -6,6 +6,7 @@ import argparse
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from aitop.engine.commands.ui import DEFAULT_REFRESH_S, NO_UI, UiRunner
@@ -67,20 +68,22 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare this run with an earlier one (snapshot or --json report)")
 
 
-def check_pid(pid: int | None, own_pid: int) -> int:
-    """The ``--pid`` given, or one line saying what to give instead."""
-    if pid is None:
+def check_pids(pids: Sequence[int] | None, own_pid: int) -> list[int]:
+    """The ``--pid`` values given, each once, or one line saying what to give instead."""
+    if not pids:
         raise CliError("give --pid PID of a training process, or try `aitop demo`", EXIT_USAGE)
-    if pid <= 0:
-        raise CliError(f"not a PID: {pid}", EXIT_USAGE)
-    if pid == own_pid:
-        raise CliError("aitop cannot attach to itself", EXIT_USAGE)
-    return pid
+    for pid in pids:
+        if pid <= 0:
+            raise CliError(f"not a PID: {pid}", EXIT_USAGE)
+        if pid == own_pid:
+            raise CliError("aitop cannot attach to itself", EXIT_USAGE)
+    return list(dict.fromkeys(pids))
 
 
 def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
-                 popen: subprocess.Popen[bytes] | None = None) -> int:
-    """Attach to ``pid`` and run the UI, the headless report or the exporter on it."""
+                 popen: subprocess.Popen[bytes] | None = None, also: Sequence[int] = ()) -> int:
+    """Attach to ``pid`` (with ``also``, more PIDs of the same job) and run the UI,
+    the headless report or the exporter on it."""
     if args.serve is None and (args.budget is not None or args.match):
         flag = "--budget" if args.budget is not None else "--match"
         raise CliError(f"{flag} is for the node agent: `aitop --serve PORT {flag} ...` "
@@ -88,7 +91,7 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
     if args.serve is not None:
         from aitop.engine.commands.serve import run_serve  # binds a port: only when asked
 
-        return run_serve(args, pid, popen)
+        return run_serve(args, pid, popen, also)
     if args.fail_on and not args.headless:
         raise CliError("--fail-on is a CI gate: add --headless (and --duration S)", EXIT_USAGE)
     if run_ui is None and not args.headless:
@@ -97,7 +100,7 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         require_terminal()
     baseline = baseline_of(args.baseline)
     options = options_from(args)
-    source = start_source(pid, options, popen)
+    source = start_source(pid, options, popen, also)
     notice = job_notice(source.session.job) if source.session.job else None
     if notice and args.headless:
         print(f"aitop: {notice}", file=sys.stderr)

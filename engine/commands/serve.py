@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
@@ -98,7 +99,8 @@ def _refuse_gates(args: argparse.Namespace) -> None:
 
 
 def run_serve(
-    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None = None
+    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None = None,
+    also: Sequence[int] = (),
 ) -> int:
     """Bind, attach, publish until the job ends or aitop is stopped."""
     _refuse_gates(args)
@@ -110,7 +112,7 @@ def run_serve(
     options = options_from(args)  # --rules and --export are checked before binding
     server, collector, url = bind(args)
     try:
-        source = start_source(pid, options, popen)
+        source = start_source(pid, options, popen, also)
         try:
             return _publish_until_done(source, collector, url, args.export)
         finally:

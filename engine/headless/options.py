@@ -12,6 +12,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
@@ -57,11 +58,13 @@ def require_terminal() -> None:
 
 
 def start_source(
-    pid: int, options: AttachOptions, popen: subprocess.Popen[bytes] | None = None
+    pid: int, options: AttachOptions, popen: subprocess.Popen[bytes] | None = None,
+    also: Sequence[int] = (),
 ) -> LiveJob:
-    """Attach to ``pid``; an expected failure becomes one ``CliError`` line."""
+    """Attach to ``pid`` (and the PIDs ``also`` named as the same job); an expected
+    failure becomes one ``CliError`` line."""
     try:
-        return attach(pid, options, popen=popen)
+        return attach(pid, options, popen=popen, also=also)
     except AttachError as exc:
         raise CliError(str(exc)) from exc
     except KnowledgeError as exc:

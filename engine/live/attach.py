@@ -30,9 +30,10 @@ from aitop.probes.collector import Collector, CollectorConfig
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
+from aitop.probes.procfs import process_alive
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
-from aitop.probes.ranks import Job, find_job
+from aitop.probes.ranks import Job, find_job, joined_job
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
@@ -111,15 +112,24 @@ def attach(
     *,
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
+    also: Sequence[int] = (),
 ) -> LiveJob:
     """Check, build and start everything for one target. Raises AttachError.
 
     Given a multi-rank job (its launcher or any rank), the lead rank gets the
     full set of probes and every other rank on this machine is watched as a
     peer at lighter cadences; the lead's evaluator judges the job as a whole.
+    ``also``: more PIDs of the same job (other nodes' launchers on this
+    machine), whose ranks join it (``probes.ranks.joined_job``).
     """
     knowledge = load_knowledge_base(options.rule_files)  # bad rule files fail before attaching
     job = find_job(pid)
+    if also:
+        for other in also:
+            if not process_alive(other):
+                raise AttachError(f"no process with PID {other}: give the PIDs of the job's "
+                                  "launchers or ranks (`pgrep -af torch`)")
+        job = joined_job(job, [find_job(other) for other in also])
     pid = job.training_pid()  # a launcher has no training thread: rank 0 has
     notice = job_notice(job)
     warnings = [notice] if notice else []

@@ -201,3 +201,34 @@ def test_a_rank_whose_peers_run_on_other_machines_knows_its_job_is_larger(proc: 
     notice = job_notice(job)
     assert notice is not None and "the launcher of a 2-rank job" in notice, notice
     assert "1 on other machines" in notice and "single-process" not in notice, notice
+
+
+def test_the_launchers_of_one_jobs_nodes_named_together_are_one_job(proc: Path) -> None:
+    """``aitop --pid A --pid B``: two launchers of a 2-node job on one machine, one
+    rank each; named together, the job has both ranks here and none elsewhere."""
+    from aitop.engine.live.attach import job_notice
+    from aitop.probes.ranks import find_job, joined_job
+
+    for launcher, rank in ((300, 0), (400, 1)):
+        process(proc, launcher, 1, [PYTHON, "/usr/bin/torchrun", "--nnodes=2", "ddp.py"],
+                maps=TORCH_MAPS)
+        process(proc, launcher + 1, launcher, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+            "RANK": str(rank), "LOCAL_RANK": "0", "GROUP_RANK": str(rank), "WORLD_SIZE": "2",
+            "TORCHELASTIC_RUN_ID": "two-nodes"})
+        for tid, kids in ((launcher, str(launcher + 1)), (launcher + 1, "")):
+            task = proc / str(tid) / "task" / str(tid)
+            task.mkdir(parents=True)
+            (task / "children").write_text(kids)
+    # Named with the second node's launcher first, the job is still led by rank 0.
+    job = joined_job(find_job(400, str(proc)), [find_job(300, str(proc))])
+    assert [(r.rank, r.pid) for r in job.ranks] == [(0, 301), (1, 401)]
+    assert (job.multi_rank, job.world_size, job.launcher_pid) == (True, 2, None)
+    assert job.training_pid() == 301
+    assert [job.label(301), job.label(401)] == ["rank 0", "rank 1"]
+    notice = job_notice(job)
+    assert notice is not None and notice.startswith("PIDs 400, 300 are one 2-rank job"), notice
+    assert "other machines" not in notice, notice
+    # A PID named twice, or a rank named beside its launcher, is one rank.
+    again = joined_job(find_job(300, str(proc)), [find_job(301, str(proc)),
+                                                  find_job(300, str(proc))])
+    assert [r.pid for r in again.ranks] == [301] and again.joined == (301,)
