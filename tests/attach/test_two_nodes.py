@@ -123,7 +123,8 @@ def check_the_whole_job(code: int, out: str, err: str, pids: dict[int, int]) -> 
     assert [(r["label"], r["pid"]) for r in report["ranks"]] == [
         ("rank 0", pids[0]), ("rank 1", pids[1])], report["ranks"]
     verdict = report["job_verdict"]
-    assert verdict["straggler_pid"] == pids[1] and verdict["straggler"] == "rank 1", verdict
+    assert verdict["straggler_pid"] == pids[1], verdict
+    assert verdict["straggler"] == f"rank 1 (PID {pids[1]})", verdict
     assert verdict["straggler_score"] < 0.75, verdict
     slow = report["ranks"][1]
     assert slow["lead_finding"] in STRAGGLER_OWN_CAUSES, slow
