@@ -162,6 +162,21 @@ def find_loop_frame(
     return max(common, key=lambda label: depth_sum[label] / coverage[label])
 
 
+def kept_loop_frame(window: StackWindow, previous: str | None) -> str | None:
+    """The loop frame the next window starts from (``find_loop_frame``'s ``previous``).
+
+    Only one learnt from a window with data waits is kept: a batch fetch passes
+    through the loop itself, never through a helper that the loop calls, so such
+    a frame is the loop. One learnt without them is that window's alone. Kept, a
+    frame learnt at start-up (the model built at module level passes through
+    ``<module>`` only) would stand for the loop for good, as ``<module>`` passes
+    every later sample too, and hide the counter in the loop's own function.
+    """
+    if window.loop_frame is not None and window.phase_counts.get("data_wait", 0) > 0:
+        return window.loop_frame
+    return previous
+
+
 def _loop_index(frames: Sequence[Frame], loop_frame: str | None) -> int:
     """Index of the innermost occurrence of the loop frame in a stack, or -1."""
     if loop_frame is None:

@@ -23,7 +23,7 @@ from .phases import PhaseClassifier, parse_raw
 from .pyspy import PySpyError, classify_failure, pyspy_env, record_args, require_pyspy
 from .samples import StackWindow
 from .source_lines import SourceLines
-from .stack_window import summarize_window
+from .stack_window import kept_loop_frame, summarize_window
 
 #: py-spy writes each window under a directory named after aitop's own PID, so a
 #: later run can tell an abandoned one (its aitop was SIGKILLed) from a live one.
@@ -132,7 +132,7 @@ class StackProbe:
             previous_loop=self._loop,
         )
         self._thread = window.thread_id or self._thread
-        self._loop = window.loop_frame or self._loop
+        self._loop = kept_loop_frame(window, self._loop)
         return window
 
     def _source_line(self, file: str, line: int) -> str | None:

@@ -109,6 +109,11 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
                 pid: time.time() - psutil.Process(int(pid)).create_time() for pid in info}
             print(f"seconds from a job's start to its series (upper bound): {first_series}")
             single_id = info[str(single.pid)]["job_id"]
+            # Found while it built its model at module level, the loop's counter in
+            # train() is still read: the light loop sleeps 30 ms a step, so < 33/s.
+            rate = prometheus.wait_for(
+                f'aitop_steps_per_second{{job_id="{single_id}"}}', timeout=60)
+            assert 10 < float(rate[0]["value"][1]) < 33, rate
             # The dashboard: every query valid, every panel with data (the straggler
             # score once the torchrun job's peer has been judged).
             check_dashboard(prometheus)

@@ -391,3 +391,22 @@ def test_torch_compile_importing_dynamo_is_compile_not_other(
     w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
     assert w.phase_counts["compile"] == 30
     assert w.phase_counts["other"] == 15
+
+
+def test_a_loop_frame_learnt_without_data_waits_is_not_kept() -> None:
+    """A node agent attached while a job built its model at module level: that window's
+    loop frame, ``<module>``, passes every later sample too; kept, it hid the job's
+    counter in ``train()`` for good (no steps/s, probe 'partial' for the whole run)."""
+    from aitop.probes.samples import StackWindow
+    from aitop.probes.stack_window import kept_loop_frame
+
+    start_up = StackWindow(0.0, 2.0, "MainThread", "1", 20, phase_counts={"forward": 20},
+                           loop_frame="<module> (<string>)")
+    assert kept_loop_frame(start_up, None) is None
+    assert kept_loop_frame(start_up, "train (train.py)") == "train (train.py)"
+    fetching = StackWindow(2.0, 4.0, "MainThread", "1", 20,
+                           phase_counts={"data_wait": 5, "forward": 15},
+                           loop_frame="train (train.py)")
+    assert kept_loop_frame(fetching, "<module> (<string>)") == "train (train.py)"
+    lost = StackWindow(4.0, 6.0, "MainThread", "1", 0, phase_counts={"data_wait": 3})
+    assert kept_loop_frame(lost, "train (train.py)") == "train (train.py)"
