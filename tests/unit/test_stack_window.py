@@ -385,11 +385,26 @@ def test_torch_compile_importing_dynamo_is_compile_not_other(
         "_find_and_load (<frozen importlib._bootstrap>:1176)",
         f"<module> ({SITE}/torch/_inductor/config.py:1)",
         f"_create_fn ({STDLIB}/dataclasses.py:433)"))
+    # An optimizer built at module level imports dynamo through its _disable_dynamo
+    # wrapper, down through convert_frame and symbolic_convert (a node agent's first
+    # window of a plain job read 65 % "compile" from these, and warned of warming up).
+    optimizer = ";".join((
+        f"<module> ({script}:4)",
+        f"SGD.__init__ ({SITE}/torch/optim/sgd.py:65)",
+        f"Optimizer.__init__ ({SITE}/torch/optim/optimizer.py:405)",
+        f"_disable_dynamo.<locals>.inner ({SITE}/torch/_compile.py:47)",
+        "_find_and_load (<frozen importlib._bootstrap>:1176)",
+        f"<module> ({SITE}/torch/_dynamo/__init__.py:13)",
+        f"<module> ({SITE}/torch/_dynamo/convert_frame.py:62)",
+        f"<module> ({SITE}/torch/_dynamo/symbolic_convert.py:56)",
+        f"<module> ({SITE}/torch/_dynamo/exc.py:46)"))
     plain = ";".join((f"train ({script}:7)", f"_create_fn ({STDLIB}/dataclasses.py:433)"))
     text = raw(("1:MainThread", importing, 30), ("1:MainThread", lazily, 10),
+               ("1:MainThread", optimizer, 8),
                ("1:MainThread", plain, 5), ("1:MainThread", bwd(script), 5))
     w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
     assert w.phase_counts["compile"] == 30
+    assert w.phase_counts["optimizer"] == 8  # building the optimizer, not compiling
     assert w.phase_counts["other"] == 15
 
 
