@@ -41,8 +41,9 @@ def test_loop_counter_matches_the_frame_label_with_full_paths() -> None:
     assert found == ("step", 41)
 
 
-def readings(values: list[int], name: str = "step") -> list[StepCounterSample]:
-    return [StepCounterSample(100.0 + 5 * i, name, v) for i, v in enumerate(values)]
+def readings(values: list[int], name: str = "step",
+             every_s: float = 5.0) -> list[StepCounterSample]:
+    return [StepCounterSample(100.0 + every_s * i, name, v) for i, v in enumerate(values)]
 
 
 def test_rate_over_readings_and_epoch_resets() -> None:
@@ -69,6 +70,17 @@ def test_one_wild_reading_does_not_multiply_the_rate() -> None:
     # A counter that jumped once (a misread frame) would have made 3-15x the truth.
     wild = readings([0, 50, 100, 900, 950, 1000])
     assert steps_per_second(wild) == pytest.approx(10.0)
+
+
+def test_one_misread_high_is_no_new_epoch() -> None:
+    # A CI run's workers' index, 2 s apart: 9807 (a batch's sample index, by its
+    # size) and back to 378. Read as an epoch's end and a new one, the 378 steps in
+    # 2 s made the rate 83.7/s for the job's own 30.7.
+    spiked = readings([132, 193, 255, 9807, 378], WORKER_COUNTER, every_s=2.0)
+    assert steps_per_second(spiked) == pytest.approx((378 - 132) / 8)
+    # An epoch that ends high and starts again is still a reset.
+    assert steps_per_second(readings([10, 49, 20, 7, 45])) == pytest.approx(
+        (39 + 20 + (49 - 20 + 7) + 38) / 20)
 
 
 def test_too_short_or_flat_is_unknown() -> None:
