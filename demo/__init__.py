@@ -5,7 +5,7 @@
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
-    "compile", "leak", "hang", "serving", "module_loop",
+    "compile", "loading", "leak", "hang", "serving", "module_loop",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
 )
 
@@ -17,3 +17,8 @@ FIXED_VARIANTS: dict[str, str] = {
     "checkpoint": "checkpoint_fixed",
     "compute": "compute_fixed",
 }
+
+#: Scenarios whose point is what comes before the first step (torch.compile
+#: compiling, records built in Python): ``aitop demo`` attaches to them at once
+#: instead of once they train.
+BEFORE_FIRST_STEP: frozenset[str] = frozenset({"compile", "loading"})

@@ -81,6 +81,9 @@ class Config:
     # producer is gone (a hung job); 0 = never.
     hang_after_s: float = 0.0
     serve_batch: int = 1  # loop "serve": requests answered per forward pass, at most
+    # Seconds the training process spends building its records in Python before
+    # the first step (a script tokenizing its corpus at start): no step is taken.
+    prepare_s: float = 0.0
 
 
 CONFIGS: dict[str, Config] = {
@@ -156,6 +159,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # compute's model under torch.compile, at its CPU size on a GPU too.
     "compile": ("compute", {"compile_model": True, "gpu_scale": False}),
     "checkpoint_durable": ("checkpoint", {"durable_checkpoints": True}),
+    # data's loop after 40 s of building its records in the training process.
+    "loading": ("data", {"prepare_s": 40.0}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {

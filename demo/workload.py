@@ -32,6 +32,8 @@ Scenarios:
                  is gone: a job that no longer moves
   compile        compute's loop with the model under torch.compile: its first
                  steps wait tens of seconds for inductor to build the kernels
+  loading        data's loop after 40 s of building its records in Python in
+                 the training process: a job that has not taken a step yet
   checkpoint_durable
                  checkpoint's saves, each written to a temporary file, flushed,
                  fsync'ed and renamed into place
@@ -283,6 +285,19 @@ def save_durably(state: dict[str, Any], path: Path) -> None:
     os.replace(partial, path)
 
 
+def prepare_records(seconds: float) -> int:
+    """Tokenize a synthetic corpus in Python for ``seconds``, as a script builds its
+    dataset before training: the CPU is busy and no step is taken. Returns the
+    tokens made (only counted, so memory stays flat)."""
+    rng = random.Random(0)
+    deadline = time.time() + seconds
+    tokens = 0
+    while time.time() < deadline:
+        line = " ".join(str(rng.random()) for _ in range(64))
+        tokens += len([hash(word) % 50257 for word in line.split()])
+    return tokens
+
+
 def train(
     cfg: Config,
     duration_s: float,
@@ -292,6 +307,8 @@ def train(
     data_dir: Path | None = None,
 ) -> int:
     """The usual loop: DataLoader, forward, backward, step; checkpoints and evals."""
+    if cfg.prepare_s:
+        prepare_records(cfg.prepare_s)
     job = set_up(cfg)
     cfg, model, criterion, optimizer, device, sync = job.parts()
     loader = make_loader(cfg, data_dir)

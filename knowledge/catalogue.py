@@ -92,6 +92,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("forward_only", "0/1",
      "1 when the training thread ran forward passes and no backward or optimizer for a "
      "minute: serving or offline inference, not training"),
+    ("steps_seen", "0/1",
+     "1 once the training thread has been seen taking a step since aitop attached (a batch "
+     "fetched, a forward or backward pass, an evaluation pass, a collective) or its counter "
+     "moved; 0 while it loads or sets up"),
     ("counter_moved", "0/1",
      "1 when the loop's step counter changed in the last 30 s (0 also with no counter)"),
     ("stalled_s", "s",

@@ -267,6 +267,8 @@ def compute_metrics(
     comm_metrics(metrics)
     metrics["stalled_s"] = stall(session, now)[0] if session.stacks.last() else None
     metrics["counter_moved"] = _counter_moved(session, now)
+    first_step = session.first_step_at
+    metrics["steps_seen"] = float(first_step is not None and first_step <= now)
     return metrics
 
 

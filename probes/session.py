@@ -46,6 +46,14 @@ PHASES: tuple[str, ...] = (
     "other",
 )
 
+#: Phases only a step runs (a batch fetched, a pass, a collective, a host sync):
+#: building an optimizer reads as "optimizer" and loading a checkpoint as
+#: "checkpoint", so neither marks a step.
+STEP_EVIDENCE_PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "eval", "sync",
+                                         "comm")
+#: Samples in those phases, within one stack window, that show a step was taken.
+STEP_EVIDENCE_SAMPLES = 3
+
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
@@ -190,6 +198,9 @@ class Session:
         #: What each probe is doing now, and why when it is not sampling.
         self.probe_status: dict[str, ProbeStatus] = {}
         self.started_at: float | None = None
+        #: When the training thread was first seen taking a step (``STEP_EVIDENCE``):
+        #: before it, the job is loading or setting up, and its steps cannot be judged.
+        self.first_step_at: float | None = None
         #: When the target was first seen gone, and its exit status if known.
         self.target_exited_at: float | None = None
         self.target_exit_status: int | None = None
@@ -230,12 +241,27 @@ class Session:
             raise TypeError(f"not a sample kind the session stores: {type(sample).__name__}")
         if self.started_at is None:
             self.started_at = sample_time(sample)
+        if self.first_step_at is None:
+            self.first_step_at = self._step_evidence(sample)
         if isinstance(sample, ProcessTreeSample) and not sample.alive:
             if self.target_exited_at is None:
                 self.target_exited_at = sample.t
             if sample.exit_status is not None:
                 self.target_exit_status = sample.exit_status
         ring.append(sample)
+
+    def _step_evidence(self, sample: object) -> float | None:
+        """When ``sample`` shows a step taken: a stack window with a few samples in a
+        step's own phases, or the loop's counter moving; None otherwise."""
+        if isinstance(sample, StackWindow) and sample.error is None:
+            seen = sum(sample.phase_counts.get(p, 0) for p in STEP_EVIDENCE_PHASES)
+            return sample.t_end if seen >= STEP_EVIDENCE_SAMPLES else None
+        if isinstance(sample, StepCounterSample) and sample.value is not None:
+            last = self.steps.last()
+            if (last is not None and last.name == sample.name and last.value is not None
+                    and last.value != sample.value):
+                return sample.t
+        return None
 
     def latest_time(self) -> float | None:
         """The time of the newest sample of any kind."""

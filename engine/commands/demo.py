@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitop.demo import SCENARIOS
+from aitop.demo import BEFORE_FIRST_STEP, SCENARIOS
 from aitop.engine.commands.attach import add_attach_arguments, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import CliError
@@ -42,14 +42,17 @@ def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
                "--ready-file", str(ready)]
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
+    when = "now" if args.scenario in BEFORE_FIRST_STEP else "once it trains"
     if not args.headless or not args.json:
         print(f"aitop demo: started the '{args.scenario}' training job as PID {child.pid} "
-              f"(log: {log.name}); attaching once it trains...", file=sys.stderr)
+              f"(log: {log.name}); attaching {when}...", file=sys.stderr)
     try:
         # Attach once the job is past importing torch and its first steps, so
-        # the first window shows training rather than start-up.
+        # the first window shows training rather than start-up; at once to the
+        # jobs whose point is what comes before their first step.
         deadline = time.time() + READY_TIMEOUT_S
-        while not ready.exists() and child.poll() is None and time.time() < deadline:
+        while (args.scenario not in BEFORE_FIRST_STEP and not ready.exists()
+               and child.poll() is None and time.time() < deadline):
             time.sleep(0.2)
         if child.poll() is not None:
             keep_log = True

@@ -1,6 +1,7 @@
 """What the job is doing comes first, each state on a demo job written for it and
 checked against the job's own record: ``compile`` (inside its first
-torch.compile, inductor on the CPU with a fresh cache), ``leak`` and
+torch.compile, inductor on the CPU with a fresh cache), ``loading`` (records built
+before the first step), ``leak`` and
 ``leak_fixed`` (memory that grows with the steps, and its fix), ``hang`` (no
 progress), ``compute`` beside a busy neighbour (cores other processes hold),
 ``serving`` and ``serving_batched`` (a server, and dynamic batching applied)."""
@@ -47,6 +48,35 @@ def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> N
     assert [f["id"] for f in report["findings"]] == ["warming_up_compiling"]
     assert report["findings"][0]["est_speedup"] is None
     assert report["phases"]["compile"] >= 0.5
+
+
+def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
+        tmp_path: Path) -> None:
+    """``loading``: 40 s of building records in Python before the first step, as a
+    script tokenizing its corpus at start (and as the node agent finds every job)."""
+    truth = tmp_path / "loading.jsonl"
+    job = start_job("loading", truth, training=False)
+    try:
+        time.sleep(3)  # past `import torch`, into the preparation
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "10",
+                           timeout=100)
+    finally:
+        stop_job(job)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    steps_by_then = [r for r in (read_truth(truth) if truth.exists() else [])
+                     if r["t"] <= report["evaluated_at"] and r["steps"] > 0]
+    bottleneck = report["bottleneck"]
+    print(f"{bottleneck['summary']}; phases {report['phases']}")
+    assert not steps_by_then, steps_by_then[:1]  # the job's own record: no step yet
+    assert bottleneck["category"] == "warming_up", bottleneck
+    assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
+    assert bottleneck["summary"].startswith(
+        "Warming up: no training step since aitop attached, the training thread in "), bottleneck
+    assert "workload.py" in bottleneck["summary"], "where the time goes: the job's own code"
+    assert [f["id"] for f in report["findings"]] == ["warming_up_loading"]
+    assert report["findings"][0]["est_speedup"] is None
+    assert report["metrics"]["steps_seen"] == 0
 
 
 def watch(scenario: str, workdir: Path, seconds: float,

@@ -76,6 +76,8 @@ SAMPLES_19 = k(samples_per_window=19, stack_period_s=20)
 #: A training thread standing in one frame (a queue's get) window after window.
 STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job/train.py:42"),
           stack_period_s=5, samples_per_window=50, gpu=False, steps_per_s=0.0, read_mb_s=0.0)
+#: A training thread that has taken no step yet (building an optimizer reads as one).
+LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 
 RULE_CASES: dict[str, Cases] = {
     # Forward passes only, busy with requests: 60 % computing, under 20 % waiting.
@@ -117,6 +119,17 @@ RULE_CASES: dict[str, Cases] = {
     "warming_up_compiling": Cases(
         fires=(k(phases=mix(compile=0.9)), k(phases=mix(compile=0.5))),
         misses=(k(phases=mix(compile=0.49)), k(phases=mix(compile=0.9), **SAMPLES_19)),
+    ),
+    # No step since attach while the job works (CPU or reads): loading, setting up.
+    "warming_up_loading": Cases(
+        fires=(k(**LOADING, main_cpu=100.0),
+               k(**{**LOADING, "phases": mix(other=0.8, optimizer=0.2)}, main_cpu=20.0,
+                 read_mb_s=0.0),
+               k(**LOADING, main_cpu=5.0, read_mb_s=1.0)),
+        misses=(k(**LOADING, main_cpu=19.0, read_mb_s=0.0),
+                k(**{**LOADING, "phases": mix(other=0.9, forward=0.1)}, main_cpu=100.0),
+                k(**{**LOADING, "phases": mix(other=0.5, compile=0.5)}, main_cpu=100.0),
+                k(**LOADING, main_cpu=100.0, **SAMPLES_19)),
     ),
     # Compiling again once steps run: between 5 % and half of the time.
     "compile_recurs": Cases(
@@ -1051,6 +1064,24 @@ def test_the_snippet_says_the_number_its_action_says() -> None:
     built = diagnose_job(RULESET, phases=mix(checkpoint=0.3), disk_write_mb=400.0)
     saved = next((f for f in built.findings if f.id == "checkpoint_stalls"), None)
     assert saved is None or saved.snippet == checkpoint.snippet
+
+
+def test_a_job_that_has_taken_no_step_yet_is_warming_up_where_its_thread_is() -> None:
+    """Loading before the first step: the verdict says so, and where the time goes."""
+    knobs = k(phases=mix(other=1.0), main_cpu=100.0, workers=0, cpu_count=2, host_cpu=50.0,
+              steps_per_s=0.0,
+              other_frame=("_load", "torch/serialization.py:1900", "/job/train.py:12"),
+              **CPU_ONLY)
+    d = diagnose_job(RULESET, **knobs)
+    assert d.category == "warming_up", d.summary
+    assert [f.id for f in d.findings] == ["warming_up_loading"]
+    assert re.fullmatch(r"Warming up: no training step since aitop attached, the training "
+                        r"thread in _load \(serialization\.py:1900\), called from train\.py:12 "
+                        r"\(\d+ s so far\); judging starts with the first steps", d.summary), (
+        d.summary)
+    # The same thread in its steps (a forward pass in every window) is judged as usual.
+    steady = diagnose_job(RULESET, **{**knobs, "phases": mix(other=0.6)})
+    assert "warming_up_loading" not in {f.id for f in steady.findings}, steady.summary
 
 
 def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> None:
