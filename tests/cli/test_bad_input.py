@@ -33,6 +33,14 @@ def test_pid_that_does_not_exist() -> None:
     assert_one_line_error(result, "no process with PID 999999", "pgrep")
 
 
+def test_a_second_pid_that_does_not_exist() -> None:
+    """``--pid A --pid B`` (one job's launchers): a B that is gone is one line, before
+    anything is attached to A."""
+    result = run_aitop("--pid", str(os.getpid()), "--pid", "999999", "--headless",
+                       "--duration", "2")
+    assert_one_line_error(result, "no process with PID 999999", "pgrep")
+
+
 def test_no_pid_given_is_a_usage_error() -> None:
     result = run_aitop("--headless")
     assert result.returncode == 2
