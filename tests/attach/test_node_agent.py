@@ -110,10 +110,11 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
             print(f"seconds from a job's start to its series (upper bound): {first_series}")
             single_id = info[str(single.pid)]["job_id"]
             # Found while it built its model at module level, the loop's counter in
-            # train() is still read: the light loop sleeps 30 ms a step, so < 33/s.
+            # train() is still read: a rate, and no more than the light loop's 30 ms
+            # sleep a step allows (it read 20-28/s alone, 6.9/s four tests at a time).
             rate = prometheus.wait_for(
                 f'aitop_steps_per_second{{job_id="{single_id}"}}', timeout=60)
-            assert 10 < float(rate[0]["value"][1]) < 33, rate
+            assert 0 < float(rate[0]["value"][1]) < 1 / 0.03, rate
             # The dashboard: every query valid, every panel with data (the straggler
             # score once the torchrun job's peer has been judged).
             check_dashboard(prometheus)
