@@ -198,7 +198,7 @@ class Session:
         #: What each probe is doing now, and why when it is not sampling.
         self.probe_status: dict[str, ProbeStatus] = {}
         self.started_at: float | None = None
-        #: When the training thread was first seen taking a step (``STEP_EVIDENCE``):
+        #: When the training thread was first seen taking a step (``STEP_EVIDENCE_PHASES``):
         #: before it, the job is loading or setting up, and its steps cannot be judged.
         self.first_step_at: float | None = None
         #: When the target was first seen gone, and its exit status if known.

@@ -250,11 +250,14 @@ def _spikes(same: Sequence[StepCounterSample]) -> set[int]:
     """Indexes of misread highs (``counter_increments``): over twice every other
     reading, with the next reading between the one before and half the spike."""
     values = [s.value or 0 for s in same]
+    if len(values) < 3:
+        return set()
+    top, second = sorted(values, reverse=True)[:2]
     out = set()
     for i in range(1, len(values) - 1):
         before, value, after = values[i - 1], values[i], values[i + 1]
-        others = values[:i] + values[i + 1:]
-        if before <= after <= value // 2 and value > 2 * max(others):
+        highest_other = second if value == top else top
+        if before <= after <= value // 2 and value > 2 * highest_other:
             out.add(i)
     return out
 
