@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how long the jobs run under the agent before the picture")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
+    from support.browser import headless
     from support.jobs import LIGHT_TRAINING
     from support.processes import free_port, started, stop_tree
     from support.prometheus import PrometheusServer, start_serve, stop_process
@@ -157,10 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preview = work / "dashboard.html"
         preview.write_text(html)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                        "--no-first-run", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={work / 'profile'}", "--hide-scrollbars",
+        subprocess.run([*headless(work / "profile"), "--hide-scrollbars",
                         "--window-size=1600,2150", f"--screenshot={args.out.resolve()}",
                         preview.as_uri()], check=True, capture_output=True, timeout=120)
         (args.out.with_suffix(".html")).write_text(html)

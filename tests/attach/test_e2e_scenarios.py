@@ -109,7 +109,8 @@ def test_the_lead_actions_predicted_gain_comes_true(
     scenario: str, watched_run: WatchedRun, tmp_path: Path
 ) -> None:
     """Apply the lead action as it reads to a fresh run; the job's own count decides."""
-    report, truth = diagnosed(scenario, watched_run)
+    run = watched_run(scenario)
+    report = run.report
     lead = report["findings"][0]
     assert lead["id"] in LEADS[scenario], f"{scenario}: lead {lead['id']}: {lead['title']}"
     assert lead["gain_method"] == "predicted", lead["gain_explanation"]
@@ -117,8 +118,7 @@ def test_the_lead_actions_predicted_gain_comes_true(
     assert high / low <= 1.5, "a range wider than x1.5 predicts nothing"
     applied = apply_lead(scenario, report)
     assert applied is not None
-    t0, t1 = report["phase_span"]
-    base = truth_between(truth, t0, t1)["steps_per_s"]
+    base = rate_of(run)
     # The fixed job, watched by aitop as the job was (the run aitop diff's test
     # compares too), its rate by its own count over the same kind of span.
     fixed = watched_run(applied.scenario, applied.args)

@@ -22,14 +22,17 @@ from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_betwe
 pytestmark = pytest.mark.attach
 
 
-def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> None:
-    truth = tmp_path / "compile.jsonl"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    job = start_job("compile", truth, training=False, env=env)
+def watched_before_its_first_step(scenario: str, workdir: Path, after_s: float,
+                                  seconds: float, env: dict[str, str] | None = None) -> dict:
+    """The job watched headless ``after_s`` after its start, for ``seconds``; checked:
+    by its own record it took no step by then, and aitop's verdict is a warm-up
+    state, judged of no steady state (one finding, no gain)."""
+    truth = workdir / f"{scenario}.jsonl"
+    job = start_job(scenario, truth, training=False, env=env)
     try:
-        time.sleep(4)  # past `import torch`, into the first call of the compiled model
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "12",
-                           timeout=100)
+        time.sleep(after_s)
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           str(seconds), timeout=100)
     finally:
         stop_job(job)
     assert result.returncode == 0, result.stderr
@@ -43,10 +46,19 @@ def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> N
     bottleneck = report["bottleneck"]
     assert bottleneck["category"] == "warming_up", bottleneck
     assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
-    assert bottleneck["summary"].startswith("Warming up: torch.compile is compiling the model")
     # Nothing judged of a steady state the job is not in: no rival, no gain.
-    assert [f["id"] for f in report["findings"]] == ["warming_up_compiling"]
+    assert len(report["findings"]) == 1, report["findings"]
     assert report["findings"][0]["est_speedup"] is None
+    return report
+
+
+def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    # 4 s: past `import torch`, into the first call of the compiled model.
+    report = watched_before_its_first_step("compile", tmp_path, 4, 12, env=env)
+    assert report["bottleneck"]["summary"].startswith(
+        "Warming up: torch.compile is compiling the model")
+    assert report["findings"][0]["id"] == "warming_up_compiling"
     assert report["phases"]["compile"] >= 0.5
 
 
@@ -54,28 +66,13 @@ def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
         tmp_path: Path) -> None:
     """``loading``: 40 s of building records in Python before the first step, as a
     script tokenizing its corpus at start (and as the node agent finds every job)."""
-    truth = tmp_path / "loading.jsonl"
-    job = start_job("loading", truth, training=False)
-    try:
-        time.sleep(3)  # past `import torch`, into the preparation
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "10",
-                           timeout=100)
-    finally:
-        stop_job(job)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    steps_by_then = [r for r in (read_truth(truth) if truth.exists() else [])
-                     if r["t"] <= report["evaluated_at"] and r["steps"] > 0]
-    bottleneck = report["bottleneck"]
-    print(f"{bottleneck['summary']}; phases {report['phases']}")
-    assert not steps_by_then, steps_by_then[:1]  # the job's own record: no step yet
-    assert bottleneck["category"] == "warming_up", bottleneck
-    assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
-    assert bottleneck["summary"].startswith(
-        "Warming up: no training step since aitop attached, the training thread in "), bottleneck
-    assert "workload.py" in bottleneck["summary"], "where the time goes: the job's own code"
-    assert [f["id"] for f in report["findings"]] == ["warming_up_loading"]
-    assert report["findings"][0]["est_speedup"] is None
+    # 3 s: past `import torch`, into the preparation.
+    report = watched_before_its_first_step("loading", tmp_path, 3, 10)
+    summary = report["bottleneck"]["summary"]
+    assert summary.startswith(
+        "Warming up: no training step since aitop attached, the training thread in "), summary
+    assert "workload.py" in summary, "where the time goes: the job's own code"
+    assert report["findings"][0]["id"] == "warming_up_loading"
     assert report["metrics"]["steps_seen"] == 0
 
 

@@ -25,18 +25,17 @@ from support.jobs import LIGHT_TRAINING
 from support.processes import free_port, start_logged, started, stop_tree, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
 
+from benchmarks.dashboard_preview import DASHBOARD, panel_exprs
+
 pytestmark = pytest.mark.attach
 
 Samples = dict[str, list[dict[str, str]]]
-
-DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "aitop-dashboard.json"
 
 
 def dashboard_panels() -> dict[str, list[str]]:
     """Each panel's PromQL queries, the dashboard's variables set to "All"."""
     board = json.loads(DASHBOARD.read_text())
-    return {panel["title"]: [target["expr"].replace("$hostname", ".*").replace("$job_id", ".*")
-                             for target in panel["targets"]]
+    return {panel["title"]: panel_exprs(panel)
             for panel in board["panels"] if panel.get("targets")}
 
 

@@ -19,7 +19,7 @@ import pytest
 from aitop.engine.live.attach import AttachOptions, job_notice, options_for_peers
 from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
-from support.jobs import run_aitop
+from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.processes import free_port, started
 
 
@@ -219,10 +219,6 @@ def test_every_rank_of_a_torchrun_job_is_watched_from_the_launcher(straggler_run
     ids = {f["id"] for f in report["findings"]}
     assert not ids & {"cpu_compute_underthreaded", "cpu_threads_oversubscribed",
                       "cpu_compute_contended"}, ids
-
-
-#: The slow rank's own data-loading findings, one of which is its cause.
-STRAGGLER_OWN_CAUSES = {"loading_in_training_process", "data_wait_dominant", "host_cpu_saturated"}
 
 
 @pytest.mark.alone

@@ -23,7 +23,7 @@ import pytest
 from aitop.engine.prometheus.exporter import stable_title
 from aitop.knowledge.loader import load_knowledge_base
 from aitop.probes.job_identity import read_environ
-from support.jobs import run_aitop
+from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.processes import free_port, started, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
 
@@ -32,8 +32,6 @@ pytestmark = [pytest.mark.attach, pytest.mark.alone]
 
 #: The starved rank builds each batch with this much CPU in its training thread.
 SLOW_MS = "40"
-#: The slow rank's own data-loading findings (as in test_ranks), one of which is its cause.
-STRAGGLER_OWN_CAUSES = {"loading_in_training_process", "data_wait_dominant", "host_cpu_saturated"}
 THREAD_ADVICE = {"cpu_compute_underthreaded", "cpu_threads_oversubscribed",
                  "cpu_compute_contended", "cpu_compute_bound"}
 

@@ -37,13 +37,19 @@ def chromium() -> str:
     return path
 
 
+def headless(profile: Path) -> list[str]:
+    """Chromium run headless as root on this closed network, with a profile of its own
+    (without the background-networking flags it tries to reach the outside at start)."""
+    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}"]
+
+
 def render(page: Path, workdir: Path, *, budget_ms: int = 5000) -> Rendered:
     """Load ``page`` in headless Chromium; its DOM once loaded, and its requests."""
     netlog = workdir / f"{page.stem}.netlog.json"
     done = subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={workdir / 'chromium-profile'}", f"--log-net-log={netlog}",
+        [*headless(workdir / "chromium-profile"), f"--log-net-log={netlog}",
          f"--virtual-time-budget={budget_ms}", "--dump-dom", page.resolve().as_uri()],
         capture_output=True, text=True, timeout=120, check=False,
     )

@@ -171,3 +171,10 @@ WatchedRun = Callable[..., Watched]
 #: a job to find, not to judge (``python -c LIGHT_TRAINING MARKER``; the benchmark of
 #: the node agent's cost runs the same loop).
 LIGHT_TRAINING = LIGHT_JOB
+
+
+#: The straggler demo's slow rank builds its batches in its training thread: its lead
+#: is one of these data-loading findings, which one depending on whether half a core is
+#: free on the 2-core box (then moving the work to workers helps).
+STRAGGLER_OWN_CAUSES = frozenset(
+    {"loading_in_training_process", "data_wait_dominant", "host_cpu_saturated"})
