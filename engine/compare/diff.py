@@ -3,7 +3,9 @@
 ``compare`` puts two :class:`runs.Run` side by side:
 
 * steps/s with 95 % intervals from the per-window rates; a change counts only
-  when the intervals do not overlap ("no significant change" otherwise);
+  when the intervals do not overlap and it is at least ``stats.DRIFT_PCT``
+  percent, what one job drifts between two watches ("no significant change"
+  otherwise);
 * each phase's share of the training thread's time, a change marked when it is
   beyond sampling noise (``stats.share_tolerance``);
 * findings resolved, still firing, and new;
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aitop.engine.compare.runs import FindingBrief, Run, RunError, read_run, run_of_report
-from aitop.engine.compare.stats import Rate, share_tolerance
+from aitop.engine.compare.stats import DRIFT_PCT, Rate, share_tolerance
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.reports.schema import Report
 from aitop.knowledge.documents import KnowledgeDocuments
@@ -94,6 +96,9 @@ def compare_steps(before: Rate, after: Rate) -> StepsChange:
     if overlap:
         return StepsChange(before, after, change, "no significant change",
                            "the 95 % intervals overlap")
+    if change is not None and abs(change) < DRIFT_PCT:
+        return StepsChange(before, after, change, "no significant change",
+                           f"under {DRIFT_PCT:.0f} %, what one job drifts between two watches")
     verdict = "improved" if after.estimate > before.estimate else "regressed"
     return StepsChange(before, after, change, verdict, "the 95 % intervals do not overlap")
 

@@ -16,6 +16,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: A change of steps/s smaller than this, in percent, is not called one even
+#: when the two intervals do not overlap: the intervals come from the windows
+#: of one watch and miss how far the same job drifts between two watches on a
+#: shared machine (the README's "aitop diff" section gives two CI runs' figures).
+DRIFT_PCT = 5.0
+
 #: Student's t 0.975 quantiles by degrees of freedom (two-sided 95 %).
 _T975: dict[int, float] = {
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
