@@ -122,6 +122,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("phase_checkpoint_long", "fraction",
      "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
+    ("phase_compile_last", "fraction",
+     "share of the newest stack window in torch.compile: whether compiling goes on now, "
+     "where phase_compile still holds a compilation that has ended"),
     ("accel_util", "%",
      "GPU utilisation when there is a GPU; without one, the training thread's share of "
      "time in forward/backward/optimizer (compute then means the CPU)"),

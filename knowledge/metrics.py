@@ -571,6 +571,7 @@ def _phase_metrics(
         else compute + (fractions["sync"] if has_gpu else 0.0)
     )
     metrics["phase_samples"] = float(total)
+    metrics["phase_compile_last"] = _newest_window_share(session, now, window_s, "compile")
     long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
     metrics["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
     metrics["phase_eval_long"] = long_fractions["eval"] if long_fractions else None
@@ -579,6 +580,16 @@ def _phase_metrics(
     else:
         compute = metrics["phase_compute"]
         metrics["accel_util"] = None if compute is None else 100.0 * compute
+
+
+def _newest_window_share(session: Session, now: float, window_s: float,
+                         phase: str) -> float | None:
+    """``phase``'s share of the newest stack window with samples, in the window."""
+    windows = [w for w in _latest_stacks(session, now, window_s) if w.total_samples > 0]
+    if not windows:
+        return None
+    newest = windows[-1]
+    return newest.phase_counts.get(phase, 0) / newest.total_samples
 
 
 def _process_metrics(

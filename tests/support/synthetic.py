@@ -113,6 +113,9 @@ class Job:
     throttle_power: float = 0.0
     # ------------------------------------------------------------- stacks
     phases: Mapping[str, float] = field(default_factory=lambda: dict(HEALTHY_PHASES))
+    #: (tick, phases): the stack windows from that tick on hold these phases
+    #: instead (a first compilation that ends, a job that changes what it does).
+    later_phases: tuple[int, Mapping[str, float]] | None = None
     #: py-spy samples per stack window (1000: fractions to a thousandth).
     samples_per_window: int = 1000
     #: One stack window every this many seconds (a window spans that long).
@@ -183,13 +186,21 @@ class Job:
 # ------------------------------------------------------------------ samples
 
 
-def _phase_counts(job: Job) -> dict[str, int]:
+def phases_at(job: Job, i: int) -> Mapping[str, float]:
+    """The phases of the stack window that ends at tick ``i``."""
+    if job.later_phases is not None and i >= job.later_phases[0]:
+        return job.later_phases[1]
+    return job.phases
+
+
+def _phase_counts(job: Job, i: int) -> dict[str, int]:
     """Integer counts out of ``samples_per_window`` (largest remainders); rest to 'other'."""
     n = job.samples_per_window
-    wanted = round(sum(job.phases.values()) * n)
+    phases = phases_at(job, i)
+    wanted = round(sum(phases.values()) * n)
     if wanted > n:
-        raise ValueError(f"phase fractions exceed 1: {dict(job.phases)}")
-    exact = {p: f * n for p, f in job.phases.items()}
+        raise ValueError(f"phase fractions exceed 1: {dict(phases)}")
+    exact = {p: f * n for p, f in phases.items()}
     counts = {p: int(v + 1e-9) for p, v in exact.items()}
     by_remainder = sorted(exact, key=lambda p: exact[p] - counts[p], reverse=True)
     for p in by_remainder[: max(wanted - sum(counts.values()), 0)]:
@@ -295,12 +306,12 @@ def stack_window(job: Job, i: int) -> StackWindow:
         thread_name="MainThread",
         thread_id=str(PID),
         total_samples=job.samples_per_window,
-        phase_counts=_phase_counts(job),
+        phase_counts=_phase_counts(job, i),
         techniques_seen=job.techniques,
         loop_frame="train (train.py)",
         hot_frames=() if job.other_frame is None else (HotFrame(
             "other", *job.other_frame[:2],
-            count=round(job.phases.get("other", 0.0) * job.samples_per_window),
+            count=round(phases_at(job, i).get("other", 0.0) * job.samples_per_window),
             caller=job.other_frame[2]),),
         data_source=job.data_source,
         other_threads=() if job.producer_busy is None else (
