@@ -572,6 +572,7 @@ def _phase_metrics(
     )
     metrics["phase_samples"] = float(total)
     metrics["phase_compile_last"] = _newest_window_share(session, now, window_s, "compile")
+    _compile_metrics(metrics, session, now, window_s)
     long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
     metrics["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
     metrics["phase_eval_long"] = long_fractions["eval"] if long_fractions else None
@@ -590,6 +591,44 @@ def _newest_window_share(session: Session, now: float, window_s: float,
         return None
     newest = windows[-1]
     return newest.phase_counts.get(phase, 0) / newest.total_samples
+
+
+#: A stack window this much in torch.compile is compiling; the window after the
+#: newest such one still holds the compilation's tail when it has this much.
+COMPILING_SHARE = 0.5
+COMPILE_TAIL_SHARE = 0.05
+
+
+def _compile_metrics(metrics: dict[str, float | None], session: Session, now: float,
+                     window_s: float) -> None:
+    """Recompilation apart from the first compilation draining out of the window.
+
+    The first compilation's stack windows are those up to the newest one mostly
+    compiling, and the next if it holds the compilation's tail. The shares of
+    the window read before they have left it describe the compilation, not the
+    steps: ``compile_warmup_share`` is how much of the window they still fill,
+    ``phase_compile_steady`` the compile share of the windows after them.
+    """
+    windows = [w for w in session.stacks.window(now - LONG_WINDOW_S, now)
+               if w.error is None and w.total_samples > 0]
+    compiling = [i for i, w in enumerate(windows)
+                 if w.phase_counts.get("compile", 0) >= COMPILING_SHARE * w.total_samples]
+    end = -1
+    if compiling:
+        end = compiling[-1]
+        tail = windows[end + 1] if end + 1 < len(windows) else None
+        if tail is not None and tail.phase_counts.get("compile", 0) >= (
+                COMPILE_TAIL_SHARE * tail.total_samples):
+            end += 1
+    in_window = [(i, w) for i, w in enumerate(windows) if w.t_end > now - window_s]
+    total = sum(w.total_samples for _, w in in_window)
+    warmup = sum(w.total_samples for i, w in in_window if i <= end)
+    metrics["compile_warmup_share"] = warmup / total if total else None
+    steady = [w for i, w in in_window if i > end]
+    steady_total = sum(w.total_samples for w in steady)
+    metrics["phase_compile_steady"] = (
+        sum(w.phase_counts.get("compile", 0) for w in steady) / steady_total
+        if steady_total else None)
 
 
 def _process_metrics(
