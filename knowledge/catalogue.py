@@ -106,7 +106,13 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "target-tree memory growth over the last minute: its least-squares slope where that "
      "stands 4 standard errors out of the memory's swings, else 0 (none before 15 s)"),
     ("ram_minutes_left", "min",
-     "minutes until system RAM runs out at the target tree's memory growth (proc_rss_growth)"),
+     "minutes until memory runs out at the target tree's memory growth (proc_rss_growth): "
+     "RAM, or the job's cgroup limit when that is tighter (mem_free_mb)"),
+    ("cgroup_mem_free_mb", "MB",
+     "headroom under the tightest cgroup memory limit over the job (limit less its working "
+     "set); unknown when no cgroup limits it"),
+    ("mem_free_mb", "MB",
+     "memory the job may still take: free RAM, or its cgroup headroom when smaller"),
     ("gpu_count", "", "number of GPUs NVML sees"),
     ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
     ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),
@@ -219,6 +225,8 @@ WORDS: frozenset[str] = frozenset({
     "neighbours",
     # The frame a stalled training thread stands in.
     "stalled_frame",
+    # What the job runs out of first: "RAM" or its cgroup's limit.
+    "memory_limit",
 })
 
 

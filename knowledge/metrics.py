@@ -445,7 +445,19 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     if hosts and hosts[-1].others:
         words["neighbours"] = ", ".join(
             f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
+    if hosts:
+        words["memory_limit"] = _memory_limit_words(hosts[-1])
     return words
+
+
+def _memory_limit_words(host: HostSample) -> str:
+    """What the job runs out of first: RAM, or its cgroup's limit when that is tighter."""
+    limit = host.memory_limit
+    if limit is None or host.ram_total_bytes is None or host.ram_used_bytes is None:
+        return "RAM"
+    if limit.limit_bytes - limit.used_bytes >= host.ram_total_bytes - host.ram_used_bytes:
+        return "RAM"
+    return f"its cgroup's {limit.limit_bytes / 1e6:.0f} MB limit ({limit.cgroup})"
 
 
 #: A window is "in one place" when this share of its samples stands in one frame.
@@ -701,14 +713,23 @@ def memory_growth(points: Sequence[tuple[float, float]]) -> float | None:
 
 
 def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) -> None:
-    """RAM still free, and how long it lasts at the target's growth over the window."""
+    """Memory still free (RAM, or the job's cgroup limit when tighter), and how long
+    it lasts at the target's growth over the window."""
     if host is None or host.ram_total_bytes is None or host.ram_used_bytes is None:
         metrics["host_ram_free_mb"] = metrics["ram_minutes_left"] = None
+        metrics["cgroup_mem_free_mb"] = metrics["mem_free_mb"] = None
         return
     free = max(0.0, _mb(host.ram_total_bytes - host.ram_used_bytes) or 0.0)
     metrics["host_ram_free_mb"] = free
+    limit = host.memory_limit
+    cgroup_free = (None if limit is None
+                   else max(0.0, _mb(limit.limit_bytes - limit.used_bytes) or 0.0))
+    metrics["cgroup_mem_free_mb"] = cgroup_free
+    headroom = free if cgroup_free is None else min(free, cgroup_free)
+    metrics["mem_free_mb"] = headroom
     growth = metrics.get("proc_rss_growth")
-    metrics["ram_minutes_left"] = free / growth if growth is not None and growth > 0 else None
+    metrics["ram_minutes_left"] = (headroom / growth if growth is not None and growth > 0
+                                   else None)
 
 
 def _storage_metrics(

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from .cgroup_memory import memory_limit
 from .neighbours import NeighbourScanner
 from .samples import HostSample
 
@@ -46,6 +47,7 @@ class HostProbe:
         self._prev: list[Any] | None = self._cpu_times()
         #: Who else uses the CPUs; ``job_pid``'s tree and process group are the job.
         self.neighbours = NeighbourScanner(job_pid)
+        self._job_pid = job_pid
 
     @staticmethod
     def _cpu_times() -> list[Any] | None:
@@ -105,6 +107,7 @@ class HostProbe:
             load5=load[1],
             load15=load[2],
             others=self.neighbours.others(),
+            memory_limit=None if self._job_pid is None else memory_limit(self._job_pid),
         )
 
 

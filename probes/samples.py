@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .cgroup_memory import MemoryLimit
+
 # ---------------------------------------------------------------- processes
 
 
@@ -105,6 +107,9 @@ class HostSample:
     #: The busiest processes outside the job and aitop (``neighbours.py``),
     #: from the latest scan; None before the first scan has a baseline to compare.
     others: tuple[OtherProcess, ...] | None = None
+    #: The tightest cgroup memory limit over the job (``cgroup_memory.py``);
+    #: None when there is none: RAM is then the limit.
+    memory_limit: MemoryLimit | None = None
 
 
 # ---------------------------------------------------------------------- GPU

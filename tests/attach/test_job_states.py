@@ -13,13 +13,18 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.cgroups import MemoryCgroup, memory_cgroup
 from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_between
 
 pytestmark = pytest.mark.attach
+
+#: The leak's cgroup limit, MB: far under the machine's free RAM.
+LEAK_LIMIT_MB = 4000.0
 
 
 def watched_before_its_first_step(scenario: str, workdir: Path, after_s: float,
@@ -77,11 +82,14 @@ def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
 
 
 def watch(scenario: str, workdir: Path, seconds: float,
-          settle_s: float = 0.0) -> tuple[dict, Path]:
-    """The job watched headless for ``seconds``, ``settle_s`` after its first step."""
+          settle_s: float = 0.0, cgroup: MemoryCgroup | None = None) -> tuple[dict, Path]:
+    """The job watched headless for ``seconds``, ``settle_s`` after its first step
+    (in ``cgroup`` from then on, when given)."""
     truth = workdir / f"{scenario}.jsonl"
     job = start_job(scenario, truth)
     try:
+        if cgroup is not None:
+            cgroup.add(job.pid)
         time.sleep(settle_s)
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
                            str(seconds), timeout=seconds + 90)
@@ -92,14 +100,17 @@ def watch(scenario: str, workdir: Path, seconds: float,
 
 
 def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float,
-                       settle_s: float = 0.0) -> list[tuple[dict, Path]]:
+                       settle_s: float = 0.0,
+                       cgroups: Mapping[str, MemoryCgroup] | None = None,
+                       ) -> list[tuple[dict, Path]]:
     """:func:`watch` of each scenario at the same time, in the order given.
 
     For tests whose verdicts read no free cores (memory growth, work per core):
     their jobs may share the box's cores, and the test takes half the time.
     """
     with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-        runs = [pool.submit(watch, name, workdir, seconds, settle_s) for name in scenarios]
+        runs = [pool.submit(watch, name, workdir, seconds, settle_s,
+                            (cgroups or {}).get(name)) for name in scenarios]
         return [run.result() for run in runs]
 
 
@@ -110,12 +121,18 @@ def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float
 def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     tmp_path: Path,
 ) -> None:
-    """``leak`` keeps every step's outputs, graph and all; ``leak_fixed`` keeps loss.item()."""
+    """``leak`` keeps every step's outputs, graph and all; ``leak_fixed`` keeps loss.item().
+
+    The leak runs in a memory cgroup limited to far less than the machine's free
+    RAM, as in a pod: its runway is that limit's, which the title names.
+    """
     # Attached to running jobs, as people do: past the first steps' allocations.
     # Growth is read over 15 s at least, then held 5 s: 28 s leaves room on a busy box.
     # The two jobs are watched side by side: neither verdict reads free cores.
-    (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 28,
-                                               settle_s=6)
+    # 4 GB: what the leak takes in the watch (under 500 MB/min) stays far from it.
+    with memory_cgroup(LEAK_LIMIT_MB) as pod:
+        (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 28,
+                                                   settle_s=6, cgroups={"leak": pod})
     ids = [f["id"] for f in leak["findings"]]
     growth = leak["metrics"]["proc_rss_growth"]
     print(f"leak: {growth:.0f} MB/min (slope {leak['metrics']['proc_rss_trend']:.0f}), "
@@ -127,7 +144,16 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     assert leak["bottleneck"]["category"] == "memory"
     lead = leak["findings"][0]
     assert lead["title"].startswith("Host memory grows ") and " min" in lead["title"]
+    # The runway is the cgroup's: its headroom, under its limit, not the free RAM.
+    m = leak["metrics"]
+    assert f"its cgroup's {LEAK_LIMIT_MB:.0f} MB limit ({pod.name})" in lead["title"], (
+        lead["title"])
+    assert m["mem_free_mb"] == m["cgroup_mem_free_mb"] <= LEAK_LIMIT_MB
+    assert m["cgroup_mem_free_mb"] < m["host_ram_free_mb"]
+    assert m["ram_minutes_left"] == pytest.approx(m["mem_free_mb"] / growth, rel=0.05)
     assert "loss.item()" in lead["actions"][0]
+    # The fixed job, outside any limit, runs out of RAM.
+    assert fixed["metrics"]["cgroup_mem_free_mb"] is None
     # What the fix leaves is no growth out of the memory's own swings (its 20-s
     # slope alone read 85 MB/min of swings once, a quarter of the leak's 276).
     assert fixed["metrics"]["proc_rss_growth"] < growth / 4

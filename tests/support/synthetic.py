@@ -25,6 +25,7 @@ from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.rules import RuleEngine, RuleSet
 from aitop.knowledge.straggler import RankView, judge_ranks
+from aitop.probes.cgroup_memory import MemoryLimit
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
@@ -171,6 +172,8 @@ class Job:
     ram_used: float = 50.0  # %
     swap_used: float = 0.0  # % of swap_total
     swap_total: int = SWAP_TOTAL
+    #: (limit, working set) in MB of a cgroup over the job (None: RAM is the limit).
+    cgroup_memory_mb: tuple[float, float] | None = None
     # ------------------------------------------------------------ storage
     storage: bool = True
     network_fs: bool = False
@@ -296,6 +299,9 @@ def host_sample(job: Job, i: int) -> HostSample:
         load15=None,
         others=(OtherProcess(4242, "python build.py", job.neighbour_cores),)
         if job.neighbour_cores else (),
+        memory_limit=None if job.cgroup_memory_mb is None else MemoryLimit(
+            round(job.cgroup_memory_mb[0] * 1e6), round(job.cgroup_memory_mb[1] * 1e6),
+            "/kubepods/burstable/pod7"),
     )
 
 

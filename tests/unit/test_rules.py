@@ -1159,10 +1159,31 @@ def test_memory_that_grows_leads_and_says_when_ram_runs_out() -> None:
     free, growth = d.metrics["host_ram_free_mb"], d.metrics["proc_rss_growth"]
     assert growth == pytest.approx(110.0 * 60, rel=0.01)
     assert free is not None and d.metrics["ram_minutes_left"] == pytest.approx(free / growth)
-    assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate RAM runs out "
+    assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate RAM is used up "
                           f"in {free / growth:.0f} min")
     assert lead.actions[0].startswith("Keep numbers, not tensors, across steps: accumulate "
                                       "loss.item()")
+
+
+@pytest.mark.parametrize(("cgroup", "limited"), [
+    ((2048.0, 1500.0), True),      # 548 MB under the pod's limit: far less than free RAM
+    ((10**8, 1500.0), False),      # a limit above the machine's RAM limits nothing
+])
+def test_a_leaks_runway_is_its_cgroups_limit_when_that_is_tighter(
+        cgroup: tuple[float, float], limited: bool) -> None:
+    d = diagnose_job(RULESET, 40, rss_growth_mb_s=2.0, ram_used=50.0, cpu_count=8,
+                     busy_threads=1, main_cpu=100.0, host_cpu=20.0, workers=0,
+                     phases=mix(other=0.1), cgroup_memory_mb=cgroup, **CPU_ONLY)
+    lead = d.findings[0]
+    assert lead.id == "host_memory_grows", [f.id for f in d.findings]
+    growth, ram_free = d.metrics["proc_rss_growth"], d.metrics["host_ram_free_mb"]
+    assert growth is not None and ram_free is not None
+    headroom = cgroup[0] - cgroup[1] if limited else ram_free
+    assert d.metrics["mem_free_mb"] == pytest.approx(headroom, abs=1)
+    assert d.metrics["ram_minutes_left"] == pytest.approx(headroom / growth, rel=0.01)
+    limit = ("its cgroup's 2048 MB limit (/kubepods/burstable/pod7)" if limited else "RAM")
+    assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate {limit} is "
+                          f"used up in {headroom / growth:.0f} min")
 
 
 def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> None:
