@@ -116,6 +116,13 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("gpu_count", "", "number of GPUs NVML sees"),
     ("gpu_target_devices", "", "GPUs on which the target tree has processes"),
     ("gpu_util_spread", "%", "utilisation gap between the busiest and idlest GPU the target uses"),
+    ("gpu_mem_growth", "MB/min",
+     "growth of the GPU memory the target tree's processes hold (NVML, all devices) over "
+     "the last minute: its least-squares slope where that stands 4 standard errors out "
+     "of the memory's swings, else 0 (none before 15 s)"),
+    ("gpu_mem_free_mb", "MB", "memory free on the fullest GPU the target uses"),
+    ("gpu_minutes_left", "min",
+     "minutes until that GPU's memory runs out at the target's GPU memory growth"),
     ("gpu_throttle_thermal", "fraction", "share of the window with thermal clock slowdown"),
     ("gpu_throttle_power", "fraction", "share of the window with power-capped clocks"),
     *((f"phase_{p}", "fraction", f"share of the training thread's time in {p}") for p in PHASES),

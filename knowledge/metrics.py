@@ -528,6 +528,8 @@ def _gpu_metrics(
     if not has_gpu or last_gpu is None:
         metrics["gpu_throttle_thermal"] = metrics["gpu_throttle_power"] = None
         metrics["gpu_target_devices"] = metrics["gpu_util_spread"] = None
+        metrics["gpu_mem_growth"] = metrics["gpu_mem_free_mb"] = None
+        metrics["gpu_minutes_left"] = None
         return False
 
     def share(reasons: frozenset[str]) -> float:
@@ -542,7 +544,28 @@ def _gpu_metrics(
     metrics["gpu_target_devices"] = float(len(used))
     utils = [d.util_percent for d in used if d.util_percent is not None]
     metrics["gpu_util_spread"] = max(utils) - min(utils) if len(utils) >= 2 else None
+    _gpu_memory_runway(metrics, session, now, window_s, used)
     return True
+
+
+def _gpu_memory_runway(metrics: dict[str, float | None], session: Session, now: float,
+                       window_s: float, used: list[GpuDevice]) -> None:
+    """The job's GPU memory growth (its processes' own, per NVML), the memory left
+    on the fullest device it uses, and how long that lasts at the growth."""
+
+    def target_mb(sample: GpuSample) -> float | None:
+        known = [d.target_mem_bytes for d in sample.devices if d.target_mem_bytes is not None]
+        return _mb(sum(known)) if known else None
+
+    growth = memory_growth(session.series(session.gpu, target_mb, now,
+                                          max(window_s, GROWTH_LOOKBACK_S)))
+    metrics["gpu_mem_growth"] = growth
+    free = [d.mem_total_bytes - d.mem_used_bytes for d in used
+            if d.mem_total_bytes is not None and d.mem_used_bytes is not None]
+    headroom = max(0.0, _mb(min(free)) or 0.0) if free else None
+    metrics["gpu_mem_free_mb"] = headroom
+    metrics["gpu_minutes_left"] = (headroom / growth if headroom is not None and growth
+                                   else None)
 
 
 def _forward_only(session: Session, now: float, window_s: float) -> float | None:

@@ -17,12 +17,15 @@ only samples newer than the timestamp passed and raises ``NotFound`` when there
 are none; cumulative PCIe counters advance with the fake clock.
 
 Scenarios (:data:`SCENARIOS`, built by :func:`make_fake`): ``healthy`` (one GPU),
-``no_driver``, ``not_supported``, ``gpu_lost``, ``two_gpus``, ``processes``.
+``no_driver``, ``not_supported``, ``gpu_lost``, ``two_gpus``, ``processes``,
+``leaking`` (the target's GPU memory grows with the clock, as a job that keeps
+every step's loss tensor does).
 Every call is recorded in :attr:`FakeNvml.calls` so tests can count them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ SCENARIOS: tuple[str, ...] = (
     "gpu_lost",
     "two_gpus",
     "processes",
+    "leaking",
 )
 
 GIB = 1024**3
@@ -105,6 +109,14 @@ class FakeHandle:
 class FakeProc:
     pid: int
     used_memory: int | None
+    #: Bytes per second the process's memory grows from ``since`` on the clock.
+    growth_bps: float = 0.0
+    since: float = 0.0
+
+    def used_at(self, now: float) -> int | None:
+        if self.used_memory is None:
+            return None
+        return self.used_memory + round(self.growth_bps * max(0.0, now - self.since))
 
 
 @dataclass
@@ -259,6 +271,10 @@ class FakeNvml(types.ModuleType):
         self, handle: FakeHandle, version: int | None = None
     ) -> pynvml.c_nvmlMemory_t | pynvml.c_nvmlMemory_v2_t:
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle, version)
+        # What the processes' memory grew by is in use on the device too.
+        grown = sum((p.used_at(self.clock.now) or 0) - (p.used_memory or 0)
+                    for p in gpu.compute)
+        gpu = dataclasses.replace(gpu, mem_used=min(gpu.mem_total, gpu.mem_used + grown))
         if version:
             if version != pynvml.nvmlMemory_v2:
                 raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
@@ -336,7 +352,7 @@ class FakeNvml(types.ModuleType):
         gpu = self._gpu(fn_name, handle)
         out = []
         for proc in getattr(gpu, which):
-            used = proc.used_memory
+            used = proc.used_at(self.clock.now)
             raw = pynvml.c_nvmlProcessInfo_v3_t(
                 pid=proc.pid,
                 usedGpuMemory=pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
@@ -467,6 +483,18 @@ def _processes(clock: FakeClock) -> FakeNvml:
     return FakeNvml([gpu], clock)
 
 
+#: MB/s the target's GPU memory grows in the ``leaking`` scenario: 120 MB/min.
+LEAK_MB_S = 2.0
+
+
+def _leaking(clock: FakeClock) -> FakeNvml:
+    """The target alone on an 80 GB GPU, its memory growing by LEAK_MB_S."""
+    gpu = FakeGpu(0, uuid="GPU-eeeeeeee-0000-0000-0000-000000000000", mem_used=21 * GIB)
+    gpu.compute = [FakeProc(TARGET_PID, 20 * GIB, growth_bps=LEAK_MB_S * 1e6, since=clock.now)]
+    gpu.sm_util = {TARGET_PID: 90}
+    return FakeNvml([gpu], clock)
+
+
 _BUILDERS: dict[str, Callable[[FakeClock], FakeNvml]] = {
     "healthy": _healthy,
     "no_driver": _no_driver,
@@ -474,6 +502,7 @@ _BUILDERS: dict[str, Callable[[FakeClock], FakeNvml]] = {
     "gpu_lost": _gpu_lost,
     "two_gpus": _two_gpus,
     "processes": _processes,
+    "leaking": _leaking,
 }
 
 

@@ -17,7 +17,7 @@ evaluation window, so a full window always holds the same share of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aitop.knowledge.diagnosis import Diagnoser, Facts
@@ -104,6 +104,10 @@ class Job:
     #: overrides ``gpu_util``.
     gpu_utils: tuple[float, ...] | None = None
     gpu_mem_used: float = 60.0  # % of capacity
+    #: MB per second the target's GPU memory grows (a leak on the GPU).
+    gpu_mem_growth_mb_s: float = 0.0
+    #: The GPU sample of tick i from elsewhere (the real probe on the fake NVML).
+    gpu_source: Callable[[int], GpuSample] | None = None
     temperature_c: float = 65.0
     temperature_slowdown_c: float | None = 83.0
     gpu_power: float = 70.0  # % of the power limit
@@ -218,6 +222,8 @@ def _throttled(i: int, share: float) -> bool:
 
 def gpu_sample(job: Job, i: int) -> GpuSample:
     t = T0 + i
+    if job.gpu_source is not None:
+        return job.gpu_source(i)
     if not job.gpu:
         return GpuSample(t=t, available=False, reason="no NVIDIA driver")
     reasons: list[str] = []
@@ -244,7 +250,8 @@ def gpu_sample(job: Job, i: int) -> GpuSample:
             clock_event_reasons=tuple(reasons),
             pcie_tx_bps=1e8,
             pcie_rx_bps=job.pcie_rx_mb * 1e6,
-            processes=(GpuProcess(PID + k, 10**9, util, True, "python"),),
+            processes=(GpuProcess(PID + k, 10**9 + round(job.gpu_mem_growth_mb_s * 1e6 * i),
+                                  util, True, "python"),),
         )
         for k, util in enumerate(utils)
     )

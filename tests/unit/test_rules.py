@@ -23,7 +23,10 @@ from aitop.knowledge.loader import load_knowledge_base, rules_in_document
 from aitop.knowledge.metrics import memory_growth
 from aitop.knowledge.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
+from aitop.probes.gpu import GpuProbe
+from aitop.probes.samples import GpuSample
 from aitop.probes.session import aggregate
+from support.fake_nvml import GIB, LEAK_MB_S, FakeClock, make_fake
 from support.synthetic import (
     PID,
     T0,
@@ -44,6 +47,8 @@ RULES: dict[str, Rule] = {r.id: r for r in RULESET.rules}
 #: leaves room for the longest ``for:`` (10 s) plus a margin.
 FIRST = int(WINDOW_S)
 LAST = 40
+#: A /proc with no processes: the GPU probe maps no PIDs through namespaces.
+EMPTY_PROC = "/nonexistent-proc"
 
 Knobs = Mapping[str, object]
 
@@ -80,6 +85,12 @@ STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job
 LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 
 RULE_CASES: dict[str, Cases] = {
+    # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
+    "gpu_memory_grows": Cases(
+        fires=(k(gpu_mem_growth_mb_s=1.0), k(gpu_mem_growth_mb_s=50.0)),
+        misses=(k(gpu_mem_growth_mb_s=0.99), k(gpu_mem_growth_mb_s=0.0),
+                k(gpu_mem_growth_mb_s=50.0, gpu=False)),
+    ),
     # Forward passes only, busy with requests: 60 % computing, under 20 % waiting.
     "serving_unbatched": Cases(
         fires=(k(phases=mix(forward=0.9, data_wait=0.05, backward=0.0, optimizer=0.0)),
@@ -1184,6 +1195,30 @@ def test_a_leaks_runway_is_its_cgroups_limit_when_that_is_tighter(
     limit = ("its cgroup's 2048 MB limit (/kubepods/burstable/pod7)" if limited else "RAM")
     assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate {limit} is "
                           f"used up in {headroom / growth:.0f} min")
+
+
+def test_gpu_memory_that_grows_is_read_through_the_gpu_probe_and_leads() -> None:
+    """The fake NVML's ``leaking`` scenario, read by the real GPU probe each tick."""
+    clock = FakeClock(T0)
+    probe = GpuProbe(make_fake("leaking", clock), proc_root=EMPTY_PROC, clock=clock)
+
+    def gpu_at(i: int) -> GpuSample:
+        clock.now = T0 + i
+        return probe.sample({PID})
+
+    d = diagnose_job(RULESET, 40, gpu_source=gpu_at, phases=mix(data_wait=0.05))
+    lead = d.findings[0]
+    assert lead.id == "gpu_memory_grows", [f.id for f in d.findings]
+    growth, free = d.metrics["gpu_mem_growth"], d.metrics["gpu_mem_free_mb"]
+    assert growth == pytest.approx(LEAK_MB_S * 60, rel=0.01)
+    # 80 GiB less the 21 GiB in use at the start and what the leak added since.
+    assert free == pytest.approx((80 * GIB - 21 * GIB) / 1e6 - LEAK_MB_S * 40, rel=0.001)
+    assert lead.title == (f"GPU memory grows {growth:.0f} MB/min: at this rate the GPU runs "
+                          f"out of memory in {free / growth:.0f} min")
+    assert lead.gain.speedup is None
+    # A GPU whose memory stays put has no such finding.
+    steady = diagnose_job(RULESET, 40, phases=mix(data_wait=0.05))
+    assert "gpu_memory_grows" not in {f.id for f in steady.findings}
 
 
 def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> None:
