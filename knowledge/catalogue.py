@@ -173,6 +173,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "share of samples the busiest other thread of the target spent working, not waiting"),
     ("producer_cpu", "% of a core", "CPU of the busiest other thread of the target"),
     ("training_thread_cpu", "% of a core", "CPU of the training thread itself"),
+    ("phase_other_idle", "fraction",
+     "share of the training thread's time outside the phases that it cannot have spent on a "
+     "CPU (phase_other less its whole CPU use): waiting in its own code, a sleep, a lock, "
+     "another process; 0 when its CPU is unknown"),
     ("busy_python_threads", "threads",
      "Python threads besides the training thread keeping >= 10 % of a core busy (the rest of "
      "the main process's busy threads are native: intra-op compute)"),

@@ -333,6 +333,7 @@ def _loading_metrics(
     metrics["training_thread_cpu"] = (
         _thread_cpu(session, training, now, window_s) if training else None
     )
+    metrics["phase_other_idle"] = _other_idle(metrics)
     # Its CPU where known: a sleeping thread's samples can look like work.
     metrics["producer_busy"] = min(cpu / 100.0, 1.0) if cpu is not None else busy_share
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
@@ -632,6 +633,20 @@ def _newest_window_share(session: Session, now: float, window_s: float,
 #: newest such one still holds the compilation's tail when it has this much.
 COMPILING_SHARE = 0.5
 COMPILE_TAIL_SHARE = 0.05
+
+
+def _other_idle(metrics: dict[str, float | None]) -> float | None:
+    """The part of the training thread's 'other' time it cannot have spent on a CPU.
+
+    Its whole CPU use counted as 'other' work, the rest of that share is waiting
+    (a sleep, a lock, a pipe to another process): a floor, 0 when the thread's
+    CPU is unknown, so that work is never taken for waiting.
+    """
+    other = metrics.get("phase_other")
+    if other is None:
+        return None
+    cpu = metrics.get("training_thread_cpu")
+    return 0.0 if cpu is None else max(0.0, other - cpu / 100.0)
 
 
 def _compile_metrics(metrics: dict[str, float | None], session: Session, now: float,

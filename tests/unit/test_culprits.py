@@ -157,12 +157,14 @@ def test_cpu_thread_advice_is_not_given_to_a_multi_rank_job() -> None:
 
 def test_time_outside_the_phases_names_where_it_goes() -> None:
     """An unseen job spent 66 % of its loop in a synchronous metrics call."""
-    d = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66),
+    # The call computes: the training thread is on the CPU most of the time.
+    busy: dict[str, object] = {"thread_cpu": (90.0,), "busy_threads": 1}
+    d = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66), **busy,
                      other_frame=("log_metrics", "logslow.py:9", "logslow.py:17"))
     finding = next(f for f in d.findings if f.id == "python_overhead")
     assert finding.title.startswith(
         "66% of the loop is spent in log_metrics (logslow.py:9), called from logslow.py:17")
-    unnamed = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66))
+    unnamed = diagnose_job(RULESET, gpu=False, workers=0, phases=mix(other=0.66), **busy)
     finding = next(f for f in unnamed.findings if f.id == "python_overhead")
     assert "spent in code outside the recognised phases" in finding.title
 

@@ -482,16 +482,32 @@ RULE_CASES: dict[str, Cases] = {
               phases=mix(other=0.4), **CPU_ONLY),
         ),
     ),
+    # Outside the phases and off the CPU (a sleep in the loop): at least 30 % of
+    # the time, and at least half of the 'other' share.
+    "loop_waits_in_own_code": Cases(
+        fires=(k(phases=mix(other=0.6), thread_cpu=(29.0,), busy_threads=1, **CPU_ONLY),
+               k(phases=mix(other=0.35), thread_cpu=(5.0,), busy_threads=1, **CPU_ONLY),
+               k(gpu_util=84.9, phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1)),
+        misses=(k(phases=mix(other=0.6), thread_cpu=(31.0,), busy_threads=1, **CPU_ONLY),
+                k(phases=mix(other=0.35), thread_cpu=(6.0,), busy_threads=1, **CPU_ONLY),
+                k(gpu_util=85.0, phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1),
+                k(phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1, **SAMPLES_19,
+                  **CPU_ONLY)),
+    ),
     "python_overhead": Cases(
         fires=(
             k(gpu_util=84.9, phases=mix(other=0.30)),
             k(phases=mix(other=0.30), **CPU_ONLY),
             k(phases=mix(other=0.5), **SAMPLES_20, **CPU_ONLY),
+            # The thread's CPU covers half its 'other' time: that much is work.
+            k(phases=mix(other=0.6), thread_cpu=(30.0,), busy_threads=1, **CPU_ONLY),
         ),
         misses=(
             k(gpu_util=84.0, phases=mix(other=0.299)),
             k(gpu_util=85.0, phases=mix(other=0.5)),
             k(phases=mix(other=0.5), **SAMPLES_19, **CPU_ONLY),
+            # It waits there: 60 % outside the phases on 29 % of a core.
+            k(phases=mix(other=0.6), thread_cpu=(29.0,), busy_threads=1, **CPU_ONLY),
         ),
     ),
     "explicit_sync_in_loop": Cases(

@@ -1,0 +1,64 @@
+"""A loop that waits in its own code (a ``time.sleep`` after every step) is told it
+waits, not that its Python is slow, with no figure; removing the wait speeds it
+up, by the job's own count of its steps (more than the Amdahl ceiling of the
+wait's share said, which is why the finding shows none)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.jobs import read_truth, run_aitop, stop_job, truth_between
+
+pytestmark = pytest.mark.attach
+
+WORKLOAD = Path(__file__).resolve().parent.parent / "support" / "workloads" / "paced_loop.py"
+
+
+def start_paced(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
+    log = truth.with_suffix(".log").open("wb")
+    job = subprocess.Popen([sys.executable, str(WORKLOAD), "--truth", str(truth),
+                            "--duration", "120", "--pause", str(pause_s)],
+                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (truth.exists() and read_truth(truth)):
+        if job.poll() is not None or time.time() >= deadline:
+            stop_job(job)
+            raise AssertionError("the paced loop did not start: "
+                                 + truth.with_suffix(".log").read_text()[-2000:])
+        time.sleep(0.2)
+    return job
+
+
+def test_a_sleep_in_the_loop_is_a_wait_and_removing_it_pays(tmp_path: Path) -> None:
+    paced_truth, fixed_truth = tmp_path / "paced.jsonl", tmp_path / "fixed.jsonl"
+    # The loop and its fix side by side: whatever else the box runs slows both.
+    paced, fixed = start_paced(paced_truth, 0.02), start_paced(fixed_truth, 0.0)
+    try:
+        time.sleep(2)
+        result = run_aitop("--pid", str(paced.pid), "--headless", "--json", "--duration",
+                           "14", timeout=110)
+    finally:
+        stop_job(paced)
+        stop_job(fixed)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    lead = report["findings"][0]
+    m = report["metrics"]
+    print(f"{lead['title']}; other {m['phase_other']:.2f}, idle {m['phase_other_idle']:.2f}, "
+          f"thread cpu {m['training_thread_cpu']}; gain {lead['gain_explanation']}")
+    assert lead["id"] == "loop_waits_in_own_code", [f["id"] for f in report["findings"]]
+    assert "paced_loop.py" in lead["title"], lead["title"]
+    assert "python_overhead" not in [f["id"] for f in report["findings"]]
+    assert lead["est_speedup"] is None and lead["gain_method"] == "none"
+    # The fix (no pause) against the loop, over the same seconds, by their own counts.
+    t0, t1 = report["attached_at"], report["evaluated_at"]
+    gained = (truth_between(fixed_truth, t0, t1)["steps_per_s"]
+              / truth_between(paced_truth, t0, t1)["steps_per_s"])
+    print(f"removing the pause: x{gained:.2f}; wait share {m['phase_other_idle']:.2f}")
+    # At least what the wait's floor alone gives back: the finding's mechanism holds.
+    assert gained >= 1 / (1 - m["phase_other_idle"]), (gained, m["phase_other_idle"])
