@@ -139,12 +139,11 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "share of the newest stack window in torch.compile: whether compiling goes on now, "
      "where phase_compile still holds a compilation that has ended"),
     ("phase_compile_steady", "fraction",
-     "share of the window in torch.compile after the first compilation (the stack windows "
-     "after the newest one mostly compiling, and its tail): recompilation"),
+     "share of the window in torch.compile outside the first compilation's stack windows "
+     "(the first run of windows mostly compiling, and its tail): recompilation"),
     ("compile_warmup_share", "fraction",
-     "share of the window's stack samples in the first compilation's windows (the newest "
-     "one mostly compiling, the ones before it and its tail): shares read before it is 0 "
-     "describe the compilation"),
+     "share of the window's stack samples in the first compilation's windows: shares read "
+     "before it is 0 describe the compilation"),
     ("accel_util", "%",
      "GPU utilisation when there is a GPU; without one, the training thread's share of "
      "time in forward/backward/optimizer (compute then means the CPU)"),

@@ -629,12 +629,6 @@ def _newest_window_share(session: Session, now: float, window_s: float,
     return newest.phase_counts.get(phase, 0) / newest.total_samples
 
 
-#: A stack window this much in torch.compile is compiling; the window after the
-#: newest such one still holds the compilation's tail when it has this much.
-COMPILING_SHARE = 0.5
-COMPILE_TAIL_SHARE = 0.05
-
-
 def _other_idle(metrics: dict[str, float | None]) -> float | None:
     """The part of the training thread's 'other' time it cannot have spent on a CPU.
 
@@ -653,28 +647,24 @@ def _compile_metrics(metrics: dict[str, float | None], session: Session, now: fl
                      window_s: float) -> None:
     """Recompilation apart from the first compilation draining out of the window.
 
-    The first compilation's stack windows are those up to the newest one mostly
-    compiling, and the next if it holds the compilation's tail. The shares of
-    the window read before they have left it describe the compilation, not the
-    steps: ``compile_warmup_share`` is how much of the window they still fill,
-    ``phase_compile_steady`` the compile share of the windows after them.
+    The first compilation (``Session.compile_warmup``: the first run of stack
+    windows mostly compiling, and its tail) is the warm-up; shares read while
+    its windows are in the window describe it, not the steps:
+    ``compile_warmup_share`` is how much of the window they fill. Compilation
+    in any other window is recompilation: ``phase_compile_steady``.
     """
-    windows = [w for w in session.stacks.window(now - LONG_WINDOW_S, now)
-               if w.error is None and w.total_samples > 0]
-    compiling = [i for i, w in enumerate(windows)
-                 if w.phase_counts.get("compile", 0) >= COMPILING_SHARE * w.total_samples]
-    end = -1
-    if compiling:
-        end = compiling[-1]
-        tail = windows[end + 1] if end + 1 < len(windows) else None
-        if tail is not None and tail.phase_counts.get("compile", 0) >= (
-                COMPILE_TAIL_SHARE * tail.total_samples):
-            end += 1
-    in_window = [(i, w) for i, w in enumerate(windows) if w.t_end > now - window_s]
-    total = sum(w.total_samples for _, w in in_window)
-    warmup = sum(w.total_samples for i, w in in_window if i <= end)
-    metrics["compile_warmup_share"] = warmup / total if total else None
-    steady = [w for i, w in in_window if i > end]
+    windows = _latest_stacks(session, now, window_s)
+    warmup = session.compile_warmup
+
+    def in_warmup(w: StackWindow) -> bool:
+        return warmup is not None and w.t_start >= warmup.start and (
+            warmup.end is None or w.t_end <= warmup.end)
+
+    counted = [w for w in windows if w.total_samples > 0]
+    total = sum(w.total_samples for w in counted)
+    metrics["compile_warmup_share"] = (
+        sum(w.total_samples for w in counted if in_warmup(w)) / total if total else None)
+    steady = [w for w in counted if not in_warmup(w)]
     steady_total = sum(w.total_samples for w in steady)
     metrics["phase_compile_steady"] = (
         sum(w.phase_counts.get("compile", 0) for w in steady) / steady_total

@@ -1176,6 +1176,31 @@ def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged(
         assert d.category == "data_loading", (second, d.summary)
 
 
+def test_long_recompilations_after_the_first_compilation_are_recompilation() -> None:
+    """10-s stack windows (the UI's): a first compilation, then a 6-s recompilation
+    every 30 s. Each fills 60 % of its window; none is taken for the warm-up."""
+    base = k(cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=20.0, stack_period_s=10,
+             samples_per_window=100, **CPU_ONLY)
+    compiling = Job(**{**base, "phases": mix(compile=1.0)})  # type: ignore[arg-type]
+    stepping = Job(**{**base, "phases": mix(data_wait=0.9)})  # type: ignore[arg-type]
+    again = Job(**{**base, "phases": mix(compile=0.6, data_wait=0.3)})  # type: ignore[arg-type]
+    session, ticks = run(Diagnoser(RULESET, Facts()),
+                         (compiling, 20), (stepping, 50), (again, 60), (stepping, 90),
+                         (again, 100), (stepping, 130))
+    assert session.compile_warmup is not None
+    assert (session.compile_warmup.start, session.compile_warmup.end) == (T0, T0 + 20)
+    by_second = {int(t.now - T0): t for t in ticks}
+    for second in range(45, 131):
+        d = by_second[second].diagnosis
+        assert d is not None and d.category != "warming_up", (second, d.summary)
+    fired = [s for s, t in by_second.items() if "compile_recurs" in t.firing]
+    assert fired and min(fired) <= 76, fired
+    d = by_second[76].diagnosis
+    assert d is not None
+    recurs = next(f for f in d.findings if f.id == "compile_recurs")
+    assert recurs.title.startswith("torch.compile keeps recompiling: 30% of the time")
+
+
 def test_memory_that_grows_leads_and_says_when_ram_runs_out() -> None:
     """110 MB/s on a CPU job: the memory finding comes first, with its runway."""
     d = diagnose_job(RULESET, 40, rss_growth_mb_s=110.0, ram_used=50.0, cpu_count=8,
