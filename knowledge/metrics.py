@@ -458,7 +458,9 @@ def _memory_limit_words(host: HostSample) -> str:
         return "RAM"
     if limit.limit_bytes - limit.used_bytes >= host.ram_total_bytes - host.ram_used_bytes:
         return "RAM"
-    return f"its cgroup's {limit.limit_bytes / 1e6:.0f} MB limit ({limit.cgroup})"
+    # The group's own name: a pod's full path runs to ~190 characters.
+    name = limit.cgroup.rstrip("/").rsplit("/", 1)[-1] or "/"
+    return f"its cgroup's {limit.limit_bytes / 1e6:.0f} MB limit ({name})"
 
 
 #: A window is "in one place" when this share of its samples stands in one frame.

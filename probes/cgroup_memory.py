@@ -19,8 +19,12 @@ Usage counts the page cache, which the kernel reclaims before it kills
 anything: what is used is the working set, usage less the inactive file pages
 of ``memory.stat``, as the kubelet counts it for its evictions.
 
-Paths are relative to the reader's cgroup namespace, which is also what the
-mount shows, so walking up the path stops at the namespace's root.
+Paths are read as ``/proc/PID/cgroup`` gives them, relative to the reader's
+cgroup namespace, and looked up under the reader's mounts: right when the
+mount's root is the namespace's root (the host, a container with its own
+cgroup namespace). A path that climbs out of the namespace (``/../..``: the
+job's group is not under the reader's) is not followed: its limits are not
+the ones the mount shows.
 """
 
 from __future__ import annotations
@@ -93,13 +97,16 @@ def _tightest(base: str, path: str, limit_file: str, usage_file: str,
 def memory_limit(pid: int, proc_root: str = "/proc",
                  sys_root: str = "/sys") -> MemoryLimit | None:
     """The tightest cgroup memory limit over ``pid``, None when there is none (or
-    the files cannot be read): then RAM is the limit."""
+    the files cannot be read, or the group is outside the reader's namespace):
+    then RAM is the limit."""
     text = read_text(f"{proc_root}/{pid}/cgroup")
     if not text:
         return None
     for line in text.splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
+        if ".." in PurePosixPath(path.strip()).parts:
+            return None
         if "memory" in controllers.split(","):
             return _tightest(f"{sys_root}/fs/cgroup/memory", path, "memory.limit_in_bytes",
                              "memory.usage_in_bytes", None, "total_inactive_file")

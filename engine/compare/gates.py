@@ -46,7 +46,8 @@ def regression_gate(c: Comparison, pct: float) -> int:
     """``EXIT_GATE`` when steps/s fell by more than ``pct`` percent, significantly.
 
     A fall inside the runs' own noise (``aitop diff`` says "no significant
-    change") does not trip the gate, however large its point estimate.
+    change") does not trip the gate, however large its point estimate; nor does
+    one under ``stats.DRIFT_PCT``, whatever ``pct`` says.
     """
     s = c.steps
     if s.change_pct is None:

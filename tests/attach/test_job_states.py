@@ -17,14 +17,24 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
+from aitop.probes.cgroup_memory import memory_limit
 from support.cgroups import MemoryCgroup, memory_cgroup
 from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_between
 
 pytestmark = pytest.mark.attach
 
-#: The leak's cgroup limit, MB: far under the machine's free RAM.
-LEAK_LIMIT_MB = 4000.0
+
+
+def leak_limit_mb() -> float:
+    """The leak's cgroup limit, MB: 4 GB, or less, so that it stays the tightest
+    limit: half of what the tests' own cgroup (a CI container's) and RAM leave."""
+    free = psutil.virtual_memory().available / 1e6
+    own = memory_limit(os.getpid())
+    if own is not None:
+        free = min(free, (own.limit_bytes - own.used_bytes) / 1e6)
+    return float(min(4000, int(free / 2)))
 
 
 def watched_before_its_first_step(scenario: str, workdir: Path, after_s: float,
@@ -130,7 +140,8 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     # Growth is read over 15 s at least, then held 5 s: 28 s leaves room on a busy box.
     # The two jobs are watched side by side: neither verdict reads free cores.
     # 4 GB: what the leak takes in the watch (under 500 MB/min) stays far from it.
-    with memory_cgroup(LEAK_LIMIT_MB) as pod:
+    limit_mb = leak_limit_mb()
+    with memory_cgroup(limit_mb) as pod:
         (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 28,
                                                    settle_s=6, cgroups={"leak": pod})
     ids = [f["id"] for f in leak["findings"]]
@@ -146,14 +157,15 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     assert lead["title"].startswith("Host memory grows ") and " min" in lead["title"]
     # The runway is the cgroup's: its headroom, under its limit, not the free RAM.
     m = leak["metrics"]
-    assert f"its cgroup's {LEAK_LIMIT_MB:.0f} MB limit ({pod.name})" in lead["title"], (
-        lead["title"])
-    assert m["mem_free_mb"] == m["cgroup_mem_free_mb"] <= LEAK_LIMIT_MB
+    group = pod.name.rsplit("/", 1)[-1]
+    assert f"its cgroup's {limit_mb:.0f} MB limit ({group})" in lead["title"], lead["title"]
+    assert m["mem_free_mb"] == m["cgroup_mem_free_mb"] <= limit_mb
     assert m["cgroup_mem_free_mb"] < m["host_ram_free_mb"]
     assert m["ram_minutes_left"] == pytest.approx(m["mem_free_mb"] / growth, rel=0.05)
     assert "loss.item()" in lead["actions"][0]
-    # The fixed job, outside any limit, runs out of RAM.
-    assert fixed["metrics"]["cgroup_mem_free_mb"] is None
+    # The fixed job, outside the pod, has the tests' own limit (none on a bare box).
+    own = memory_limit(os.getpid())
+    assert (fixed["metrics"]["cgroup_mem_free_mb"] is None) == (own is None)
     # What the fix leaves is no growth out of the memory's own swings (its 20-s
     # slope alone read 85 MB/min of swings once, a quarter of the leak's 276).
     assert fixed["metrics"]["proc_rss_growth"] < growth / 4

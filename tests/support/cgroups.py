@@ -57,17 +57,24 @@ def _make(limit_bytes: int, tag: str) -> MemoryCgroup:
             tried.append(f"v1 {directory}: {exc}")
     v2 = _own_path("")
     if v2 is not None:
-        parent = SYS_CGROUP / v2.lstrip("/")
-        directory = parent / tag
+        own = SYS_CGROUP / v2.lstrip("/")
         try:
-            if "memory" not in (parent / "cgroup.subtree_control").read_text().split():
-                (parent / "cgroup.subtree_control").write_text("+memory")
+            # Our group holds processes (this one), and v2 lets no group with
+            # processes hand controllers to children: where the memory
+            # controller reaches our group, its parent delegates it, and a
+            # sibling of ours gets it too.
+            if "memory" in (own / "cgroup.controllers").read_text().split() and v2 != "/":
+                parent, name = own.parent, f"{v2.rstrip('/').rsplit('/', 1)[0]}/{tag}"
+            else:
+                if "memory" not in (own / "cgroup.subtree_control").read_text().split():
+                    (own / "cgroup.subtree_control").write_text("+memory")
+                parent, name = own, f"{v2.rstrip('/')}/{tag}"
+            directory = parent / tag
             directory.mkdir()
             (directory / "memory.max").write_text(str(limit_bytes))
-            return MemoryCgroup(directory, f"{v2.rstrip('/')}/{tag}",
-                                directory / "cgroup.procs")
+            return MemoryCgroup(directory, name.replace("//", "/"), directory / "cgroup.procs")
         except OSError as exc:
-            tried.append(f"v2 {directory}: {exc}")
+            tried.append(f"v2 under {own}: {exc}")
     pytest.fail("cannot make a memory cgroup to run the job under (the tests run as root "
                 "on a machine with cgroups): " + ("; ".join(tried) or "no memory cgroup"))
 

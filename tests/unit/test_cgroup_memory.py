@@ -60,3 +60,13 @@ def test_no_limit_anywhere_or_nothing_readable_is_none(tmp_path: Path) -> None:
     unreadable = tree(tmp_path / "b", "0::/job\n", {})
     assert memory_limit(PID, *unreadable) is None
     assert memory_limit(PID + 1, *unreadable) is None   # no such process
+
+
+def test_a_group_outside_the_readers_namespace_is_not_followed(tmp_path: Path) -> None:
+    """A sidecar reading a job in another cgroup namespace sees ``/../..`` paths:
+    walking them up would land on the reader's own root and report its limit."""
+    roots = tree(tmp_path, "0::/../../kubepods/pod1/ctr\n", {
+        "memory.max": "1000000000",
+        "memory.current": "1000",
+    })
+    assert memory_limit(PID, *roots) is None

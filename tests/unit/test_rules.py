@@ -1233,7 +1233,7 @@ def test_a_leaks_runway_is_its_cgroups_limit_when_that_is_tighter(
     headroom = cgroup[0] - cgroup[1] if limited else ram_free
     assert d.metrics["mem_free_mb"] == pytest.approx(headroom, abs=1)
     assert d.metrics["ram_minutes_left"] == pytest.approx(headroom / growth, rel=0.01)
-    limit = ("its cgroup's 2048 MB limit (/kubepods/burstable/pod7)" if limited else "RAM")
+    limit = ("its cgroup's 2048 MB limit (pod7)" if limited else "RAM")
     assert lead.title == (f"Host memory grows {growth:.0f} MB/min: at this rate {limit} is "
                           f"used up in {headroom / growth:.0f} min")
 
