@@ -83,6 +83,20 @@ def test_one_misread_high_is_no_new_epoch() -> None:
         (39 + 20 + (49 - 20 + 7) + 38) / 20)
 
 
+def test_a_first_reading_misread_high_does_not_hide_the_rate() -> None:
+    # A CI run's loop counter, 2 s apart: 577, then 313, 369, 396, 425. Every
+    # reading after the first read as a step back from it: no rate at all.
+    misread = readings([577, 313, 369, 396, 425], every_s=2.0)
+    assert steps_per_second(misread) == pytest.approx((425 - 313) / 6)
+    # In the middle of the series: the interval into the misread one is dropped too.
+    middle = readings([100, 130, 260, 160, 190, 220], every_s=2.0)
+    assert steps_per_second(middle) == pytest.approx((220 - 100) / 10)
+    # A step back that the next reading does not carry on from (it passes the
+    # reading before) is that reading's own error, as before.
+    assert steps_per_second(readings([131, 282, 430, 424, 580], WORKER_COUNTER)) == (
+        pytest.approx((580 - 131) / 20))
+
+
 def test_too_short_or_flat_is_unknown() -> None:
     assert steps_per_second(readings([0, 10])[:1]) is None
     assert steps_per_second(readings([5, 5, 5])) is None
