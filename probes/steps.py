@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .job_log import JobLog
 from .phases import shorten_path
@@ -293,6 +293,20 @@ def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]
 OUTLIER_FACTOR = 3.0
 
 
+T = TypeVar("T")
+
+
+def usual_intervals(intervals: Sequence[T], rate: Callable[[T], float]) -> list[T]:
+    """The intervals whose rate is at most ``OUTLIER_FACTOR`` times the median's
+    (all of them when there are fewer than three to take a median of)."""
+    if len(intervals) < 3:
+        return list(intervals)
+    rates = sorted(rate(i) for i in intervals)
+    half = len(rates) // 2
+    median = rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
+    return [i for i in intervals if rate(i) <= OUTLIER_FACTOR * max(median, 1e-9)]
+
+
 def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     """Rate of the counter over the samples; None unless it is clearly counting.
 
@@ -303,13 +317,7 @@ def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     increments = counter_increments(samples)
     if not increments:
         return None
-    rates = sorted(n / (cur.t - prev.t) for prev, cur, n in increments)
-    median = rates[len(rates) // 2] if len(rates) % 2 else sum(
-        rates[len(rates) // 2 - 1 : len(rates) // 2 + 1]) / 2
-    kept = [
-        (prev, cur, n) for prev, cur, n in increments
-        if len(increments) < 3 or n / (cur.t - prev.t) <= OUTLIER_FACTOR * max(median, 1e-9)
-    ]
+    kept = usual_intervals(increments, lambda i: i[2] / (i[1].t - i[0].t))
     span = sum(cur.t - prev.t for prev, cur, _n in kept)
     increase = sum(n for _prev, _cur, n in kept)
     if span < 2.0 or increase <= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from aitop.engine.compare.diff import compare_steps
+from aitop.engine.compare.runs import steps_rate
 from aitop.engine.compare.stats import DRIFT_PCT, Rate, rate_interval
 
 
@@ -34,3 +35,14 @@ def test_overlapping_intervals_are_no_change_however_large() -> None:
 def test_an_unknown_rate_is_unknown_not_unchanged() -> None:
     assert compare_steps(Rate(None), tight(3.0)).verdict == "unknown"
     assert compare_steps(Rate(3.0), Rate(6.0)).verdict == "unknown"
+
+
+def test_a_window_misread_high_is_left_out_of_the_rate_and_its_interval() -> None:
+    # A CI run's second watch: windows of 29, 28, 28 steps in 2 s, then 457 in 2 s
+    # (a last reading of 855 for the job's 398). Counted, it read 67.6 steps/s.
+    windows = [(61.4, 63.4, 29.0), (63.4, 65.4, 28.0), (65.4, 67.4, 28.0), (67.4, 69.4, 457.0)]
+    rate = steps_rate(windows)
+    assert rate.estimate == pytest.approx(85 / 6)
+    assert rate.windows == 3 and rate.high is not None and rate.high < 15.5
+    before = steps_rate([(0.0, 2.0, 28.0), (2.0, 4.0, 29.0), (4.0, 8.0, 57.0)])
+    assert compare_steps(before, rate).verdict == "no significant change"
