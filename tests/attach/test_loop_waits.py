@@ -52,13 +52,16 @@ def test_a_sleep_in_the_loop_is_a_wait_and_removing_it_pays(tmp_path: Path) -> N
         stop_job(fixed)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    lead = report["findings"][0]
+    ids = [f["id"] for f in report["findings"]]
+    # In the suite's parallel pass other tests' jobs hold the cores, and
+    # cores_taken_by_other_processes may rightly come first.
+    assert ids[0] in ("loop_waits_in_own_code", "cores_taken_by_other_processes"), ids
+    lead = next(f for f in report["findings"] if f["id"] == "loop_waits_in_own_code")
     m = report["metrics"]
     print(f"{lead['title']}; other {m['phase_other']:.2f}, idle {m['phase_other_idle']:.2f}, "
           f"thread cpu {m['training_thread_cpu']}; gain {lead['gain_explanation']}")
-    assert lead["id"] == "loop_waits_in_own_code", [f["id"] for f in report["findings"]]
     assert "paced_loop.py" in lead["title"], lead["title"]
-    assert "python_overhead" not in [f["id"] for f in report["findings"]]
+    assert "python_overhead" not in ids
     assert lead["est_speedup"] is None and lead["gain_method"] == "none"
     # The fix against the loop, each by its own count of its steps.
     paced_rate = truth_between(paced_truth, report["attached_at"],
