@@ -137,12 +137,13 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     RAM, as in a pod: its runway is that limit's, which the title names.
     """
     # Attached to running jobs, as people do: past the first steps' allocations.
-    # Growth is read over 15 s at least, then held 5 s: 28 s leaves room on a busy box.
+    # Growth is read over 15 s at least, then held 5 s: 36 s leaves room on a busy
+    # box (at 28 s a fresh-clone run read 418 MB/min only at the end, unconfirmed).
     # The two jobs are watched side by side: neither verdict reads free cores.
     # 4 GB: what the leak takes in the watch (under 500 MB/min) stays far from it.
     limit_mb = leak_limit_mb()
     with memory_cgroup(limit_mb) as pod:
-        (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 28,
+        (leak, _), (fixed, _) = watch_side_by_side(("leak", "leak_fixed"), tmp_path, 36,
                                                    settle_s=6, cgroups={"leak": pod})
     ids = [f["id"] for f in leak["findings"]]
     growth = leak["metrics"]["proc_rss_growth"]
