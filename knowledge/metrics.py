@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 
+from aitop.probes.cgroup_memory import MemoryLimit
 from aitop.probes.samples import (
     GpuDevice,
     GpuSample,
@@ -451,12 +452,20 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     return words
 
 
-def _memory_limit_words(host: HostSample) -> str:
-    """What the job runs out of first: RAM, or its cgroup's limit when that is tighter."""
+def _tighter_cgroup(host: HostSample) -> MemoryLimit | None:
+    """The job's cgroup limit when it leaves less than the free RAM, else None."""
     limit = host.memory_limit
     if limit is None or host.ram_total_bytes is None or host.ram_used_bytes is None:
-        return "RAM"
+        return None
     if limit.limit_bytes - limit.used_bytes >= host.ram_total_bytes - host.ram_used_bytes:
+        return None
+    return limit
+
+
+def _memory_limit_words(host: HostSample) -> str:
+    """What the job runs out of first: RAM, or its cgroup's limit when that is tighter."""
+    limit = _tighter_cgroup(host)
+    if limit is None:
         return "RAM"
     # The group's own name: a pod's full path runs to ~190 characters.
     name = limit.cgroup.rstrip("/").rsplit("/", 1)[-1] or "/"
@@ -609,7 +618,6 @@ def _phase_metrics(
         else compute + (fractions["sync"] if has_gpu else 0.0)
     )
     metrics["phase_samples"] = float(total)
-    metrics["phase_compile_last"] = _newest_window_share(session, now, window_s, "compile")
     _compile_metrics(metrics, session, now, window_s)
     long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
     metrics["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
@@ -619,16 +627,6 @@ def _phase_metrics(
     else:
         compute = metrics["phase_compute"]
         metrics["accel_util"] = None if compute is None else 100.0 * compute
-
-
-def _newest_window_share(session: Session, now: float, window_s: float,
-                         phase: str) -> float | None:
-    """``phase``'s share of the newest stack window with samples, in the window."""
-    windows = [w for w in _latest_stacks(session, now, window_s) if w.total_samples > 0]
-    if not windows:
-        return None
-    newest = windows[-1]
-    return newest.phase_counts.get(phase, 0) / newest.total_samples
 
 
 def _other_idle(metrics: dict[str, float | None]) -> float | None:
@@ -653,7 +651,8 @@ def _compile_metrics(metrics: dict[str, float | None], session: Session, now: fl
     windows mostly compiling, and its tail) is the warm-up; shares read while
     its windows are in the window describe it, not the steps:
     ``compile_warmup_share`` is how much of the window they fill. Compilation
-    in any other window is recompilation: ``phase_compile_steady``.
+    in any other window is recompilation: ``phase_compile_steady``. The newest
+    window's compile share is ``phase_compile_last`` (compiling now).
     """
     windows = _latest_stacks(session, now, window_s)
     warmup = session.compile_warmup
@@ -663,6 +662,9 @@ def _compile_metrics(metrics: dict[str, float | None], session: Session, now: fl
             warmup.end is None or w.t_end <= warmup.end)
 
     counted = [w for w in windows if w.total_samples > 0]
+    newest = counted[-1] if counted else None
+    metrics["phase_compile_last"] = (
+        None if newest is None else newest.phase_counts.get("compile", 0) / newest.total_samples)
     total = sum(w.total_samples for w in counted)
     metrics["compile_warmup_share"] = (
         sum(w.total_samples for w in counted if in_warmup(w)) / total if total else None)
@@ -755,7 +757,7 @@ def _memory_runway(metrics: dict[str, float | None], host: HostSample | None) ->
     cgroup_free = (None if limit is None
                    else max(0.0, _mb(limit.limit_bytes - limit.used_bytes) or 0.0))
     metrics["cgroup_mem_free_mb"] = cgroup_free
-    headroom = free if cgroup_free is None else min(free, cgroup_free)
+    headroom = free if _tighter_cgroup(host) is None or cgroup_free is None else cgroup_free
     metrics["mem_free_mb"] = headroom
     growth = metrics.get("proc_rss_growth")
     metrics["ram_minutes_left"] = (headroom / growth if growth is not None and growth > 0
