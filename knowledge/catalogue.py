@@ -40,6 +40,10 @@ SERIES: tuple[tuple[str, str, str], ...] = (
      "SM clock, % of its maximum"),
     ("gpu_pcie_rx", "MB/s",
      "PCIe host-to-GPU traffic"),
+    ("gpu_job_sm", "%",
+     "SM utilisation of the job's own processes on the GPUs it uses (NVML, per process)"),
+    ("gpu_other_sm", "%",
+     "SM utilisation of processes outside the job on the GPUs it uses (NVML, per process)"),
     ("host_cpu", "%",
      "whole-machine CPU utilisation"),
     ("host_iowait", "%",
@@ -64,6 +68,9 @@ SERIES: tuple[tuple[str, str, str], ...] = (
      "time the main process's main thread was runnable but waiting for a CPU (contention)"),
     ("worker_cpu_wait", "% of a core",
      "time the average DataLoader worker was runnable but waiting for a CPU (contention)"),
+    ("proc_cpu_wait", "% of a core",
+     "time the main threads of the job's processes were runnable but waiting for a CPU, "
+     "summed: what busy neighbours cost it"),
     ("worker_blocked", "%",
      "time the average DataLoader worker neither ran nor waited for a CPU: asleep on its "
      "reads or a lock"),
@@ -102,6 +109,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "seconds the training thread's stack samples have all stood in one frame"),
     ("free_cores_without_others", "cores",
      "cores the job could use if the processes outside it were gone"),
+    ("runqueue_known", "0/1",
+     "1 when the kernel's scheduler statistics (/proc/PID/schedstat) give how long the "
+     "job's processes wait for a CPU"),
     ("proc_rss_growth", "MB/min",
      "target-tree memory growth over the last minute: its least-squares slope where that "
      "stands 4 standard errors out of the memory's swings, else 0 (none before 15 s)"),
@@ -233,6 +243,8 @@ WORDS: frozenset[str] = frozenset({
     "state_seen",
     # The busiest processes outside the job, with PID, command and cores.
     "neighbours",
+    # The processes outside the job on its GPUs, with PID, name, SM share, memory.
+    "gpu_neighbours",
     # The frame a stalled training thread stands in.
     "stalled_frame",
     # What the job runs out of first: "RAM" or its cgroup's limit.

@@ -197,6 +197,8 @@ SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("gpu_power", "gpu", _gpu(lambda d: _pct(d.power_w, d.power_limit_w))),
     ("gpu_sm_clock", "gpu", _gpu(lambda d: _pct(d.sm_clock_mhz, d.sm_clock_max_mhz))),
     ("gpu_pcie_rx", "gpu", _gpu(lambda d: _mb(d.pcie_rx_bps))),
+    ("gpu_job_sm", "gpu", _gpu(lambda d: d.target_sm_percent)),
+    ("gpu_other_sm", "gpu", _gpu(lambda d: d.others_sm_percent)),
     ("host_cpu", "host", lambda s: s.cpu_percent),
     ("host_iowait", "host", lambda s: s.iowait_percent),
     ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes)),
@@ -209,6 +211,7 @@ SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("worker_cpu_max", "processes", _worker_max_cpu),
     ("main_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent, "main")),
     ("worker_cpu_wait", "processes", _worker_cpu_wait),
+    ("proc_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent)),
     ("worker_blocked", "processes", _worker_blocked),
     ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes))),
     ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps))),
@@ -338,6 +341,7 @@ def _loading_metrics(
     # Its CPU where known: a sleeping thread's samples can look like work.
     metrics["producer_busy"] = min(cpu / 100.0, 1.0) if cpu is not None else busy_share
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
+    metrics["runqueue_known"] = _runqueue_known(session, now, window_s)
     metrics["suggested_workers"] = suggested_workers(metrics)
     main_cpu, free = metrics.get("main_cpu_mean"), metrics["free_cores"]
     metrics["suggested_threads"] = (
@@ -410,6 +414,15 @@ def _free_cores(
     return max(0.0, min(allowed - used / 100.0, machine_idle))
 
 
+def _runqueue_known(session: Session, now: float, window_s: float) -> float | None:
+    """1 when the window's process samples carry the kernel's run-queue wait
+    (scheduler statistics), 0 when none does; None before any sample."""
+    trees = session.processes.window(now - window_s, now)
+    if not trees:
+        return None
+    return _flag(any(p.cpu_wait_percent is not None for t in trees for p in t.processes))
+
+
 def _other_processes_cores(hosts: list[HostSample]) -> float | None:
     """Cores the processes outside the job kept busy, on average over the window's scans."""
     scans = {h.others for h in hosts if h.others is not None}
@@ -449,7 +462,25 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
             f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
     if hosts:
         words["memory_limit"] = _memory_limit_words(hosts[-1])
+    gpus = session.gpu.window(now - window_s, now)
+    if gpus:
+        words["gpu_neighbours"] = _gpu_neighbour_words(gpus[-1])
     return words
+
+
+def _gpu_neighbour_words(sample: GpuSample) -> str:
+    """The two busiest processes outside the job on the GPUs it uses."""
+    others = sorted(
+        ((p, d.index) for d in target_devices(sample) for p in d.processes if not p.in_target),
+        key=lambda pd: (pd[0].sm_percent or 0.0, pd[0].used_memory_bytes or 0), reverse=True)
+    parts = []
+    for p, index in others[:2]:
+        name = (p.name or "?").rsplit("/", 1)[-1]
+        memory = (f", {p.used_memory_bytes / 1e9:.1f} GB" if p.used_memory_bytes is not None
+                  else "")
+        sm = f"{p.sm_percent:.0f}% SM" if p.sm_percent is not None else "SM unknown"
+        parts.append(f"PID {p.pid} {name} on GPU {index} ({sm}{memory})")
+    return ", ".join(parts) or "none seen"
 
 
 def _tighter_cgroup(host: HostSample) -> MemoryLimit | None:

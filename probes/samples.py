@@ -164,6 +164,14 @@ class GpuDevice:
         known = [v for v in vals if v is not None]
         return sum(known) if known else None
 
+    @property
+    def others_sm_percent(self) -> float | None:
+        """SM % of the processes outside the target: 0 when NVML gave per-process
+        readings and none of them is another's, None when it gave none at all."""
+        if not any(p.sm_percent is not None for p in self.processes):
+            return None
+        return sum(p.sm_percent or 0.0 for p in self.processes if not p.in_target)
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:

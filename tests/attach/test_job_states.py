@@ -3,8 +3,9 @@ checked against the job's own record: ``compile`` (inside its first
 torch.compile, inductor on the CPU with a fresh cache), ``loading`` (records built
 before the first step), ``leak`` and
 ``leak_fixed`` (memory that grows with the steps, and its fix), ``hang`` (no
-progress), ``compute`` beside a busy neighbour (cores other processes hold),
-``serving`` and ``serving_batched`` (a server, and dynamic batching applied)."""
+progress), ``compute`` beside a busy neighbour (cores other processes hold) and
+a paced loop beside two (busy cores that cost it nothing), ``serving`` and
+``serving_batched`` (a server, and dynamic batching applied)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_betwe
 
 pytestmark = pytest.mark.attach
 
+#: A loop that sleeps ``--pause`` seconds after each step (tests/support/workloads).
+PACED_LOOP = Path(__file__).resolve().parent.parent / "support" / "workloads" / "paced_loop.py"
 
 
 def leak_limit_mb() -> float:
@@ -191,6 +194,48 @@ def test_a_neighbour_holding_the_cores_is_named_with_its_pid(tmp_path: Path) -> 
     assert f"PID {burner.pid} " in lead["title"] and "while True" in lead["title"], lead["title"]
     assert report["metrics"]["other_procs_cpu"] >= 0.5
     assert report["metrics"]["free_cores_without_others"] >= 0.5
+
+
+@pytest.mark.alone
+def test_busy_neighbours_are_not_blamed_for_a_job_that_never_waits_for_a_cpu(
+        tmp_path: Path) -> None:
+    """Two busy loops hold both cores beside a loop that sleeps 100 ms after each
+    short step: the cores are busy, yet the job uses little of one and runs
+    whenever it is ready (its run-queue wait stays small), so no finding says the
+    neighbours slow it."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+               for _ in range(2)]
+    truth = tmp_path / "paced.jsonl"
+    job = subprocess.Popen([sys.executable, str(PACED_LOOP), "--truth", str(truth),
+                            "--duration", "120", "--pause", "0.1"],
+                           stdout=truth.with_suffix(".log").open("wb"),
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (truth.exists() and read_truth(truth)):
+            assert job.poll() is None and time.time() < deadline, (
+                truth.with_suffix(".log").read_text()[-2000:])
+            time.sleep(0.2)
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           "12", timeout=100)
+    finally:
+        stop_job(job)
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    m = report["metrics"]
+    ids = [f["id"] for f in report["findings"]]
+    print(f"{report['bottleneck']['summary']}; findings {ids}; others {m['other_procs_cpu']}, "
+          f"free {m['free_cores']}, run-queue wait {m['proc_cpu_wait_mean']}%")
+    # The box as the neighbour rule's other conditions read it: busy, and mostly
+    # with the two loops.
+    assert m["other_procs_cpu"] >= 1.5 and m["free_cores"] < 0.5, m
+    assert m["proc_cpu_wait_mean"] is not None and m["proc_cpu_wait_mean"] < 10, m
+    assert m["proc_cpu_mean"] < 80, m
+    assert "cores_taken_by_other_processes" not in ids, report["findings"][0]["title"]
 
 
 def test_a_job_that_stopped_moving_is_stalled_with_its_frame(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ are none; cumulative PCIe counters advance with the fake clock.
 Scenarios (:data:`SCENARIOS`, built by :func:`make_fake`): ``healthy`` (one GPU),
 ``no_driver``, ``not_supported``, ``gpu_lost``, ``two_gpus``, ``processes``,
 ``leaking`` (the target's GPU memory grows with the clock, as a job that keeps
-every step's loss tensor does).
+every step's loss tensor does), ``shared`` (the target's GPU busy, half of it
+with another process's kernels).
 Every call is recorded in :attr:`FakeNvml.calls` so tests can count them.
 """
 
@@ -41,6 +42,7 @@ SCENARIOS: tuple[str, ...] = (
     "two_gpus",
     "processes",
     "leaking",
+    "shared",
 )
 
 GIB = 1024**3
@@ -495,6 +497,14 @@ def _leaking(clock: FakeClock) -> FakeNvml:
     return FakeNvml([gpu], clock)
 
 
+def _shared(clock: FakeClock) -> FakeNvml:
+    """The target's GPU 98 % busy: 45 % of its SMs the target's, 50 % another job's."""
+    gpu = FakeGpu(0, uuid="GPU-ffffffff-0000-0000-0000-000000000000", util_gpu=98)
+    gpu.compute = [FakeProc(TARGET_PID, 30 * GIB), FakeProc(OTHER_PID, 20 * GIB)]
+    gpu.sm_util = {TARGET_PID: 45, OTHER_PID: 50}
+    return FakeNvml([gpu], clock)
+
+
 _BUILDERS: dict[str, Callable[[FakeClock], FakeNvml]] = {
     "healthy": _healthy,
     "no_driver": _no_driver,
@@ -503,6 +513,7 @@ _BUILDERS: dict[str, Callable[[FakeClock], FakeNvml]] = {
     "two_gpus": _two_gpus,
     "processes": _processes,
     "leaking": _leaking,
+    "shared": _shared,
 }
 
 

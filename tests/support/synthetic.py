@@ -106,6 +106,9 @@ class Job:
     gpu_mem_used: float = 60.0  # % of capacity
     #: MB per second the target's GPU memory grows (a leak on the GPU).
     gpu_mem_growth_mb_s: float = 0.0
+    #: SM % a process outside the job (PID 9999) takes on each GPU, out of its
+    #: utilisation (the job's own processes have the rest).
+    gpu_neighbour_sm: float = 0.0
     #: The GPU sample of tick i from elsewhere (the real probe on the fake NVML).
     gpu_source: Callable[[int], GpuSample] | None = None
     temperature_c: float = 65.0
@@ -138,6 +141,9 @@ class Job:
     #: None: the kernel keeps no scheduler statistics (worker_blocked unknown).
     worker_cpu_wait: float | None = None
     main_cpu: float = 100.0
+    #: % of a core the main process's main thread spends runnable but waiting
+    #: for a CPU (schedstat; None: unknown).
+    main_cpu_wait: float | None = None
     #: Threads of the main process that each keep >= 10 % of a core busy.
     busy_threads: int = 4
     #: Each thread's own CPU % (the training thread first), instead of
@@ -251,7 +257,9 @@ def gpu_sample(job: Job, i: int) -> GpuSample:
             pcie_tx_bps=1e8,
             pcie_rx_bps=job.pcie_rx_mb * 1e6,
             processes=(GpuProcess(PID + k, 10**9 + round(job.gpu_mem_growth_mb_s * 1e6 * i),
-                                  util, True, "python"),),
+                                  max(util - job.gpu_neighbour_sm, 0.0), True, "python"),
+                       *((GpuProcess(9999, 5 * 10**9, job.gpu_neighbour_sm, False, "python3"),)
+                         if job.gpu_neighbour_sm else ())),
         )
         for k, util in enumerate(utils)
     )
@@ -273,6 +281,7 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
         + round(job.rss_swing_mb[i % len(job.rss_swing_mb)] * 1e6 if job.rss_swing_mb else 0),
         num_threads=12,
         read_bps=job.read_mb_s * 1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
+        cpu_wait_percent=job.main_cpu_wait,
     )
     workers = tuple(
         ProcessInfo(

@@ -26,7 +26,7 @@ from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.samples import GpuSample
 from aitop.probes.session import aggregate
-from support.fake_nvml import GIB, LEAK_MB_S, FakeClock, make_fake
+from support.fake_nvml import GIB, LEAK_MB_S, OTHER_PID, FakeClock, make_fake
 from support.synthetic import (
     PID,
     T0,
@@ -107,16 +107,33 @@ RULE_CASES: dict[str, Cases] = {
                 k(**{**STUCK, "steps_per_s": 0.5}, main_cpu=2.0, workers=0),  # it steps
                 k(**{**STUCK, "phases": mix(other=0.94)}, main_cpu=2.0, workers=0)),
     ),
-    # A neighbour holding 0.9 of 2 cores: the job would have them without it.
+    # A neighbour holding 0.9 of 2 cores: the job would have them without it, and
+    # would use them: it keeps most of a core busy or (where the kernel says)
+    # queues for a CPU.
     "cores_taken_by_other_processes": Cases(
         fires=(k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=60.0,
                  workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
                k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.5, main_cpu=60.0,
-                 workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3))),
+                 workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
+               k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=30.0,
+                 main_cpu_wait=4.0, workers=1, worker_cpu=40.0, worker_cpu_wait=6.0,
+                 phases=mix(data_wait=0.3))),
         misses=(k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.49, main_cpu=60.0,
                   workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
                 k(cpu_count=2, host_cpu=70.0, neighbour_cores=0.9, main_cpu=60.0,
-                  workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3))),
+                  workers=1, worker_cpu=50.0, phases=mix(data_wait=0.3)),
+                # Under a core, and run whenever ready: the neighbour costs it nothing.
+                k(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=30.0,
+                  main_cpu_wait=4.0, workers=1, worker_cpu=40.0, worker_cpu_wait=5.9,
+                  phases=mix(data_wait=0.3))),
+    ),
+    # Another process's kernels hold a fifth of the SMs of a busy GPU the job waits on.
+    "gpu_taken_by_other_processes": Cases(
+        fires=(k(gpu_util=98.0, gpu_neighbour_sm=50.0, phases=mix(data_wait=0.02)),
+               k(gpu_util=90.0, gpu_neighbour_sm=20.0, phases=mix(data_wait=0.02))),
+        misses=(k(gpu_util=98.0, gpu_neighbour_sm=19.0, phases=mix(data_wait=0.02)),
+                k(gpu_util=80.0, gpu_neighbour_sm=50.0, phases=mix(data_wait=0.02)),
+                k(gpu_util=98.0, gpu_neighbour_sm=50.0, phases=mix(data_wait=0.75))),
     ),
     # 1 MB/s (60 MB/min) sustained over the window is the line, and a rise past
     # the memory's own swings.
@@ -1238,6 +1255,35 @@ def test_a_leaks_runway_is_its_cgroups_limit_when_that_is_tighter(
                           f"used up in {headroom / growth:.0f} min")
 
 
+def test_a_gpu_shared_with_another_job_names_it_before_calling_the_gpu_well_used(
+        tmp_path: Path) -> None:
+    """The fake NVML's ``shared`` scenario, read by the real GPU probe each tick."""
+    (tmp_path / str(OTHER_PID)).mkdir()
+    (tmp_path / str(OTHER_PID) / "comm").write_text("python3\n")
+    clock = FakeClock(T0)
+    probe = GpuProbe(make_fake("shared", clock), proc_root=str(tmp_path), clock=clock)
+
+    def gpu_at(i: int) -> GpuSample:
+        clock.now = T0 + i
+        return probe.sample({PID})
+
+    d = diagnose_job(RULESET, 40, gpu_source=gpu_at, phases=mix(data_wait=0.02))
+    ids = [f.id for f in d.findings]
+    lead = d.findings[0]
+    assert lead.id == "gpu_taken_by_other_processes", ids
+    assert "gpu_compute_bound" not in ids, "explained by the neighbour, not its rival"
+    assert d.metrics["gpu_other_sm_mean"] == pytest.approx(50)
+    assert d.metrics["gpu_job_sm_mean"] == pytest.approx(45)
+    assert lead.title == ("The GPU is busy, 50% of its SMs with other processes "
+                          f"(PID {OTHER_PID} python3 on GPU 0 (50% SM, 21.5 GB))")
+    assert lead.gain.speedup is None
+    # The same GPU as busy with the job's kernels alone: well used, no neighbour.
+    alone = diagnose_job(RULESET, 40, gpu_util=98.0, phases=mix(data_wait=0.02))
+    alone_ids = [f.id for f in alone.findings]
+    assert "gpu_taken_by_other_processes" not in alone_ids, alone_ids
+    assert alone.findings[0].id == "gpu_compute_bound", alone_ids
+
+
 def test_gpu_memory_that_grows_is_read_through_the_gpu_probe_and_leads() -> None:
     """The fake NVML's ``leaking`` scenario, read by the real GPU probe each tick."""
     clock = FakeClock(T0)
@@ -1264,8 +1310,8 @@ def test_gpu_memory_that_grows_is_read_through_the_gpu_probe_and_leads() -> None
 
 def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> None:
     d = diagnose_job(RULESET, cpu_count=2, host_cpu=100.0, neighbour_cores=0.9,
-                     main_cpu=60.0, busy_threads=1, workers=1, worker_cpu=70.0,
-                     phases=mix(data_wait=0.4),
+                     main_cpu=60.0, main_cpu_wait=15.0, busy_threads=1, workers=1,
+                     worker_cpu=70.0, worker_cpu_wait=25.0, phases=mix(data_wait=0.4),
                      **CPU_ONLY)
     lead = d.findings[0]
     ids = [f.id for f in d.findings]
@@ -1275,6 +1321,9 @@ def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> Non
                           "(PID 4242 python build.py (0.9 core))")
     assert d.metrics["free_cores"] == 0.0
     assert d.metrics["free_cores_without_others"] == pytest.approx(2 - 1.3)
+    # What the neighbour costs the job: its processes' wait for a CPU, summed.
+    assert d.metrics["proc_cpu_wait_mean"] == pytest.approx(40.0)
+    assert "wait 40% of one for a CPU while ready to run" in lead.why
 
 
 def test_a_stalled_job_says_so_first_with_its_frame_and_nothing_else() -> None:
