@@ -84,11 +84,14 @@ def test_a_job_across_two_nodes_is_judged_per_rank_and_across_nodes(tmp_path: Pa
             # Across nodes: each agent exports its node's rank under the job's id; the
             # recording rules score them, and the alert names rank 1 and its node.
             alert = wait_for_alert(prometheus, timeout=90)
+            # Read while the ranks still run: once they end, the agents drop their
+            # series and the recording rule has nothing to score (a fresh-clone run
+            # read {} here after the launchers had stopped).
+            scores = {r["metric"]["rank"]: float(r["value"][1])
+                      for r in prometheus.query("aitop:rank_straggler_score")}
         labels = alert["labels"]
         print(f"alert: {alert['annotations']['title']}")
         assert (labels["rank"], labels["job_id"]) == ("1", run_id), labels
-        scores = {r["metric"]["rank"]: float(r["value"][1])
-                  for r in prometheus.query("aitop:rank_straggler_score")}
         assert scores.get("0") == 1.0 and scores.get("1", 1.0) < 0.75, scores
         title = alert["annotations"]["title"]
         assert title.startswith(f"rank 1 (node {labels['node_rank']}, {labels['hostname']}) "
