@@ -48,8 +48,10 @@ class Applied:
 FITTING_SET = ("data", "checkpoint", "compute")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
-#: flushed, fsync'ed and renamed).
-CHECK_SET = ("generator", "checkpoint_durable")
+#: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
+#: model and save interval).
+CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
+             "checkpoint_deep")
 
 
 def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
@@ -81,6 +83,8 @@ class Outcome:
     ceiling: float | None
     base_rate: float
     fixed_rate: float | None
+    #: The figure's kind: "predicted" (a range) or "amdahl" (a ceiling only).
+    method: str | None = None
 
     @property
     def measured(self) -> float | None:
@@ -88,8 +92,11 @@ class Outcome:
 
     @property
     def inside(self) -> bool | None:
+        """Within the predicted range; for a ceiling, above x1 and not beyond it."""
         if self.measured is None or self.low is None or self.high is None:
             return None
+        if self.method == "amdahl":
+            return 1.0 < self.measured <= self.high
         return self.low <= self.measured <= self.high
 
 
@@ -144,12 +151,13 @@ def run_round(base: str, workdir: Path, attach_s: float = ATTACH_S) -> Outcome:
     lead = report["findings"][0] if report["findings"] else None
     applied = apply_lead(base, report)
     gain_low = gain_high = ceiling = None
-    if lead is not None and lead["gain_method"] == "predicted":
+    method = lead["gain_method"] if lead is not None else None
+    if method in ("predicted", "amdahl") and lead["est_speedup_range"]:
         gain_low, gain_high = lead["est_speedup_range"]
         ceiling = lead.get("gain_ceiling")
     rate = fixed_rate(applied, workdir) if applied is not None else None
     return Outcome(base, lead["id"] if lead else None, applied.change if applied else None,
-                   gain_low, gain_high, ceiling, base_rate, rate)
+                   gain_low, gain_high, ceiling, base_rate, rate, method)
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
@@ -177,9 +185,13 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
         + ", ".join(f"{o.scenario} ({'fit' if o.scenario in FITTING_SET else 'check'})"
                     for o in dict((o.scenario, o) for o in outcomes).values()) + ".",
         "",
+        "A ceiling (`amdahl`: more compute threads, whose scaling depends on the sizes "
+        "of the job's operations) is shown as \"at most\" and holds when the change "
+        "helps and stays under it.",
+        "",
         "| job | lead finding | change applied | predicted (median ends) | measured "
         "(median) | inside | widest range (high / low, at most 1.5) "
-        "| every round (measured in [low, high]) |",
+        "| every round (measured in [low, high], or ≤ the ceiling) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     by_job: dict[str, list[Outcome]] = {}
@@ -192,14 +204,19 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
         inside = sum(1 for o in rounds if o.inside)
         widths = [o.high / o.low for o in rounds if o.low and o.high]
         every = "; ".join(
-            f"{_fmt(o.measured)} in [{_fmt(o.low)}, {_fmt(o.high)}]" for o in rounds
+            f"{_fmt(o.measured)} ≤ {_fmt(o.high)}" if o.method == "amdahl"
+            else f"{_fmt(o.measured)} in [{_fmt(o.low)}, {_fmt(o.high)}]" for o in rounds
         )
-        lines.append(
-            f"| {job} | {rounds[0].lead} | {rounds[0].change} | "
+        figure = (
+            f"at most ×{_fmt(statistics.median(highs) if highs else None)}"
+            if rounds[0].method == "amdahl" else
             f"×{_fmt(statistics.median(lows) if lows else None)}–"
-            f"×{_fmt(statistics.median(highs) if highs else None)} | "
+            f"×{_fmt(statistics.median(highs) if highs else None)}")
+        lines.append(
+            f"| {job} | {rounds[0].lead} | {rounds[0].change} | {figure} | "
             f"×{_fmt(statistics.median(measured) if measured else None)} | "
-            f"{inside}/{len(rounds)} | {_fmt(max(widths) if widths else None)} | {every} |"
+            f"{f'{inside}/{len(rounds)}' if measured else '—'} | "
+            f"{_fmt(max(widths) if widths else None)} | {every} |"
         )
     lines += ["", "Raw rounds (JSON):", "", "```json",
               json.dumps([{**asdict(o), "measured": o.measured} for o in outcomes], indent=1),

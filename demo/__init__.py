@@ -5,7 +5,8 @@
 SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
-    "compile", "loading", "leak", "hang", "serving", "module_loop",
+    "compile", "loading", "leak", "hang", "serving", "module_loop", "data_heavy",
+    "compute_small", "checkpoint_deep",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
 )
 

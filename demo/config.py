@@ -161,6 +161,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "checkpoint_durable": ("checkpoint", {"durable_checkpoints": True}),
     # data's loop after 40 s of building its records in the training process.
     "loading": ("data", {"prepare_s": 40.0}),
+    # Shapes no calibration constant was fitted on (benchmarks/predictions.py's
+    # check set): data with twice the decode per sample, half the batch and a
+    # wider model; compute with a narrower, deeper model and half the batch
+    # (smaller matrix products, which spread worse over threads).
+    "data_heavy": ("data", {"decode_ms": 4.0, "batch_size": 16, "width": 512}),
+    "compute_small": ("compute", {"width": 384, "depth": 8, "batch_size": 64}),
+    # checkpoint with a deeper, narrower model (a third less state per save),
+    # saved every third step.
+    "checkpoint_deep": ("checkpoint", {"width": 1536, "depth": 3, "checkpoint_every": 3}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {

@@ -37,6 +37,12 @@ Scenarios:
   checkpoint_durable
                  checkpoint's saves, each written to a temporary file, flushed,
                  fsync'ed and renamed into place
+  data_heavy, compute_small, checkpoint_deep
+                 data with 4 ms of decode per sample, batches of 16 and a
+                 512-wide model; compute with a 384-wide, 8-deep model and
+                 batches of 64; checkpoint with a 1536-wide, 3-deep model
+                 saved every 3 steps (shapes no calibration constant was
+                 fitted on)
   data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
                  the mechanical fix of data (2 workers), checkpoint (4x less
                  often), compute (threads = usable cores), leak (keep

@@ -5,10 +5,12 @@ Three kinds of figure, never mixed up (``Gain.method``):
 * ``predicted``: a range for the step-rate speed-up of the first action, from
   the measured phases *and the resources that action needs*: more DataLoader
   workers cannot use cores that are busy, halving validation removes half of
-  its share, a wider CPU computation scales with the cores it gets. These are
-  the figures the fixed demo variants check (benchmarks/predictions.py).
+  its share. These are the figures the fixed demo variants check, in and out
+  of the jobs they were fitted on (benchmarks/predictions.py).
 * ``amdahl``: a ceiling, 1 / (1 - p), what removing the phase entirely would
-  give. Shown as "at most", never as a promise.
+  give, or 1 / ((1 - p) + p / f) for a computation run f times wider, whose
+  scaling depends on the size of its operations, which no outside signal shows
+  (docs/predictions-check.md). Shown as "at most", never as a promise.
 * ``document``: the figure the source documents claim for a technique.
 
 Where no honest figure exists the gain says so (``speedup`` is ``None``).
@@ -39,15 +41,10 @@ LOW_EFFICIENCY = 0.7
 #: moments the mean hides. On a quiet 2-core box 1 -> 2 CPU-bound workers gave
 #: 1.95x for a free-core estimate of 1.9x.
 HIGH_ALLOWANCE = 1.1
-#: Scaling efficiency at the low end when a CPU computation runs on more intra-op
-#: threads: libgomp's threads wait for each other at every parallel op. The
-#: compute demo, one -> two threads on a quiet 2-core box with aitop attached:
-#: x1.61-1.70 (an efficiency of 0.61-0.70) for a compute share of 0.97.
-PARALLEL_LOW_EFFICIENCY = 0.55
-#: The widest change that calibration measured: one thread to two. Beyond it the
-#: low end claims no more than that doubling gave (whether 64 threads scale like
-#: two was never measured), so the range widens instead of extrapolating.
-PARALLEL_MEASURED_FACTOR = 2.0
+#: How far a phase share may be from the job's own timer: the bound aitop's phase
+#: shares are held to (docs/benchmarks.md, accuracy). A predicted range's low end
+#: assumes the share was read this much too high.
+PHASE_ERROR = 0.03
 
 
 def figure(factor: float) -> str:
@@ -118,9 +115,11 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
     if p is None or spec.times <= 1:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_long").replace("_", " ")
-    # Each pass may grow a little when done less often (more to write or check);
-    # the rest of the step may run faster without it (the rule's rest_speedup).
-    low = 1.0 / ((1.0 - p) + 1.2 * p / spec.times)
+    # Each pass may grow a little when done less often (more to write or check),
+    # and the share may have been read up to PHASE_ERROR too high; the rest of
+    # the step may run faster without it (the rule's rest_speedup).
+    p_low = max(p - PHASE_ERROR, 0.0)
+    low = 1.0 / ((1.0 - p_low) + 1.2 * p_low / spec.times)
     rest = spec.rest_speedup
     high = min(_ceiling(p), 1.0 / ((1.0 - p) / rest + p / spec.times))
     return _predicted(low, high, _ceiling(p), (
@@ -144,16 +143,15 @@ def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
     if factor <= 1.0 + 1e-6:
         return Gain(1.0, 1.0, 1.0, method="predicted",
                     explanation="no idle core to widen the computation onto")
+    # A ceiling only: how close a computation comes to it depends on the size of
+    # its operations (one -> two threads gave x1.6-1.9 on a 1024-wide MLP, x1.2-1.3
+    # on a 384-wide one: docs/predictions.md, docs/predictions-check.md).
     high = 1.0 / ((1.0 - p) + p / factor)
-    measured = min(factor, PARALLEL_MEASURED_FACTOR)
-    eff = 1.0 + (measured - 1.0) * PARALLEL_LOW_EFFICIENCY
-    low = 1.0 / ((1.0 - p) + p / eff)
-    beyond = (f"; calibrated on 1 -> {PARALLEL_MEASURED_FACTOR:g} threads, so the low end "
-              f"assumes no more than that doubling gives" if factor > measured else "")
-    return _predicted(low, high, _ceiling(p), (
-        f"compute is {p:.0%} of the step; run {factor:.1f}x wider it speeds up "
-        f"x{figure_range(low, high)} (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f}), "
-        f"the low end at {PARALLEL_LOW_EFFICIENCY:.0%} scaling efficiency{beyond})"))
+    return Gain(speedup=high, low=high, high=high, method="amdahl", ceiling=high, explanation=(
+        f"compute is {p:.0%} of the step; run {factor:.1f}x wider it speeds up at most "
+        f"x{figure(high)} (Amdahl: 1 / ((1 - {p:.2f}) + {p:.2f} / {factor:.1f})); how close it "
+        "comes depends on the size of its operations, which aitop cannot see (small matrix "
+        "products spread worse over threads): a ceiling, not a prediction"))
 
 
 def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:

@@ -92,11 +92,13 @@ def test_scenario_diagnosis_matches_ground_truth(scenario: str, watched_run: Wat
         assert report["state"] == "High data loading latency"
 
 
-#: The lead finding whose first action each job's prediction is checked for.
+#: The lead finding whose first action each job's figure is checked for, and the
+#: figure's kind: a predicted range, or (more threads, whose scaling depends on
+#: the sizes of the job's operations) Amdahl's ceiling.
 LEADS = {
-    "data": {"workers_cpu_bound"},
-    "checkpoint": {"checkpoint_stalls"},
-    "compute": {"cpu_compute_underthreaded"},
+    "data": ({"workers_cpu_bound"}, "predicted"),
+    "checkpoint": ({"checkpoint_stalls"}, "predicted"),
+    "compute": ({"cpu_compute_underthreaded"}, "amdahl"),
 }
 #: One round's spread of a measured speed-up on this loaded 2-core machine
 #: (docs/predictions.md shows several rounds): the range is widened this much
@@ -108,14 +110,21 @@ SLACK = 1.15
 def test_the_lead_actions_predicted_gain_comes_true(
     scenario: str, watched_run: WatchedRun, tmp_path: Path
 ) -> None:
-    """Apply the lead action as it reads to a fresh run; the job's own count decides."""
+    """Apply the lead action as it reads to a fresh run; the job's own count decides
+    whether the range (or, for a ceiling, the bound) held."""
     run = watched_run(scenario)
     report = run.report
     lead = report["findings"][0]
-    assert lead["id"] in LEADS[scenario], f"{scenario}: lead {lead['id']}: {lead['title']}"
-    assert lead["gain_method"] == "predicted", lead["gain_explanation"]
+    leads, kind = LEADS[scenario]
+    assert lead["id"] in leads, f"{scenario}: lead {lead['id']}: {lead['title']}"
+    assert lead["gain_method"] == kind, lead["gain_explanation"]
     low, high = lead["est_speedup_range"]
     assert high / low <= 1.5, "a range wider than x1.5 predicts nothing"
+    if kind == "amdahl":
+        # A ceiling: the change must help (x1.05 at least, once the slack below is
+        # taken off), and never go beyond the ceiling.
+        assert low == high
+        low = 1.05 * SLACK
     applied = apply_lead(scenario, report)
     assert applied is not None
     base = rate_of(run)
