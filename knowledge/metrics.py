@@ -26,7 +26,6 @@ from aitop.probes.samples import (
     hot_frame_counts,
 )
 from aitop.probes.session import PHASES, Aggregate, Session
-from aitop.probes.step_sources import split_sources
 from aitop.probes.steps import steps_per_second
 
 from .capacity import suggested_workers
@@ -512,13 +511,16 @@ def _counter_moved(session: Session, now: float) -> float:
     readings of the last half minute.
 
     0 both when it stood still and when no counter is read: a stall is then
-    told by the stacks, the CPU and the reads alone.
+    told by the stacks, the CPU and the reads alone. Readings are compared only
+    with readings of the same counter: the workers' batch index (25) followed by
+    the loop's own ``i`` (24) is two counters, not a step.
     """
-    moved = False
-    for source in split_sources(session.steps.window(now - STEPS_WINDOW_S, now)):
-        values = [s.value for s in source if s.value is not None]
-        moved = moved or any(a != b for a, b in itertools.pairwise(values))
-    return float(moved)
+    by_counter: dict[tuple[str, str | None], list[int]] = {}
+    for s in session.steps.window(now - STEPS_WINDOW_S, now):
+        if s.value is not None:
+            by_counter.setdefault((s.source, s.name), []).append(s.value)
+    return float(any(a != b for values in by_counter.values()
+                     for a, b in itertools.pairwise(values)))
 
 
 def stall(session: Session, now: float) -> tuple[float, HotFrame | None]:

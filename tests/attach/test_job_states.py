@@ -22,12 +22,17 @@ import psutil
 import pytest
 from aitop.probes.cgroup_memory import memory_limit
 from support.cgroups import MemoryCgroup, memory_cgroup
-from support.jobs import read_truth, run_aitop, start_job, stop_job, truth_between
+from support.jobs import (
+    read_truth,
+    run_aitop,
+    start_job,
+    start_paced_loop,
+    stop_job,
+    truth_between,
+)
 
 pytestmark = pytest.mark.attach
 
-#: A loop that sleeps ``--pause`` seconds after each step (tests/support/workloads).
-PACED_LOOP = Path(__file__).resolve().parent.parent / "support" / "workloads" / "paced_loop.py"
 
 
 def leak_limit_mb() -> float:
@@ -206,21 +211,14 @@ def test_busy_neighbours_are_not_blamed_for_a_job_that_never_waits_for_a_cpu(
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                 start_new_session=True, stdin=subprocess.DEVNULL)
                for _ in range(2)]
-    truth = tmp_path / "paced.jsonl"
-    job = subprocess.Popen([sys.executable, str(PACED_LOOP), "--truth", str(truth),
-                            "--duration", "120", "--pause", "0.1"],
-                           stdout=truth.with_suffix(".log").open("wb"),
-                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    job = None
     try:
-        deadline = time.time() + 60
-        while not (truth.exists() and read_truth(truth)):
-            assert job.poll() is None and time.time() < deadline, (
-                truth.with_suffix(".log").read_text()[-2000:])
-            time.sleep(0.2)
+        job = start_paced_loop(tmp_path / "paced.jsonl", 0.1)
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
                            "12", timeout=100)
     finally:
-        stop_job(job)
+        if job is not None:
+            stop_job(job)
         for burner in burners:
             burner.kill()
             burner.wait()

@@ -6,37 +6,18 @@ ceiling of the wait's share said x6.3, which is why the finding shows none)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support.jobs import read_truth, run_aitop, stop_job, truth_between
+from support.jobs import read_truth, run_aitop, start_paced_loop, stop_job, truth_between
 
 pytestmark = pytest.mark.attach
-
-WORKLOAD = Path(__file__).resolve().parent.parent / "support" / "workloads" / "paced_loop.py"
-
-
-def start_paced(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
-    log = truth.with_suffix(".log").open("wb")
-    job = subprocess.Popen([sys.executable, str(WORKLOAD), "--truth", str(truth),
-                            "--duration", "120", "--pause", str(pause_s)],
-                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while not (truth.exists() and read_truth(truth)):
-        if job.poll() is not None or time.time() >= deadline:
-            stop_job(job)
-            raise AssertionError("the paced loop did not start: "
-                                 + truth.with_suffix(".log").read_text()[-2000:])
-        time.sleep(0.2)
-    return job
 
 
 def test_a_sleep_in_the_loop_is_a_wait_and_removing_it_pays(tmp_path: Path) -> None:
     paced_truth, fixed_truth = tmp_path / "paced.jsonl", tmp_path / "fixed.jsonl"
-    paced = start_paced(paced_truth, 0.02)
+    paced = start_paced_loop(paced_truth, 0.02)
     try:
         time.sleep(2)
         result = run_aitop("--pid", str(paced.pid), "--headless", "--json", "--duration",
@@ -45,7 +26,7 @@ def test_a_sleep_in_the_loop_is_a_wait_and_removing_it_pays(tmp_path: Path) -> N
         stop_job(paced)
     # The fix (no pause) after it, for a few seconds: it keeps a core busy, which
     # the suite's other tests would feel for the whole watch.
-    fixed = start_paced(fixed_truth, 0.0)
+    fixed = start_paced_loop(fixed_truth, 0.0)
     try:
         time.sleep(5)
     finally:

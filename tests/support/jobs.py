@@ -53,6 +53,26 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
     raise AssertionError(f"demo job {scenario} did not start training within 60 s")
 
 
+#: A loop that sleeps ``--pause`` seconds after each step (``--pause 0``: its fix).
+PACED_LOOP = Path(__file__).resolve().parent / "workloads" / "paced_loop.py"
+
+
+def start_paced_loop(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
+    """Start the paced loop and wait for its first truth record."""
+    log = truth.with_suffix(".log").open("wb")
+    job = subprocess.Popen([sys.executable, str(PACED_LOOP), "--truth", str(truth),
+                            "--duration", "120", "--pause", str(pause_s)],
+                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (truth.exists() and read_truth(truth)):
+        if job.poll() is not None or time.time() >= deadline:
+            stop_job(job)
+            raise AssertionError("the paced loop did not start: "
+                                 + truth.with_suffix(".log").read_text()[-2000:])
+        time.sleep(0.2)
+    return job
+
+
 def stop_job(job: subprocess.Popen[bytes]) -> None:
     if job.poll() is None:
         job.terminate()

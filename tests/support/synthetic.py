@@ -194,6 +194,10 @@ class Job:
     writing: tuple[str, ...] = ()
     # -------------------------------------------------------------- steps
     steps_per_s: float | None = 5.0
+    #: The step readings of the first ticks come from another counter (name,
+    #: value, ticks): a DataLoader's batch index read before the loop's own
+    #: counter is found.
+    early_reading: tuple[str, int, int] | None = None
 
 
 # ------------------------------------------------------------------ samples
@@ -362,6 +366,9 @@ def storage_sample(job: Job, i: int) -> StorageSample:
 
 
 def step_sample(job: Job, i: int) -> StepCounterSample:
+    if job.early_reading is not None and i < job.early_reading[2]:
+        name, value, _ = job.early_reading
+        return StepCounterSample(T0 + i, name, value, "train (train.py)")
     if job.steps_per_s is None:
         return StepCounterSample(T0 + i, None, None, error="no integer step counter")
     return StepCounterSample(T0 + i, "step", round(job.steps_per_s * i), "train (train.py)")

@@ -101,7 +101,11 @@ RULE_CASES: dict[str, Cases] = {
     # Every sample in one frame for 15 s with the tree near idle: stalled.
     "job_stalled": Cases(
         fires=(k(**STUCK, main_cpu=2.0, workers=0),
-               k(**STUCK, main_cpu=9.0, workers=0)),
+               k(**STUCK, main_cpu=9.0, workers=0),
+               # The workers' batch index read first, then the loop's own counter:
+               # two counters that differ, not a step (an unseen hung job read 25, 24).
+               k(**{**STUCK, "early_reading": ("worker batch index", 25, 10)},
+                 main_cpu=2.0, workers=0)),
         misses=(k(**STUCK, main_cpu=10.0, workers=0),  # the job still computes
                 k(**{**STUCK, "read_mb_s": 1.0}, main_cpu=2.0, workers=0),  # it reads
                 k(**{**STUCK, "steps_per_s": 0.5}, main_cpu=2.0, workers=0),  # it steps
@@ -1019,7 +1023,7 @@ def test_compute_bound_gpu_is_compute() -> None:
     assert [s.id for s in d.states] == ["gpu_util_above_85"]
 
 
-def test_underthreaded_cpu_only_compute_is_compute_with_parallel_gain() -> None:
+def test_underthreaded_cpu_only_compute_is_compute_with_a_ceiling_on_more_threads() -> None:
     d = diagnose_job(
         RULESET, gpu=False, cpu_count=8, busy_threads=1, main_cpu=100.0, host_cpu=12.5,
         workers=0, phases=mix(data_wait=0.02, other=0.18),
