@@ -51,6 +51,8 @@ MIN_RISES = 2
 STEP_WORDS = frozenset({
     "step", "steps", "iter", "iters", "iteration", "iterations", "it", "batch", "batches",
     "global_step", "update", "updates", "train_step",
+    # A server's count of the requests it answered: its steps are requests.
+    "served", "requests", "request", "reqs", "queries",
 })
 #: Labels of integers that rise with the steps but are not a count of them.
 NOT_STEPS = frozenset({

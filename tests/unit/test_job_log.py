@@ -46,6 +46,9 @@ def step_line(lines: list[str]) -> tuple[str, int] | None:
     (TQDM, ("it", 450)),
     # Ticks that rise with the steps but count something else stay out.
     ([f"step {i} tokens {i * 4096} lr 3e-4" for i in range(1, 8)], ("step", 7)),
+    # A server's count of what it answered, beside its (growing) backlog.
+    ([f"{1796318367.66 + i:.2f} served {100 * i} qsize {4999 + i}" for i in range(1, 8)],
+     ("served", 700)),
 ])
 def test_the_step_a_script_prints_is_found_among_its_numbers(
     lines: list[str], expected: tuple[str, int],
