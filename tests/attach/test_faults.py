@@ -66,14 +66,19 @@ def test_the_last_live_verdict_survives_the_target_exiting(tmp_path: Path) -> No
     assert report["target"]["alive"] is False
     assert report["target"]["exited_after_s"] is not None
     assert took < 30, "aitop should stop soon after its target exits, not run out the clock"
-    assert report["bottleneck"]["category"] == "data_loading", report["bottleneck"]
+    # The data wait, or (when tests beside this one run busy jobs of their own,
+    # which starve the job's loader worker) the cores those neighbours hold.
+    lead = report["bottleneck"]
+    kept = ("host" if lead["lead_finding"] == "cores_taken_by_other_processes"
+            else "data_loading")
+    assert lead["category"] == kept, lead
     ids = [f["id"] for f in report["findings"]]
     assert "loading_in_training_process" not in ids, ids
     text = json.dumps(report["findings"]) + report["bottleneck"]["summary"]
     assert "(now 0)" not in text and "? of the time" not in text
     assert report["phases"] is not None and report["phases"]["data_wait"] > 0.5
     # The exported history ends with that verdict too.
-    assert report["timeline"][-1]["category"] == "data_loading"
+    assert report["timeline"][-1]["category"] == kept
 
 
 # ------------------------------------------------------- py-spy fails, recovers
