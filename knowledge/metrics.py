@@ -340,7 +340,11 @@ def _loading_metrics(
     # Its CPU where known: a sleeping thread's samples can look like work.
     metrics["producer_busy"] = min(cpu / 100.0, 1.0) if cpu is not None else busy_share
     metrics["free_cores"] = _free_cores(metrics, session, now, window_s)
-    metrics["runqueue_known"] = _runqueue_known(session, now, window_s)
+    # Known wherever any process sample of the window carried its run delay.
+    metrics["runqueue_known"] = (
+        None if metrics.get("proc_cpu_mean") is None
+        else _flag(metrics.get("proc_cpu_wait_mean") is not None)
+    )
     metrics["suggested_workers"] = suggested_workers(metrics)
     main_cpu, free = metrics.get("main_cpu_mean"), metrics["free_cores"]
     metrics["suggested_threads"] = (
@@ -411,15 +415,6 @@ def _free_cores(
         else max(0.0, min(allowed - used / 100.0, machine_idle + others))
     )
     return max(0.0, min(allowed - used / 100.0, machine_idle))
-
-
-def _runqueue_known(session: Session, now: float, window_s: float) -> float | None:
-    """1 when the window's process samples carry the kernel's run-queue wait
-    (scheduler statistics), 0 when none does; None before any sample."""
-    trees = session.processes.window(now - window_s, now)
-    if not trees:
-        return None
-    return _flag(any(p.cpu_wait_percent is not None for t in trees for p in t.processes))
 
 
 def _other_processes_cores(hosts: list[HostSample]) -> float | None:
