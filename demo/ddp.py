@@ -163,30 +163,36 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
                if args.fail_once_after is not None and first_attempt else None)
     hang_at = time.time() + args.hang_after
     step = 0
-    checkpoints = Path(tempfile.mkdtemp(prefix="aitop-ddp-ckpt-"))
-    while time.time() < deadline:
-        clock.start()
-        for x, y in loader:
-            clock.data()
+    # Only the checkpointing rank needs a directory, and it goes however the
+    # rank ends (a test stops a job with SIGTERM, raised here as KeyboardInterrupt).
+    checkpoints = (Path(tempfile.mkdtemp(prefix="aitop-ddp-ckpt-"))
+                   if rank == args.checkpoint_rank else None)
+    try:
+        while time.time() < deadline:
             clock.start()
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            clock.compute()
-            step += 1
-            if rank == args.checkpoint_rank and step % args.checkpoint_every == 0:
-                save_checkpoint(model, optimizer, checkpoints)
-            if time.time() >= deadline:
-                break
-            if rank == 0 and fail_at is not None and time.time() >= fail_at:
-                raise SystemExit("rank 0 fails once, as asked (--fail-once-after)")
-            if rank == args.hang_rank and time.time() >= hang_at:
-                clock.truth.maybe_write(force=True)
-                wait_for_a_batch_nobody_sends()
-            clock.start()
-    clock.truth.maybe_write(force=True)
-    shutil.rmtree(checkpoints, ignore_errors=True)
+            for x, y in loader:
+                clock.data()
+                clock.start()
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                clock.compute()
+                step += 1
+                if checkpoints is not None and step % args.checkpoint_every == 0:
+                    save_checkpoint(model, optimizer, checkpoints)
+                if time.time() >= deadline:
+                    break
+                if rank == 0 and fail_at is not None and time.time() >= fail_at:
+                    raise SystemExit("rank 0 fails once, as asked (--fail-once-after)")
+                if rank == args.hang_rank and time.time() >= hang_at:
+                    clock.truth.maybe_write(force=True)
+                    wait_for_a_batch_nobody_sends()
+                clock.start()
+        clock.truth.maybe_write(force=True)
+    finally:
+        if checkpoints is not None:
+            shutil.rmtree(checkpoints, ignore_errors=True)
     dist.destroy_process_group()
 
 

@@ -249,6 +249,9 @@ WORDS: frozenset[str] = frozenset({
     "stalled_frame",
     # What the job runs out of first: "RAM" or its cgroup's limit.
     "memory_limit",
+    # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA
+    # graphs being captured.
+    "warmup_work",
 })
 
 

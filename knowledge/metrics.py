@@ -445,6 +445,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     if sources:
         words["data_source"] = max(set(sources), key=sources.count)
     words["other_frame"] = _hottest_other_frame(windows)
+    words["warmup_work"] = _warmup_work(windows)
     seconds, frame = stall(session, now)
     if frame is not None and seconds > 0:
         called = f", called from {frame.caller.rsplit('/', 1)[-1]}" if frame.caller else ""
@@ -538,6 +539,20 @@ def stall(session: Session, now: float) -> tuple[float, HotFrame | None]:
             break
         frame, since = frame or top, w.t_start
     return (0.0 if since is None else max(0.0, now - since)), frame
+
+
+def _warmup_work(windows: Sequence[StackWindow]) -> str:
+    """What the compile phase's warm-up is doing, from the newest window with samples.
+
+    CUDA graph capture runs through the compile phase's frames too (a one-time
+    cost before the steps), but telling a user that torch.compile compiles a
+    model captured with ``make_graphed_callables`` would send them looking for
+    a compile call that is not there.
+    """
+    newest = next((w for w in reversed(windows) if w.total_samples > 0), None)
+    if newest is not None and "cuda_graph_capture" in newest.techniques_seen:
+        return "CUDA graphs are being captured"
+    return "torch.compile is compiling the model"
 
 
 def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:

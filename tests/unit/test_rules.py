@@ -1171,6 +1171,17 @@ def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> Non
     assert len(mixed.findings) > 1
 
 
+def test_capturing_cuda_graphs_is_warming_up_and_says_so() -> None:
+    """A capture (make_graphed_callables, mode="reduce-overhead") is named as
+    such, not as a torch.compile the job may not call."""
+    knobs = k(phases=mix(compile=0.8, forward=0.1), cpu_count=8, busy_threads=1,
+              main_cpu=100.0, host_cpu=20.0, techniques=("cuda_graph_capture",), **CPU_ONLY)
+    d = diagnose_job(RULESET, **knobs)
+    assert [f.id for f in d.findings] == ["warming_up_compiling"], d.summary
+    assert re.fullmatch(r"Warming up: CUDA graphs are being captured \(\d+ s so far\); "
+                        r"judging starts with the first steps", d.summary), d.summary
+
+
 def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged() -> None:
     """Compiling for 25 s, then data-starved steps: compiling, compiled, then the steps.
 

@@ -365,6 +365,43 @@ def test_torch_compile_at_work_is_compile_and_a_compiled_step_is_forward(
     assert w.phase_counts["forward"] == 20
 
 
+def test_capturing_cuda_graphs_is_warm_up_and_their_replays_are_steps(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    """CUDA graph capture (make_graphed_callables; the recording of
+    mode="reduce-overhead"'s graph trees) is a one-time warm-up, counted with
+    compiling and seen as a capture; replaying the recorded graphs is a step.
+    Functions and lines as torch 2.13's sources name them (no GPU here)."""
+    trees = f"{SITE}/torch/_inductor/cudagraph_trees.py"
+    graphed = ";".join((
+        f"train ({script}:5)",
+        f"make_graphed_callables ({SITE}/torch/cuda/graphs.py:680)",
+        f"Module._call_impl ({SITE}/torch/nn/modules/module.py:1789)",
+        f"linear ({SITE}/torch/nn/functional.py:2300)"))
+    recording = compiled_job(
+        script, 7,
+        f"CUDAGraphTreeManager.run ({trees}:2186)",
+        f"CUDAGraphTreeManager.record_function ({trees}:2431)",
+        f"CUDAGraphNode.run_first_inputs ({trees}:1205)",
+        f"CUDAGraphNode._record ({trees}:1380)")
+    replaying = compiled_job(
+        script, 7,
+        f"CUDAGraphTreeManager.run ({trees}:2186)",
+        f"CUDAGraphTreeManager.execute_node ({trees}:2440)",
+        f"CUDAGraphNode.run ({trees}:1240)")
+    text = raw(("1:MainThread", graphed, 12), ("1:MainThread", recording, 18),
+               ("1:MainThread", replaying, 20), ("1:MainThread", bwd(script), 20))
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.phase_counts["compile"] == 30
+    assert w.phase_counts["forward"] == 20
+    assert "cuda_graph_capture" in w.techniques_seen
+    steady = summarize_window(parse_raw(raw(("1:MainThread", replaying, 20),
+                                            ("1:MainThread", bwd(script), 20))),
+                              classifier, pid=1, t_start=0, t_end=1)
+    assert steady.phase_counts["compile"] == 0
+    assert "cuda_graph_capture" not in steady.techniques_seen
+
+
 def test_torch_compile_importing_dynamo_is_compile_not_other(
     classifier: PhaseClassifier, script: Path,
 ) -> None:
