@@ -7,12 +7,15 @@ process's CPU time (``/proc/PID/stat``, through psutil) and keeps the busiest
 ones that belong neither to the job nor to aitop.
 
 The job is its process tree (the launcher, its ranks, their DataLoader
-workers: torchrun puts each rank in a session of its own) and its process
-group, which ``tee`` in ``python train.py | tee log`` shares: part of the run,
-not a neighbour. So is a process of the same torchrun run (its
-``TORCHELASTIC_RUN_ID``): a rank of another "node" of the job that happens to
-run on this machine waits and works with this one. aitop's own process tree (its
-py-spy children) is left out too.
+workers: torchrun puts each rank in a session of its own) and the processes at
+the other end of its pipes: ``tee`` in ``python train.py | tee log`` reads what
+the job writes, part of the run, not a neighbour. Its process group is no
+sign: a batch script (Slurm's, a cron job's, ``nohup sh run.sh``) runs without
+job control, and every command it starts, the job and whatever runs beside it,
+shares one group. So is a process of the same torchrun run (its
+``TORCHELASTIC_RUN_ID``) the job's: a rank of another "node" of the job that
+happens to run on this machine waits and works with this one. aitop's own
+process tree (its py-spy children) is left out too.
 Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine.
 """
 
@@ -45,11 +48,47 @@ KTHREADD = 2
 MAX_COMMAND_CHARS = 80
 
 
-def _group(pid: int) -> int | None:
+#: ``/proc/PID/fdinfo`` flags' access mode: a pipe's read end and its write end.
+_READ, _WRITE, _ACCESS_MODE = 0, 1, 3
+
+
+def pipe_ends(pid: int) -> set[tuple[str, int]]:
+    """The pipes a process holds open, as (``pipe:[inode]``, access mode) pairs.
+
+    Empty where its file descriptors cannot be read (another user's process
+    without the rights to it, a process that has exited).
+    """
+    ends: set[tuple[str, int]] = set()
+    base = f"/proc/{pid}"
     try:
-        return os.getpgid(pid)
+        fds = os.listdir(f"{base}/fd")
     except OSError:
-        return None
+        return ends
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/fd/{fd}")
+            if not target.startswith("pipe:"):
+                continue
+            with open(f"{base}/fdinfo/{fd}") as info:
+                flags = next((line.split()[1] for line in info if line.startswith("flags:")), None)
+        except (OSError, IndexError):
+            continue
+        if flags is not None:
+            ends.add((target, int(flags, 8) & _ACCESS_MODE))
+    return ends
+
+
+def pipe_partner(job_ends: set[tuple[str, int]], pid: int) -> bool:
+    """Whether ``pid`` reads a pipe the job writes, or writes one the job reads.
+
+    Writing to the same pipe is no partnership: two commands of one script
+    whose output a harness collects both write to it.
+    """
+    if not job_ends:
+        return False
+    opposite = {(pipe, _WRITE if mode == _READ else _READ)
+                for pipe, mode in job_ends if mode in (_READ, _WRITE)}
+    return bool(opposite & pipe_ends(pid))
 
 
 def _run_id(pid: int) -> str | None:
@@ -76,10 +115,11 @@ class NeighbourScanner:
     """The busiest processes outside the job, from CPU-time deltas between scans."""
 
     def __init__(self, job_pid: int | None, every_s: float = SCAN_EVERY_S,
-                 own_pid: int | None = None) -> None:
-        """``own_pid``: the process whose tree is aitop (this process by default)."""
+                 own_pid: int | None = None, kept: int = KEPT) -> None:
+        """``own_pid``: the process whose tree is aitop (this process by default);
+        ``kept``: how many of the busiest neighbours a scan keeps."""
         self.job_pid = job_pid
-        self.job_group = _group(job_pid) if job_pid is not None else None
+        self.kept = kept
         self.every_s = every_s
         self.own_pid = os.getpid() if own_pid is None else own_pid
         self._cpu = self._cpu_times()
@@ -104,8 +144,8 @@ class NeighbourScanner:
         return self._last
 
     def _own(self) -> set[int]:
-        """aitop's tree and the job's: torchrun starts each rank in a session of its
-        own, so the job's process group alone would leave its ranks out."""
+        """aitop's tree and the job's (torchrun starts each rank in a session of
+        its own: the tree still holds them)."""
         own: set[int] = set()
         for root in (self.own_pid, self.job_pid):
             if root is None:
@@ -132,15 +172,16 @@ class NeighbourScanner:
 
     def _busiest(self, cpu: dict[int, float], elapsed: float) -> tuple[OtherProcess, ...]:
         own = self._own()
+        job_ends = pipe_ends(self.job_pid) if self.job_pid is not None else set()
         used = sorted(
             ((now_s - self._cpu[pid]) / elapsed, pid) for pid, now_s in cpu.items()
             if pid in self._cpu and pid not in own
         )
         out: list[OtherProcess] = []
         for cores, pid in reversed(used):
-            if cores < MIN_CORES or len(out) == KEPT:
+            if cores < MIN_CORES or len(out) == self.kept:
                 break
-            if self.job_group is not None and _group(pid) == self.job_group:
+            if pipe_partner(job_ends, pid):
                 continue
             if self._same_run(pid, own):
                 continue

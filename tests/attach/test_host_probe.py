@@ -84,35 +84,47 @@ def test_idle_interval_keeps_baseline() -> None:
         assert len(second.per_core_percent) == len(first.per_core_percent)
 
 
-def test_neighbours_are_named_redacted_and_the_jobs_own_group_is_not_one() -> None:
-    """Two busy loops: one in a session of its own (a neighbour, with a secret on its
-    command line), one in this process's group (the 'job', as its workers would be)."""
+def test_neighbours_are_named_redacted_and_a_pipe_partner_is_not_one() -> None:
+    """Busy loops beside a job whose output goes into a pipe: one in a session of
+    its own (with a secret on its command line), one in this process's group (as
+    a batch script starts every command), one writing into the job's pipe too;
+    all neighbours. The busy reader at the pipe's other end (``| tee log``) is
+    part of the run."""
+    import os
     import subprocess
     import sys
 
     from aitop.probes.neighbours import NeighbourScanner
 
     busy = [sys.executable, "-c", "while True: pass", "--api-key", "s3cr3t-value"]
+    read_end, write_end = os.pipe()
     neighbour = subprocess.Popen(busy, start_new_session=True, stdin=subprocess.DEVNULL)
     sibling = subprocess.Popen(busy, stdin=subprocess.DEVNULL)
+    co_writer = subprocess.Popen(busy, stdin=subprocess.DEVNULL, stdout=write_end)
+    reader = subprocess.Popen(busy, stdin=read_end)
     # aitop itself and the job: processes of their own (this test process is the
-    # busy loops' parent); the job shares this process group with the sibling.
+    # busy loops' parent); the job writes into the pipe the reader reads.
     aitop = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
-    job = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    job = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL, stdout=write_end)
+    os.close(read_end)
+    os.close(write_end)
+    procs = (neighbour, sibling, co_writer, reader, aitop, job)
     try:
-        scanner = NeighbourScanner(job_pid=job.pid, every_s=1.0, own_pid=aitop.pid)
+        # Every busy process kept: other tests' jobs may be busier than these.
+        scanner = NeighbourScanner(job_pid=job.pid, every_s=1.0, own_pid=aitop.pid, kept=50)
         assert scanner.others() is None, "no baseline to compare with yet"
         time.sleep(1.5)
         others = scanner.others()
     finally:
-        for p in (neighbour, sibling, aitop, job):
+        for p in procs:
             p.kill()
             p.wait()
     assert others is not None
     by_pid = {p.pid: p for p in others}
-    assert neighbour.pid in by_pid, others
-    assert sibling.pid not in by_pid, "the job's own process group is the job"
-    assert by_pid[neighbour.pid].cores > 0.3
+    assert reader.pid not in by_pid, f"the reader of the job's pipe is part of the run: {others}"
+    for busy_loop in (neighbour, sibling, co_writer):
+        assert busy_loop.pid in by_pid, (busy_loop.args, others)
+    assert by_pid[neighbour.pid].cores > 0.2
     command = by_pid[neighbour.pid].command
     assert "s3cr3t-value" not in command and "***" in command, command
 

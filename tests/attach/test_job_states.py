@@ -183,9 +183,10 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
 
 @pytest.mark.alone
 def test_a_neighbour_holding_the_cores_is_named_with_its_pid(tmp_path: Path) -> None:
-    """The compute demo (one thread) beside a busy loop started in a session of its own."""
+    """The compute demo (one thread) beside a busy loop started as a batch script
+    starts both: from one process, in its process group, into the same output."""
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                              start_new_session=True, stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL)
     try:
         report, _ = watch("compute", tmp_path, 16)
     finally:
