@@ -45,7 +45,7 @@ class HostProbe:
 
     def __init__(self, job_pid: int | None = None) -> None:
         self._prev: list[Any] | None = self._cpu_times()
-        #: Who else uses the CPUs; ``job_pid``'s tree and process group are the job.
+        #: Who else uses the CPUs; ``job_pid``'s tree and its pipe partners are the job.
         self.neighbours = NeighbourScanner(job_pid)
         self._job_pid = job_pid
 
