@@ -49,9 +49,9 @@ FITTING_SET = ("data", "checkpoint", "compute")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
 #: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
-#: model and save interval).
+#: model and save interval; loading in the training thread beside torch's threads).
 CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
-             "checkpoint_deep")
+             "checkpoint_deep", "inline_loading")
 
 
 def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
@@ -66,6 +66,10 @@ def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
     if lead == "checkpoint_stalls":
         every = 4 * CONFIGS[base].checkpoint_every
         return Applied(base, ("--checkpoint-every", str(every)), "checkpoint 4x less often")
+    if lead == "loading_beside_compute_threads":
+        threads = int(metrics["threads_beside_worker"])
+        return Applied(base, ("--num-workers", "1", "--threads", str(threads)),
+                       f"num_workers=1, torch threads={threads}")
     if lead == "cpu_compute_underthreaded":
         return Applied(base, ("--threads", str(USABLE_CORES)), "torch threads = usable cores")
     return None

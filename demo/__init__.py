@@ -6,7 +6,7 @@ SCENARIOS: tuple[str, ...] = (
     "data", "compute", "checkpoint", "healthy",
     "cpu_saturated", "storage", "producer", "validation", "generator", "checkpoint_durable",
     "compile", "loading", "leak", "hang", "serving", "module_loop", "data_heavy",
-    "compute_small", "checkpoint_deep",
+    "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
 )
 

@@ -156,8 +156,9 @@ CONFIGS: dict[str, Config] = {
 #: Scenarios that are another's loop with one thing changed (the base's shape,
 #: measured, holds for them too).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # compute's model under torch.compile, at its CPU size on a GPU too.
-    "compile": ("compute", {"compile_model": True, "gpu_scale": False}),
+    # compute's model under torch.compile, at its CPU size on a GPU too, and 40
+    # layers deep: inductor takes tens of seconds over it even on a quiet box.
+    "compile": ("compute", {"compile_model": True, "gpu_scale": False, "depth": 40}),
     "checkpoint_durable": ("checkpoint", {"durable_checkpoints": True}),
     # data's loop after 40 s of building its records in the training process.
     "loading": ("data", {"prepare_s": 40.0}),
@@ -170,6 +171,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # checkpoint with a deeper, narrower model (a third less state per save),
     # saved every third step.
     "checkpoint_deep": ("checkpoint", {"width": 1536, "depth": 3, "checkpoint_every": 3}),
+    # data's loop with its decoding (CPU time) in the training thread and torch's
+    # default threads, which hold every core while the step computes: a worker
+    # alone competes with them; one compute thread fewer gives it a core.
+    "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
+                                "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {

@@ -43,6 +43,8 @@ Scenarios:
                  batches of 64; checkpoint with a 1536-wide, 3-deep model
                  saved every 3 steps (shapes no calibration constant was
                  fitted on)
+  inline_loading data's decoding done in the training thread (no worker) while
+                 torch's default threads hold every core as the step computes
   data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
                  the mechanical fix of data (2 workers), checkpoint (4x less
                  often), compute (threads = usable cores), leak (keep

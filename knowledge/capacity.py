@@ -13,6 +13,16 @@ from collections.abc import Mapping
 Metrics = Mapping[str, "float | None"]
 
 
+def free_for_workers(metrics: Metrics) -> float | None:
+    """Cores a new worker would get: those free while the step computes, where known.
+
+    A worker loads while the step computes, so the cores the job's own compute
+    threads take then are not its, however free they are on average.
+    """
+    free = metrics.get("free_cores_in_compute")
+    return metrics.get("free_cores") if free is None else free
+
+
 def suggested_workers(metrics: Metrics) -> float | None:
     """Workers to run next: N + free cores / (cores per worker), at most twice N.
 
@@ -21,7 +31,7 @@ def suggested_workers(metrics: Metrics) -> float | None:
     x1.5); the next diagnosis suggests the next step if cores are still free.
     """
     n = metrics.get("num_workers")
-    free = metrics.get("free_cores")
+    free = free_for_workers(metrics)
     if n is None or free is None:
         return None
     if n <= 0:
@@ -38,7 +48,7 @@ def suggested_workers(metrics: Metrics) -> float | None:
 def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:
     """How many times more batches per second the loading side could produce."""
     n = metrics.get("num_workers")
-    free = metrics.get("free_cores")
+    free = free_for_workers(metrics)
     if n is None or free is None:
         return None
     if n <= 0:

@@ -168,6 +168,15 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("free_cores", "cores",
      "CPU cores the job could still use: allowed cores minus the tree's CPU, and no more "
      "than the machine has idle"),
+    ("compute_threads", "threads",
+     "threads of the main process at work while the step computes (the training thread "
+     "and the intra-op pool)"),
+    ("threads_beside_worker", "threads",
+     "compute threads that leave one core to a DataLoader worker (compute_threads - 1, "
+     "at least 1)"),
+    ("free_cores_in_compute", "cores",
+     "cores free while the step computes (free_cores less what the job's compute "
+     "threads hold then beyond their mean): what a new DataLoader worker would get"),
     ("suggested_threads", "",
      "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
     ("suggested_workers", "",
@@ -229,6 +238,7 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("uses_amp", "0/1", "1 when autocast/GradScaler frames were seen"),
     ("uses_grad_checkpointing", "0/1", "1 when torch.utils.checkpoint frames were seen"),
     ("target_alive", "0/1", "1 while the target process runs"),
+    ("watched_s", "s", "seconds since aitop's first sample of the job"),
     ("window_s", "s", "length of the evaluation window"),
 )
 
@@ -245,8 +255,9 @@ WORDS: frozenset[str] = frozenset({
     "neighbours",
     # The processes outside the job on its GPUs, with PID, name, SM share, memory.
     "gpu_neighbours",
-    # The frame a stalled training thread stands in.
-    "stalled_frame",
+    # The frame a stalled training thread stands in, and for how long ("at
+    # least 40 s" when the stall began before aitop attached).
+    "stalled_frame", "stalled_for",
     # What the job runs out of first: "RAM" or its cgroup's limit.
     "memory_limit",
     # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA

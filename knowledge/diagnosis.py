@@ -187,6 +187,9 @@ def finding_text(f: Finding) -> tuple[object, ...]:
 
 #: The word a job state's text names its duration by: "(38 s so far)".
 STATE_SEEN = "state_seen"
+#: A job state that began this soon after the samples sufficed began before
+#: them: rules are judged once a tick (1-2 s).
+STATE_FROM_ATTACH_SLACK_S = 2.5
 #: The rule file's named condition that says when the phase shares can be trusted.
 ENOUGH_SAMPLES = "enough_samples"
 #: How much a gain's kind counts when ranking: a prediction for this machine
@@ -265,6 +268,9 @@ class Diagnoser:
         #: with the numbers that made it fire, not today's ("data loading takes
         #: 3 %, above target" was a held finding read with the current window).
         self._last_held: dict[str, tuple[Mapping[str, float | None], Mapping[str, str]]] = {}
+        #: When the stack samples first reached the rules' minimum: a job state
+        #: whose condition held from then on held when aitop attached.
+        self._judgeable_since: float | None = None
 
     def _reuse(self, finding: Finding) -> Finding:
         """The previous tick's finding when it reads the same.
@@ -286,10 +292,15 @@ class Diagnoser:
         words: Mapping[str, str] | None = None,
     ) -> Diagnosis:
         firing = self.engine.step(metrics, now)
+        if self._judgeable_since is None and self._enough_samples(metrics):
+            self._judgeable_since = now
         by_id = {rule.id: rule for rule, _ in firing}
-        seen = [self._seen_for(rule.id, by_id, now) for rule, _ in firing if rule.job_state]
+        seen = [self._seen_for(rule.id, by_id, now, metrics.get("watched_s"))
+                for rule, _ in firing if rule.job_state]
         if seen:
-            words = {**(words or {}), STATE_SEEN: f"{max(seen):.0f} s"}
+            longest = max(seen, key=lambda s: s[0])
+            words = {**(words or {}),
+                     STATE_SEEN: f"{'at least ' if longest[1] else ''}{longest[0]:.0f} s"}
         holding = frozenset(
             rule.id for rule, _ in firing if self.engine.state[rule.id].last_value is True
         )
@@ -362,10 +373,26 @@ class Diagnoser:
             hardware=hardware,
         )
 
-    def _seen_for(self, rule_id: str, by_id: Mapping[str, Rule], now: float) -> float:
-        """Seconds since the state's condition first held (its ``for:`` included)."""
+    def _seen_for(self, rule_id: str, by_id: Mapping[str, Rule], now: float,
+                  watched_s: float | None) -> tuple[float, bool]:
+        """Seconds since the state's condition first held (its ``for:`` included),
+        and whether it held from the first moment it could be judged.
+
+        A state that held as soon as there were enough samples to see it (a job
+        found compiling) held when aitop attached: its time counts from then
+        ("at least"), not from the first judgement seconds later (a compilation
+        20 s old read "8 s so far").
+        """
         since = self.engine.state[rule_id].firing_since
-        return 0.0 if since is None else max(0.0, now - since + by_id[rule_id].for_s)
+        if since is None:
+            return 0.0, False
+        began = since - by_id[rule_id].for_s
+        seen = max(0.0, now - began)
+        start = self._judgeable_since
+        if (watched_s is not None and start is not None
+                and began <= start + STATE_FROM_ATTACH_SLACK_S and watched_s > seen):
+            return watched_s, True
+        return seen, False
 
     def _enough_samples(self, metrics: Mapping[str, float | None]) -> bool:
         """Whether the stack samples behind the phases reach the rules' own minimum.

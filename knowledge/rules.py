@@ -21,7 +21,8 @@ from .expressions import Condition, ExpressionError
 from .model import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
-EstimateMethod = Literal["amdahl", "parallel", "workers", "fewer", "document", "none"]
+EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "fewer", "document",
+                         "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 

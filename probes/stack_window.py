@@ -177,6 +177,19 @@ def kept_loop_frame(window: StackWindow, previous: str | None) -> str | None:
     return previous
 
 
+def _innermost_own_frame(frames: Sequence[Frame]) -> str:
+    """The innermost frame in the job's own files (absolute paths), or "".
+
+    A thread that stands in a library's wait (``Condition.wait`` inside
+    ``Event.wait``) with no loop or phase frame to anchor it is named by the
+    job's line that called into the library: that is the line a user can read.
+    """
+    for frame in reversed(frames):
+        if frame.file.startswith("/"):
+            return frame.location
+    return ""
+
+
 def _loop_index(frames: Sequence[Frame], loop_frame: str | None) -> int:
     """Index of the innermost occurrence of the loop frame in a stack, or -1."""
     if loop_frame is None:
@@ -372,6 +385,8 @@ def summarize_window(
         caller = frames[s.loop_index].location if s.loop_index >= 0 else ""
         if not caller and s.outermost >= 1:
             caller = frames[s.outermost - 1].location
+        if not caller:
+            caller = _innermost_own_frame(frames[:-1])
         hot[(s.phase, leaf.function, leaf.location, caller)] += s.stack.count
         if s.phase == "data_wait":
             sources[_data_source(frames, s.loop_index, classifier.reading)] += s.stack.count
