@@ -121,8 +121,8 @@ def _bottleneck(diagnosis: Diagnosis | None) -> list[str]:
         f"**{diagnosis.category}** on {diagnosis.compute_device}: {diagnosis.summary}",
         "",
     ]
-    if diagnosis.waiting_for:
-        out += [f"Rules waiting for data: {', '.join(diagnosis.waiting_for)}", ""]
+    if diagnosis.waiting_for and diagnosis.category not in ("collecting", "unknown"):
+        out += [f"Rules still missing a metric: {', '.join(diagnosis.waiting_for)}", ""]
     return out
 
 
@@ -141,6 +141,8 @@ def _states(diagnosis: Diagnosis | None) -> list[str]:
 def _findings(diagnosis: Diagnosis | None) -> list[str]:
     if diagnosis is None:
         return []
+    if not diagnosis.findings and diagnosis.category in ("collecting", "unknown"):
+        return ["## Findings", "", "Nothing judged yet (see the bottleneck above).", ""]
     if not diagnosis.findings:
         return ["## Findings", "", "No rule is firing.", ""]
     out = ["## Findings (the culprit first, then by estimated gain)", ""]

@@ -119,8 +119,11 @@ class AdvisorPanel(Panel):
         out += self._states(d, width)
         out += self._findings(d, width)
         out += self._next_step(d)
-        if d.waiting_for:
-            out.append(Line(Text(f"waiting for data: {', '.join(d.waiting_for)}", style="dim"), 9))
+        if d.waiting_for and d.category not in NOT_JUDGED:
+            # aitop's own inputs, not the job's batches: named so it is not read
+            # as data loading.
+            out.append(Line(Text(f"rules still missing a metric: {', '.join(d.waiting_for)}",
+                                 style="dim"), 9))
         return out
 
     def _head(self, d: Diagnosis, width: int) -> list[Line]:
@@ -164,6 +167,8 @@ class AdvisorPanel(Panel):
         return out
 
     def _findings(self, d: Diagnosis, width: int) -> list[Line]:
+        if not d.findings and d.category in NOT_JUDGED:
+            return []  # nothing judged yet: "nothing to fix" would be a verdict
         if not d.findings:
             return [Line(Text("No rule is firing: nothing to fix in this window.",
                               style=fmt.STATUS_STYLE["within"]), 2)]

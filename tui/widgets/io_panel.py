@@ -19,7 +19,8 @@ HISTORY_S = 300.0
 
 
 def dataset_mount(sample: StorageSample) -> MountInfo | None:
-    """The mount holding most of the target's open files (its dataset, usually)."""
+    """The mount holding most of the target's open files (its dataset, where it
+    reads one: named for what it is, the most files, not guessed as a dataset)."""
     mounts = [m for m in sample.mounts if m.open_files > 0]
     return max(mounts, key=lambda m: m.open_files) if mounts else None
 
@@ -33,7 +34,7 @@ def mount_line(m: MountInfo, is_dataset: bool) -> Text:
     if m.is_network:
         text.append("  ✗ network", style=fmt.STATUS_STYLE["outside"])
     if is_dataset:
-        text.append("  dataset", style="bold")
+        text.append("  most files", style="bold")
     return text
 
 
@@ -66,7 +67,7 @@ class IoPanel(Panel):
             out.append(Line(Text(f"storage: {sample.error}", style="dim"), 2))
         ds = dataset_mount(sample)
         if ds is not None:
-            text = label("data")
+            text = label("files")
             text.append(f"{ds.mountpoint} ({ds.fstype}", style="")
             if ds.is_network:
                 text.append(", network filesystem", style=fmt.STATUS_STYLE["outside"])
