@@ -71,9 +71,11 @@ def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session:
     try:
         aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
         # After aitop exits the shell prints its status and waits, so the pane
-        # (and what aitop left on it) can still be inspected.
+        # (and what aitop left on it) can still be inspected. 60 rows: the
+        # neighbours' finding (why, explains, its rule with `wants_cores`) fills
+        # 45 before its evidence, which the screen then shows only on scrolling.
         tmux(
-            "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "45", "-c", str(tmp_path),
+            "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "60", "-c", str(tmp_path),
             f"{aitop}; echo AITOP_EXIT=$?; sleep 120",
         )
         # The data wait leads; when tests beside this one run busy jobs of their
