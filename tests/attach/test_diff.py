@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 from aitop.engine.compare.stats import DRIFT_PCT, Rate, rate_interval, t975
 from support.jobs import EXIT_GATE, WatchedRun, run_aitop, start_job, stop_job, truth_between
+from support.terminal import pane_command
 
 #: A truth speed-up this large must be detected as an improvement.
 CLEAR_SPEEDUP = 1.25
@@ -170,8 +170,8 @@ def test_baseline_comparison_in_the_ui(tmp_path: Path, watched_run: WatchedRun) 
     job = start_job("data", tmp_path / "truth.jsonl", duration_s=150)
     subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     try:
-        aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid),
-                            "--baseline", str(tmp_path / "before.json")])
+        aitop = pane_command([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid),
+                              "--baseline", str(tmp_path / "before.json")])
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "45",
                         f"{aitop}; sleep 60"], check=True, timeout=10)
         deadline = time.time() + 60

@@ -8,7 +8,6 @@ check the terminal was restored and the exported files are valid and replay.
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.jobs import run_aitop, start_job, stop_job
+from support.terminal import pane_command
 
 pytestmark = pytest.mark.attach
 
@@ -69,13 +69,11 @@ def tmux_session(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session: None) -> None:
     job = start_job("data", tmp_path / "truth.jsonl")
     try:
-        aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
+        aitop = pane_command([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
         # After aitop exits the shell prints its status and waits, so the pane
-        # (and what aitop left on it) can still be inspected. 60 rows: the
-        # neighbours' finding (why, explains, its rule with `wants_cores`) fills
-        # 45 before its evidence, which the screen then shows only on scrolling.
+        # (and what aitop left on it) can still be inspected.
         tmux(
-            "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "60", "-c", str(tmp_path),
+            "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "45", "-c", str(tmp_path),
             f"{aitop}; echo AITOP_EXIT=$?; sleep 120",
         )
         # The data wait leads; when tests beside this one run busy jobs of their
@@ -97,7 +95,7 @@ def test_drill_down_export_quit_in_a_real_terminal(tmp_path: Path, tmux_session:
             keys("Escape")
             time.sleep(0.3)
         assert "Rule that fired" in opened, f"never reached a finding detail:\n{opened}"
-        assert "Evidence against its target range" in opened
+        assert "Evidence against its target range" in opened, opened
         # The lead's evidence: the data wait, or (when a test beside this one runs
         # busy processes of its own) the cores those neighbours hold.
         assert "phase_data_wait" in opened or "other_procs_cpu" in opened, opened
@@ -141,7 +139,7 @@ def test_closing_the_terminal_stops_aitop(tmp_path: Path, tmux_session: None) ->
     """A closed window (SIGHUP) must not leave aitop sampling the job forever."""
     job = start_job("data", tmp_path / "truth.jsonl")
     try:
-        aitop = shlex.join([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
+        aitop = pane_command([sys.executable, "-m", "aitop.tui", "--pid", str(job.pid)])
         # Under a shell, as from a terminal window: the shell dies with the
         # window, and aitop gets the hang-up.
         tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", f"{aitop}; sleep 60")
