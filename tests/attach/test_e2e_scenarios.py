@@ -32,10 +32,14 @@ def tolerance(share: float, samples: float) -> float:
     A share estimated from n samples has a standard error of sqrt(p(1-p)/n): at
     10 Hz over a 20 s window (~190 samples) that is 3.6 points for a phase near
     50 % (the checkpoint job on a slow disk), so a flat 5-point bound failed about
-    one run in seven by chance alone. 2.6 standard errors fail ~1 % of honest runs.
+    one run in seven by chance alone. 2.6 standard errors fail ~1 % of honest runs
+    of independent samples; the samples are not independent (a save spans many of
+    them in a row, a step beats with the 10 Hz rate), so the bound is 1.25x that,
+    as the exporter's and the loop-shape tests allow (a fresh-clone run read the
+    checkpoint job at 0.622 against 0.502 from 119 samples, 0.0004 over 2.6).
     """
     standard_error = math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0))
-    return max(0.05, 2.6 * standard_error)
+    return max(0.05, 1.25 * 2.6 * standard_error)
 
 
 def diagnosed(scenario: str, watched_run: WatchedRun) -> tuple[dict, Path]:
