@@ -738,7 +738,8 @@ def _other_idle(metrics: dict[str, float | None]) -> float | None:
     Its CPU use counted as 'other' work, the rest of that share is waiting (a
     sleep, a lock, a pipe to another process): a floor, 0 when the thread's CPU
     is unknown, so that work is never taken for waiting. Without a GPU the
-    step's compute phases keep the thread on a CPU, so their share of its CPU
+    step's compute phases keep the thread on a CPU, less the time it waited for
+    one (schedstat; without it nothing is credited), so that much of its CPU
     is not 'other' work: an unseen job sleeping 10 ms a step at module level
     read 9 % idle (its 41 % of forward and backward counted as 'other' CPU)
     and was told to log less often.
@@ -750,11 +751,16 @@ def _other_idle(metrics: dict[str, float | None]) -> float | None:
     if cpu is None:
         return 0.0
     busy = cpu / 100.0
-    if metrics.get("has_gpu") == 0.0:
-        # Not evaluation: its own data waits (idle) are counted in it.
+    waiting = metrics.get("main_cpu_wait_mean")
+    if metrics.get("has_gpu") == 0.0 and waiting is not None:
+        # Not evaluation: its own data waits (idle) are counted in it. A step
+        # that waits in the run queue (other jobs on the cores) is in a compute
+        # phase without running: that time is not credited, so the idle share
+        # stays a floor (a loaded box read a 74 % wait where removing it gave
+        # x3.2, not the x3.8 a floor promises).
         computing = sum(metrics.get(f"phase_{p}") or 0.0
                         for p in ("forward", "backward", "optimizer"))
-        busy = max(0.0, busy - computing)
+        busy = max(0.0, busy - max(0.0, computing - waiting / 100.0))
     return max(0.0, other - busy)
 
 
