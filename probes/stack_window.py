@@ -58,6 +58,8 @@ LOOP_COVERAGE = 0.9
 EVAL_LINE_MIN_SAMPLES = 3
 #: Reads line ``n`` of a file in the target (see :class:`source_lines.SourceLines`).
 SourceReader = Callable[[str, int], "str | None"]
+#: A dataset's item methods: torch ops beneath them make samples, not a step.
+DATASET_ITEM_FUNCTIONS = frozenset({"__getitem__", "__getitems__"})
 
 
 def frame_label(frame: Frame) -> str:
@@ -74,6 +76,11 @@ class _Sample:
     loop_index: int = -1
 
 
+def makes_samples(frames: Sequence[Frame]) -> bool:
+    """Whether a stack runs inside a dataset's item method (it builds a sample)."""
+    return any(f.short_function in DATASET_ITEM_FUNCTIONS for f in frames)
+
+
 def pick_training_thread(
     stacks: Sequence[RawStack], classifier: PhaseClassifier, pid: int, previous: str | None
 ) -> str | None:
@@ -83,7 +90,10 @@ def pick_training_thread(
     may call functional layers (``F.normalize``) that read as forward. Falls
     back to the thread with the most samples in any recognised phase, then the
     previous choice, then the main thread, so a window spent entirely in data
-    wait or ``other`` still reports the right thread.
+    wait or ``other`` still reports the right thread. Torch ops beneath a
+    dataset's ``__getitem__`` build samples: a producer thread augmenting
+    images with ``conv2d`` before the loop's first step reads as forward, and
+    was taken for the training thread while the loop waited on its queue.
     """
     training: Counter[str] = Counter()
     compute: Counter[str] = Counter()
@@ -94,6 +104,8 @@ def pick_training_thread(
             continue
         seen.add(stack.thread_id)
         phase = classifier.classify(stack.frames).phase
+        if phase in COMPUTE_PHASES and makes_samples(stack.frames):
+            continue
         if phase != OTHER:
             any_phase[stack.thread_id] += stack.count
         if phase in COMPUTE_PHASES:

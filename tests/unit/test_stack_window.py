@@ -150,6 +150,27 @@ def test_a_producer_calling_functional_layers_is_not_the_training_thread(
     assert w.thread_id == "1"
 
 
+def test_a_producer_building_samples_before_the_first_step_is_not_the_training_thread(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    # No step yet: the loop waits on its queue while the producer's dataset
+    # blurs images with conv2d (forward frames beneath ``__getitem__``).
+    producer = (f"Thread.run ({STDLIB}/threading.py:982);produce ({script}:3);"
+                f"Images.__getitem__ ({script}:5);conv2d ({SITE}/torch/nn/functional.py:100)")
+    get = (f"train ({script}:6);Queue.get ({STDLIB}/queue.py:171);"
+           f"Condition.wait ({STDLIB}/threading.py:327)")
+    text = raw(("2:producer", producer, 90), ("1:MainThread", get, 100))
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1)
+    assert w.thread_id == "1"
+    assert w.phase_counts["forward"] == 0
+    # The same frames without the dataset method are a forward pass: a serving
+    # thread answering requests is the thread to watch.
+    server = producer.replace(f"Images.__getitem__ ({script}:5);", "")
+    w = summarize_window(parse_raw(raw(("2:server", server, 90), ("1:MainThread", get, 100))),
+                         classifier, pid=1, t_start=0, t_end=1)
+    assert w.thread_id == "2"
+
+
 def test_prefetch_thread_in_dataloader_frames_does_not_become_the_training_thread(
     classifier: PhaseClassifier, script: Path,
 ) -> None:
