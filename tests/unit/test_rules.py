@@ -66,6 +66,8 @@ def k(**knobs: object) -> Knobs:
 
 
 CPU_ONLY = k(gpu=False)
+#: No GPU, and the loop's thread never waited for a core (its compute phases ran).
+CPU_ONLY_RAN = {**CPU_ONLY, **k(main_cpu_wait=0.0)}
 #: pytorch/examples' word_language_model's resident memory (MB), read once a second
 #: from 5 s after its start: it swings 369-479 MB and does not grow.
 WORD_LM_RSS_SWING = (
@@ -530,11 +532,11 @@ RULE_CASES: dict[str, Cases] = {
     # Without a GPU the thread's CPU beyond its compute phases is 'other' work:
     # 60 % other (40 % compute) on 69 % of a core leaves 31 % idle there.
     "loop_waits_in_own_code": Cases(
-        fires=(k(phases=mix(other=0.6), thread_cpu=(69.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
-               k(phases=mix(other=0.35), thread_cpu=(70.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
+        fires=(k(phases=mix(other=0.6), thread_cpu=(69.0,), busy_threads=1, **CPU_ONLY_RAN),
+               k(phases=mix(other=0.35), thread_cpu=(70.0,), busy_threads=1, **CPU_ONLY_RAN),
                k(gpu_util=84.9, phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1)),
-        misses=(k(phases=mix(other=0.6), thread_cpu=(71.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
-                k(phases=mix(other=0.35), thread_cpu=(71.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
+        misses=(k(phases=mix(other=0.6), thread_cpu=(71.0,), busy_threads=1, **CPU_ONLY_RAN),
+                k(phases=mix(other=0.35), thread_cpu=(71.0,), busy_threads=1, **CPU_ONLY_RAN),
                 k(gpu_util=85.0, phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1),
                 k(phases=mix(other=0.9), thread_cpu=(2.0,), busy_threads=1, **SAMPLES_19,
                   **CPU_ONLY)),
@@ -542,19 +544,19 @@ RULE_CASES: dict[str, Cases] = {
     "python_overhead": Cases(
         fires=(
             k(gpu_util=84.9, phases=mix(other=0.30)),
-            k(phases=mix(other=0.30), thread_cpu=(100.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
+            k(phases=mix(other=0.30), thread_cpu=(100.0,), busy_threads=1, **CPU_ONLY_RAN),
             k(phases=mix(other=0.5), thread_cpu=(100.0,), busy_threads=1, **SAMPLES_20,
-              main_cpu_wait=0.0, **CPU_ONLY),
+              **CPU_ONLY_RAN),
             # The thread's CPU beyond its 40 % of compute covers half its 'other'
             # time: that much is work.
-            k(phases=mix(other=0.6), thread_cpu=(71.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
+            k(phases=mix(other=0.6), thread_cpu=(71.0,), busy_threads=1, **CPU_ONLY_RAN),
         ),
         misses=(
             k(gpu_util=84.0, phases=mix(other=0.299)),
             k(gpu_util=85.0, phases=mix(other=0.5)),
             k(phases=mix(other=0.5), **SAMPLES_19, **CPU_ONLY),
             # It waits there: 60 % outside the phases on 29 % of a core beyond compute.
-            k(phases=mix(other=0.6), thread_cpu=(69.0,), busy_threads=1, main_cpu_wait=0.0, **CPU_ONLY),
+            k(phases=mix(other=0.6), thread_cpu=(69.0,), busy_threads=1, **CPU_ONLY_RAN),
         ),
     ),
     "explicit_sync_in_loop": Cases(
