@@ -274,9 +274,23 @@ def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device) -> 
     return correct / max(total, 1)
 
 
-def wait_for_a_producer_that_is_gone() -> None:
-    """Block on a queue nothing will ever fill, as a loop whose feeder died does."""
+def wait_for_a_producer_that_is_gone(feeder_works_s: float = 2.0) -> None:
+    """Block on a queue whose feeder thread quits without filling it.
+
+    The feeder works a while (blurring images, as a producer does) and then
+    returns early, as one does on an unexpected condition: the loop waits on.
+    """
     batches: queue.Queue[object] = queue.Queue()
+
+    def feed() -> None:
+        images = AugmentedImages(10**6, passes=4)
+        deadline = time.time() + feeder_works_s
+        index = 0
+        while time.time() < deadline:
+            images[index]
+            index += 1
+
+    threading.Thread(target=feed, name="feeder", daemon=True).start()
     batches.get()
 
 

@@ -107,6 +107,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "1 when the loop's step counter changed in the last 30 s (0 also with no counter)"),
     ("stalled_s", "s",
      "seconds the training thread's stack samples have all stood in one frame"),
+    ("stall_cpu", "% of a core",
+     "CPU of the job's processes over the stall's last 10 s (its whole length if shorter)"),
+    ("stall_read", "MB/s",
+     "bytes the job's processes read from storage over the stall's last 10 s"),
     ("free_cores_without_others", "cores",
      "cores the job could use if the processes outside it were gone"),
     ("runqueue_known", "0/1",
@@ -258,6 +262,9 @@ WORDS: frozenset[str] = frozenset({
     # The frame a stalled training thread stands in, and for how long ("at
     # least 40 s" when the stall began before aitop attached).
     "stalled_frame", "stalled_for",
+    # What became of the threads that worked beside a stalled loop: a sentence
+    # naming one that has exited or idles, or "" (knowledge/stall_feeder.py).
+    "stall_feeder",
     # What the job runs out of first: "RAM" or its cgroup's limit.
     "memory_limit",
     # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA

@@ -31,6 +31,7 @@ from aitop.probes.steps import steps_per_second
 from .capacity import suggested_workers
 from .catalogue import AGGREGATES
 from .loader import load_knowledge_base
+from .stall_feeder import stall_feeder
 from .straggler import comm_metrics
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
@@ -43,6 +44,8 @@ STEPS_WINDOW_S = 30.0
 INFERENCE_LOOKBACK_S = 60.0
 #: How far back a stall is traced: a longer one reads as this long.
 STALL_LOOKBACK_S = 300.0
+#: A stall is judged on the job's activity over its last seconds, at most this many.
+STALL_QUIET_S = 10.0
 #: A stall whose first window began this soon after aitop's first sample began
 #: before aitop attached (py-spy's first window starts a moment after it).
 STALL_FROM_ATTACH_SLACK_S = 3.0
@@ -192,6 +195,10 @@ def _host_load(sample: HostSample) -> float | None:
 
 #: How each series metric of the catalogue is sampled: (name, ring attribute,
 #: value function); the catalogue's ``SERIES`` says what each one means.
+#: The job's CPU (% of a core) and storage reads (MB/s), its processes summed.
+_PROC_CPU = _tree_sum(lambda p: p.cpu_percent)
+_PROC_READ = _tree_sum(lambda p: _mb(p.read_bps))
+
 SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("gpu_util", "gpu", gpu_util),
     ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes))),
@@ -206,7 +213,7 @@ SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("host_ram_used", "host", lambda s: _pct(s.ram_used_bytes, s.ram_total_bytes)),
     ("host_swap_used", "host", lambda s: _swap_pct(s)),
     ("host_load_per_core", "host", _host_load),
-    ("proc_cpu", "processes", _tree_sum(lambda p: p.cpu_percent)),
+    ("proc_cpu", "processes", _PROC_CPU),
     ("main_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "main")),
     ("main_busy_threads", "processes", _main_busy_threads),
     ("workers_cpu", "processes", _tree_sum(lambda p: p.cpu_percent, "worker")),
@@ -216,7 +223,7 @@ SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("proc_cpu_wait", "processes", _tree_sum(lambda p: p.cpu_wait_percent)),
     ("worker_blocked", "processes", _worker_blocked),
     ("proc_rss", "processes", _tree_sum(lambda p: _mb(p.rss_bytes))),
-    ("proc_read", "processes", _tree_sum(lambda p: _mb(p.read_bps))),
+    ("proc_read", "processes", _PROC_READ),
     ("proc_write", "processes", _tree_sum(lambda p: _mb(p.write_bps))),
     ("disk_read", "storage", _mounts(lambda m: _mb(m.read_bps))),
     ("disk_write", "storage", _mounts(lambda m: _mb(m.write_bps))),
@@ -272,10 +279,24 @@ def compute_metrics(
     _loading_metrics(metrics, session, now, window_s)
     comm_metrics(metrics)
     metrics["stalled_s"] = stall(session, now)[0] if session.stacks.last() else None
+    _stall_activity(metrics, session, now)
     metrics["counter_moved"] = _counter_moved(session, now)
     first_step = session.first_step_at
     metrics["steps_seen"] = float(first_step is not None and first_step <= now)
     return metrics
+
+
+def _stall_activity(metrics: dict[str, float | None], session: Session, now: float) -> None:
+    """The job's CPU and reads over the stall's last seconds (``STALL_QUIET_S`` at most).
+
+    A loop that stands in one frame while its producer works is slow, not
+    stalled; one whose producer worked as the loop began to wait and then quit
+    is stalled, though the window's mean CPU still holds the producer's work.
+    """
+    quiet = min(metrics.get("stalled_s") or 0.0, STALL_QUIET_S)
+    for name, value in (("stall_cpu", _PROC_CPU), ("stall_read", _PROC_READ)):
+        agg = session.aggregate(session.processes, value, now, quiet) if quiet > 0 else None
+        metrics[name] = None if agg is None else agg.mean
 
 
 def _latest_stacks(session: Session, now: float, window_s: float) -> list[StackWindow]:
@@ -295,8 +316,8 @@ def _producer(
     best: dict[str, tuple[int, int, ThreadActivity]] = {}
     for w in windows:
         for t in w.other_threads:
-            if "pin_memory" in f"{t.name} {t.top_frame}":
-                continue  # the DataLoader's own pin-memory thread: part of loading
+            if t.is_pin_memory:
+                continue
             busy, total, _ = best.get(t.thread_id, (0, 0, t))
             best[t.thread_id] = (busy + t.busy_samples, total + t.samples, t)
     if not best:
@@ -507,6 +528,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
         began_before = seconds >= STALL_LOOKBACK_S or (
             watched is not None and seconds >= watched - STALL_FROM_ATTACH_SLACK_S)
         words["stalled_for"] = f"{'at least ' if began_before else ''}{seconds:.0f} s"
+        words["stall_feeder"] = stall_feeder(session, now, seconds)
     if frame is not None and seconds > 0:
         called = f", called from {frame.caller.rsplit('/', 1)[-1]}" if frame.caller else ""
         words["stalled_frame"] = (f"{frame.function} ({frame.location.rsplit('/', 1)[-1]})"

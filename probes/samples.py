@@ -216,6 +216,11 @@ class ThreadActivity:
     #: The innermost frame it was busy in most often ("decode (/job/data.py:41)").
     top_frame: str | None = None
 
+    @property
+    def is_pin_memory(self) -> bool:
+        """The DataLoader's own pin-memory thread: part of loading, not a producer of its own."""
+        return "pin_memory" in f"{self.name} {self.top_frame}"
+
 
 @dataclass(frozen=True, slots=True)
 class StackWindow:

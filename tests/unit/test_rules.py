@@ -1397,6 +1397,25 @@ def test_a_stalled_job_says_so_first_with_its_frame_and_nothing_else() -> None:
     assert moving.category != "stalled" and moving.metrics["stalled_s"] == 0.0
 
 
+def test_a_stall_is_judged_on_its_last_seconds_not_the_whole_window() -> None:
+    """A feeder that worked as the loop began to wait, then quit: the window's mean
+    CPU still holds its work, the stall's last seconds do not."""
+    diagnoser = Diagnoser(RULESET, Facts())
+    stuck = {k: v for k, v in STUCK.items() if k != "phases"}
+    feeding = Job(**stuck, phases=mix(other=1.0), main_cpu=95.0, workers=0)
+    quit_ = Job(**stuck, phases=mix(other=1.0), main_cpu=2.0, workers=0)
+    _session, ticks = run(diagnoser, (feeding, 26), (quit_, 40))
+    last = ticks[-1]
+    assert last.metrics["proc_cpu_mean"] is not None and last.metrics["proc_cpu_mean"] > 10
+    assert last.metrics["stall_cpu"] == pytest.approx(2.0)
+    assert last.diagnosis is not None and last.diagnosis.category == "stalled", (
+        last.diagnosis and last.diagnosis.summary)
+    # Still feeding at the end: a loop waiting on a working producer is not stalled.
+    _session, ticks = run(Diagnoser(RULESET, Facts()), (quit_, 26), (feeding, 40))
+    assert ticks[-1].metrics["stall_cpu"] == pytest.approx(95.0)
+    assert "job_stalled" not in ticks[-1].firing
+
+
 def test_a_documents_figure_is_shown_only_where_its_context_holds() -> None:
     """torch.compile's 20-50 % is transformer *inference latency*: not a training step's."""
     facts = load_knowledge_base().facts

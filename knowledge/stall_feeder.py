@@ -1,0 +1,62 @@
+"""What became of the threads that worked beside a stalled training thread.
+
+A loop that stands still on a queue or a lock waits for another thread to fill
+or release it. The stack windows say which of the job's threads were working
+(outside a wait) before and during the stall; ``/proc/PID/task`` says which of
+them still exist. A thread that worked and has since exited is the usual cause
+(a producer that died on an exception, or returned early); one that is alive
+but no longer works waits itself. Either is said by its name, with when it was
+last seen working, so the user looks there first instead of at the frame the
+training thread stands in.
+"""
+
+from __future__ import annotations
+
+from aitop.probes.samples import ThreadActivity
+from aitop.probes.session import Session
+
+#: How long before a stall began a thread's work still counts as beside the loop.
+FEEDER_LOOKBACK_S = 60.0
+#: A live thread not seen working for this long, and using under IDLE_CPU_PERCENT
+#: of a core now, is idle.
+IDLE_FOR_S = 10.0
+IDLE_CPU_PERCENT = 5.0
+
+
+def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
+    """One sentence on the threads that worked beside the stalled loop, or ""."""
+    since = now - stalled_s
+    last_busy: dict[str, tuple[float, ThreadActivity]] = {}
+    for w in session.stacks.window(since - FEEDER_LOOKBACK_S, now):
+        if w.error is not None:
+            continue
+        for t in w.other_threads:
+            if t.busy_samples > 0 and t.thread_id != w.thread_id and not t.is_pin_memory:
+                last_busy[t.thread_id] = (w.t_end, t)
+    tree = session.processes.last()
+    if not last_busy or tree is None or tree.main is None or not tree.main.threads:
+        return ""
+    alive = {str(th.tid): th for th in tree.main.threads}
+    gone = [(t_end, t) for tid, (t_end, t) in last_busy.items()
+            if tid.isdigit() and tid not in alive]
+    if gone:
+        t_end, thread = max(gone, key=lambda g: g[0])
+        return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
+                "has exited: if the loop waits for it to fill a queue or release a lock, "
+                "nothing will now.")
+    idle = [(t_end, t) for tid, (t_end, t) in last_busy.items()
+            if tid in alive and t_end <= now - IDLE_FOR_S
+            and (alive[tid].cpu_percent or 0.0) < IDLE_CPU_PERCENT]
+    if idle:
+        t_end, thread = max(idle, key=lambda g: g[0])
+        return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
+                "is alive but idle: it waits itself.")
+    return ""
+
+
+def _name(thread: ThreadActivity) -> str:
+    return thread.name or f"TID {thread.thread_id}"
+
+
+def _ago(now: float, t: float) -> str:
+    return f"{max(0.0, now - t):.0f} s ago"
