@@ -193,12 +193,12 @@ def _host_load(sample: HostSample) -> float | None:
     return None if sample.load1 is None else sample.load1 / max(sample.cpu_count, 1)
 
 
-#: How each series metric of the catalogue is sampled: (name, ring attribute,
-#: value function); the catalogue's ``SERIES`` says what each one means.
 #: The job's CPU (% of a core) and storage reads (MB/s), its processes summed.
 _PROC_CPU = _tree_sum(lambda p: p.cpu_percent)
 _PROC_READ = _tree_sum(lambda p: _mb(p.read_bps))
 
+#: How each series metric of the catalogue is sampled: (name, ring attribute,
+#: value function); the catalogue's ``SERIES`` says what each one means.
 SERIES_VALUES: tuple[tuple[str, str, Callable[..., float | None]], ...] = (
     ("gpu_util", "gpu", gpu_util),
     ("gpu_mem_used", "gpu", _gpu(lambda d: _pct(d.mem_used_bytes, d.mem_total_bytes))),
