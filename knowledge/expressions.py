@@ -387,17 +387,23 @@ def render(
     """Fill a ``{name:.0%}`` template with metric values; unknown ones print as '?'.
 
     ``words`` are the few facts that are names, not numbers (the producer
-    thread, its hottest frame): ``{producer}`` prints as the name itself.
+    thread, its hottest frame): ``{producer}`` prints as the name itself. A
+    word may be a whole sentence or nothing: the gap an empty one leaves
+    between two words closes to one space.
     """
     out: list[str] = []
+    gap = False  # an empty word left a space before it: drop the one after it
     for literal, field, spec, _conversion in _FORMATTER.parse(text):
-        out.append(literal)
+        out.append(literal[1:] if gap and literal.startswith(" ") else literal)
+        gap = False
         if field is None:
             continue
         if not field.isidentifier():
             raise ExpressionError(f"only plain metric names may appear in text: '{field}'")
         if words is not None and field in words:
-            out.append(words[field][:MAX_WORD_CHARS])
+            word = words[field][:MAX_WORD_CHARS]
+            gap = not word and out[-1].endswith(" ")
+            out.append(word)
             continue
         value = values.get(field)
         out.append("?" if value is None else _format(value, spec or ""))

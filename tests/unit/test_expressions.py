@@ -177,6 +177,13 @@ def test_render_fills_values_and_marks_unknown() -> None:
     assert render("no fields", {}) == "no fields"
 
 
+def test_an_empty_sentence_word_leaves_one_space() -> None:
+    text = "nothing is written. {feeder} A loop moves."
+    assert render(text, {}, {"feeder": ""}) == "nothing is written. A loop moves."
+    assert render(text, {}, {"feeder": "It exited."}) == (
+        "nothing is written. It exited. A loop moves.")
+
+
 def test_render_with_a_bad_spec_falls_back_to_the_plain_value() -> None:
     assert render("{x:not-a-spec}", {"x": 0.25}) == "0.25"
 
