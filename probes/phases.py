@@ -35,6 +35,11 @@ class Frame:
         return f"{self.file}:{self.line}"
 
     @property
+    def in_job_code(self) -> bool:
+        """In the job's own files: they keep their absolute path (``shorten_path``)."""
+        return self.file.startswith("/")
+
+    @property
     def short_function(self) -> str:
         """``Queue.get`` -> ``get``: py-spy 0.4 class-qualifies names on Python 3.11+."""
         return self.function.rsplit(".", 1)[-1]

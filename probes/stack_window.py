@@ -23,7 +23,10 @@ for any loop shape, from the stacks alone:
 5. **The rest of a save.** In a function that calls ``torch.save`` (a sample
    of this window shows it there), the ``f.flush()``, ``os.fsync(...)`` or
    ``os.replace(...)`` that follows is checkpoint time too: the serializer has
-   returned but the checkpoint is not written yet.
+   returned but the checkpoint is not written yet. A function of the job's own,
+   called from the loop, that saves and never steps (a ``persist()``) is
+   checkpoint time throughout: building the state dict and opening the file
+   are part of the save.
 6. **Evaluation lines.** A line of the loop frame that leads into forward passes
    and data fetches but never into backward or the optimizer is an evaluation
    pass (validation under ``no_grad``), whatever its function is called.
@@ -197,7 +200,7 @@ def _innermost_own_frame(frames: Sequence[Frame]) -> str:
     job's line that called into the library: that is the line a user can read.
     """
     for frame in reversed(frames):
-        if frame.file.startswith("/"):
+        if frame.in_job_code:
             return frame.location
     return ""
 
@@ -258,12 +261,17 @@ def _refine(
     loop_frame: str | None,
     source: SourceReader | None,
 ) -> None:
-    """Apply the fetch-statement, host-sync and evaluation-line readings."""
+    """Apply the saver-function, fetch-statement, host-sync and evaluation-line readings."""
     data_rank = classifier.rank_of("data_wait")
     savers = _checkpoint_callers(samples)
     for s in samples:
+        s.loop_index = _loop_index(s.stack.frames, loop_frame)
+    dedicated = _dedicated_savers(samples)
+    for s in samples:
         frames = s.stack.frames
-        s.loop_index = _loop_index(frames, loop_frame)
+        if s.phase == OTHER and _inside(frames[s.loop_index + 1:], dedicated, s.loop_index):
+            s.phase = CHECKPOINT
+            continue
         if source is None:
             continue
         if s.loop_index >= 0 and classifier.rank_of(s.phase) < data_rank:
@@ -293,6 +301,36 @@ def _checkpoint_callers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
             caller = s.stack.frames[s.outermost - 1]
             out.add((caller.file, caller.function))
     return out
+
+
+def _dedicated_savers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
+    """The job's own functions that call a checkpoint save from beneath the loop
+    and never lead into a step's phases or evaluation in these samples.
+
+    Everything such a function does is the checkpoint: building the state
+    dict (``{k: v.clone() ...}``), opening the file (``open(path, "wb")``
+    truncates the last one), saving, ``fsync``. An unseen job's ``persist()``
+    read 10 points short of its own timer while only its save and fsync counted.
+    A step function that also saves now and then is not one: its other time
+    is the step's; nor is a library's dispatcher (a callback hook) that calls
+    a checkpoint callback among others.
+    """
+    savers: set[tuple[str, str]] = set()
+    stepping: set[tuple[str, str]] = set()
+    for s in samples:
+        frames = s.stack.frames
+        if s.phase == CHECKPOINT and s.loop_index < s.outermost - 1:
+            caller = frames[s.outermost - 1]
+            if caller.in_job_code:
+                savers.add((caller.file, caller.function))
+        elif s.phase in STEP_PHASES or s.phase == "eval":
+            stepping.update((f.file, f.function) for f in frames[s.loop_index + 1:])
+    return savers - stepping
+
+
+def _inside(frames: Sequence[Frame], functions: set[tuple[str, str]], loop_index: int) -> bool:
+    """Whether one of ``frames`` (those beneath the loop frame) is one of ``functions``."""
+    return loop_index >= 0 and any((f.file, f.function) in functions for f in frames)
 
 
 def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:

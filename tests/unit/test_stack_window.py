@@ -245,6 +245,56 @@ def test_the_flush_fsync_and_rename_after_a_save_are_checkpoint_time(tmp_path: P
     assert w.phase_counts["other"] == 5 and w.phase_counts["checkpoint"] == 0
 
 
+PERSIST_PY = """\
+import os, torch
+def persist(model, path):
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        os.fsync(f.fileno())
+def step(model, x, opt, path, n):
+    model(x).sum().backward()
+    opt.step()
+    torch.save(model.state_dict(), path)
+"""
+
+
+def test_a_function_of_the_jobs_own_that_only_saves_is_checkpoint_throughout(
+    tmp_path: Path, classifier: PhaseClassifier,
+) -> None:
+    script = tmp_path / "persist.py"
+    script.write_text(PERSIST_PY)
+    save = f"save ({SITE}/torch/serialization.py:965);_save ({SITE}/torch/serialization.py:1200)"
+    step = (f"train ({script}:20);Tensor.backward ({SITE}/torch/_tensor.py:623)", 20)
+    text = raw(
+        ("1:MainThread", step[0], step[1]),
+        ("1:MainThread", f"train ({script}:21);SGD.step ({SITE}/torch/optim/sgd.py:120)", 20),
+        ("1:MainThread", f"train ({script}:22);persist ({script}:5);{save}", 30),
+        # The state dict's copy, the file's open (it truncates), the fsync.
+        ("1:MainThread", f"train ({script}:22);persist ({script}:3);<dictcomp> ({script}:3)", 8),
+        ("1:MainThread", f"train ({script}:22);persist ({script}:4)", 6),
+        ("1:MainThread", f"train ({script}:22);persist ({script}:6)", 10),
+        ("1:MainThread", f"train ({script}:23)", 5),  # the loop's own other work
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.loop_frame == f"train ({script})"
+    assert w.phase_counts["checkpoint"] == 54
+    assert w.phase_counts["other"] == 5
+    # A step function that saves now and then is no saver: its other time is the step's.
+    text = raw(
+        ("1:MainThread", f"train ({script}:20);step ({script}:9);Tensor.backward "
+                         f"({SITE}/torch/_tensor.py:623)", 20),
+        ("1:MainThread", f"train ({script}:20);step ({script}:10);SGD.step "
+                         f"({SITE}/torch/optim/sgd.py:120)", 20),
+        ("1:MainThread", f"train ({script}:20);step ({script}:11);{save}", 10),
+        ("1:MainThread", f"train ({script}:20);step ({script}:8)", 7),
+        ("1:MainThread", f"train ({script}:21)", 3),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.phase_counts["checkpoint"] == 10
+    assert w.phase_counts["other"] == 10
+
+
 def test_evaluation_by_name_and_by_shape(classifier: PhaseClassifier, script: Path) -> None:
     dl = f"{SITE}/torch/utils/data/dataloader.py"
     ev = f"train ({script}:12);evaluate_model ({script}:20)"
