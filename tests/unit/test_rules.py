@@ -1071,6 +1071,21 @@ def test_underthreaded_cpu_only_compute_is_compute_with_a_ceiling_on_more_thread
     assert d.hardware_well_used is False
 
 
+def test_loading_beside_compute_threads_offers_a_ceiling_not_a_range() -> None:
+    """Loading 60 % of the time beside 2 compute threads: one thread fewer makes the
+    step max(0.6, 0.4 x 2) = 0.8 where compute scaled perfectly (x1.25), 0.6 where it
+    did not (x1.67). Jobs of this shape measured x0.99 to x1.49: only the bound holds."""
+    d = diagnose_job(RULESET, workers=0, cpu_count=2, host_cpu=72.0, main_cpu=139.0,
+                     busy_threads=2, thread_cpu=(99.0, 40.0), data_source="own code",
+                     phases=mix(data_wait=0.6), **CPU_ONLY)
+    lead = d.top
+    assert lead is not None and lead.id == "loading_beside_compute_threads"
+    assert lead.gain.method == "amdahl"
+    assert lead.gain.low == lead.gain.high == lead.gain.ceiling == pytest.approx(1 / 0.6)
+    assert "from x1.2 where the compute scaled perfectly" in lead.gain.explanation
+    assert "a ceiling, not a prediction" in lead.gain.explanation
+
+
 def test_healthy_job_has_no_bottleneck() -> None:
     d = diagnose_job(RULESET)
     assert d.category == "none"
