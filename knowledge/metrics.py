@@ -31,7 +31,7 @@ from aitop.probes.steps import steps_per_second
 from .capacity import suggested_workers
 from .catalogue import AGGREGATES
 from .loader import load_knowledge_base
-from .stall_feeder import stall_feeder
+from .stall_feeder import is_gone, live_threads, stall_feeder
 from .straggler import comm_metrics
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
@@ -311,12 +311,15 @@ def _producer(
 
     By its CPU where the process probe knows it (a thread asleep in
     ``time.sleep`` has no frame of its own that says it waits), else by the
-    samples py-spy saw it outside a wait.
+    samples py-spy saw it outside a wait. A thread that has exited since is
+    no producer: an unseen job whose producer died was told to give it "more
+    reads in flight" for 15 s before it read as stalled.
     """
+    alive = live_threads(session) if session is not None else None
     best: dict[str, tuple[int, int, ThreadActivity]] = {}
     for w in windows:
         for t in w.other_threads:
-            if t.is_pin_memory:
+            if t.is_pin_memory or is_gone(t, alive):
                 continue
             busy, total, _ = best.get(t.thread_id, (0, 0, t))
             best[t.thread_id] = (busy + t.busy_samples, total + t.samples, t)

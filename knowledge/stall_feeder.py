@@ -12,7 +12,7 @@ training thread stands in.
 
 from __future__ import annotations
 
-from aitop.probes.samples import ThreadActivity
+from aitop.probes.samples import ThreadActivity, ThreadInfo
 from aitop.probes.session import Session
 
 #: How long before a stall began a thread's work still counts as beside the loop.
@@ -33,12 +33,10 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
         for t in w.other_threads:
             if t.busy_samples > 0 and t.thread_id != w.thread_id and not t.is_pin_memory:
                 last_busy[t.thread_id] = (w.t_end, t)
-    tree = session.processes.last()
-    if not last_busy or tree is None or tree.main is None or not tree.main.threads:
+    alive = live_threads(session)
+    if not last_busy or alive is None:
         return ""
-    alive = {str(th.tid): th for th in tree.main.threads}
-    gone = [(t_end, t) for tid, (t_end, t) in last_busy.items()
-            if tid.isdigit() and tid not in alive]
+    gone = [(t_end, t) for t_end, t in last_busy.values() if is_gone(t, alive)]
     if gone:
         t_end, thread = max(gone, key=lambda g: g[0])
         return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
@@ -52,6 +50,19 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
         return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
                 "is alive but idle: it waits itself.")
     return ""
+
+
+def live_threads(session: Session) -> dict[str, ThreadInfo] | None:
+    """The target's threads by id at the newest /proc reading, or None where unread."""
+    tree = session.processes.last()
+    if tree is None or tree.main is None or not tree.main.threads:
+        return None
+    return {str(th.tid): th for th in tree.main.threads}
+
+
+def is_gone(thread: ThreadActivity, alive: dict[str, ThreadInfo] | None) -> bool:
+    """Whether a thread py-spy saw has exited (its id is no longer in /proc/PID/task)."""
+    return alive is not None and thread.thread_id.isdigit() and thread.thread_id not in alive
 
 
 def _name(thread: ThreadActivity) -> str:

@@ -7,6 +7,7 @@ the first seconds, then exited, idled, or kept working.
 
 from __future__ import annotations
 
+from aitop.knowledge.metrics import compute_words
 from aitop.knowledge.stall_feeder import stall_feeder
 from aitop.probes.samples import (
     HotFrame,
@@ -74,3 +75,11 @@ def test_the_pin_memory_thread_and_long_gone_threads_are_not_feeders() -> None:
     # Work that ended more than a minute before the stall began is not beside it.
     old = stuck_session(works_until=5, alive_until=5, seconds=130)
     assert stall_feeder(old, T0 + 130, stalled_s=60.0) == ""
+
+
+def test_a_thread_that_has_exited_is_no_producer() -> None:
+    """The loop waits on a queue its feeder left: no advice for a thread that is gone."""
+    gone = stuck_session(works_until=5, alive_until=5, seconds=12)
+    assert "producer" not in compute_words(gone, T0 + 12, 20.0)
+    alive = stuck_session(works_until=12, alive_until=12, seconds=12)
+    assert compute_words(alive, T0 + 12, 20.0)["producer"] == "thread 'feeder'"
