@@ -288,3 +288,10 @@ def test_a_server_answering_one_request_at_a_time_is_told_to_batch(tmp_path: Pat
     print(f"counter windows (seconds, aitop's steps, the job's own): {windows}")
     # Applied, the advice pays: batching multiplies the requests answered.
     assert fixed_rate / rate >= 2.0
+    # Batched, the server keeps up: its waits for requests are traffic, and no
+    # finding tells it to load them faster.
+    fixed_ids = [f["id"] for f in fixed["findings"]]
+    print(f"batched: {fixed['bottleneck']['summary']}; findings {fixed_ids}")
+    loading = {"data_wait_dominant", "data_wait_elevated", "producer_bound",
+               "producer_waits_on_input", "loading_in_training_process"}
+    assert not loading & set(fixed_ids), fixed_ids

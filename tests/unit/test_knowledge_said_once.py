@@ -60,7 +60,7 @@ def test_the_shared_numbers_appear_once_in_the_rule_file() -> None:
     text = RULES_YAML.read_text(encoding="utf-8")
     assert text.count("phase_samples >= 20") == 1
     assert text.count("0.75") == 1
-    assert sum("enough_samples" in expr for _, expr in written_conditions()) == 34
+    assert sum("enough_samples" in expr for _, expr in written_conditions()) == 35
 
 
 def test_no_state_restates_the_documents_utilisation_bands() -> None:

@@ -102,6 +102,20 @@ RULE_CASES: dict[str, Cases] = {
         misses=(k(phases=mix(forward=0.6, data_wait=0.1, backward=0.0, optimizer=0.0)),
                 k(phases=mix(forward=0.6, backward=0.2, data_wait=0.05))),  # it trains
     ),
+    # A server taking requests from a queue another thread fills, waiting there
+    # 10 % or more: traffic, not loading (an unseen one was told to add a worker).
+    "serving_waits_for_requests": Cases(
+        fires=(k(data_source="thread queue",
+                 phases=mix(forward=0.6, data_wait=0.4, backward=0.0, optimizer=0.0)),
+               k(data_source="thread queue",
+                 phases=mix(forward=0.9, data_wait=0.1, backward=0.0, optimizer=0.0))),
+        misses=(k(data_source="thread queue",
+                  phases=mix(forward=0.9, data_wait=0.099, backward=0.0, optimizer=0.0)),
+                # Offline inference over a DataLoader: its waits are loading.
+                k(phases=mix(forward=0.6, data_wait=0.4, backward=0.0, optimizer=0.0)),
+                # A training loop fed from a queue: a producer to speed up.
+                k(data_source="thread queue", phases=mix(data_wait=0.4))),
+    ),
     # Every sample in one frame for 15 s with the tree near idle: stalled.
     "job_stalled": Cases(
         fires=(k(**STUCK, main_cpu=2.0, workers=0),
@@ -1084,6 +1098,21 @@ def test_loading_beside_compute_threads_offers_a_ceiling_not_a_range() -> None:
     assert lead.gain.low == lead.gain.high == lead.gain.ceiling == pytest.approx(1 / 0.6)
     assert "from x1.2 where the compute scaled perfectly" in lead.gain.explanation
     assert "a ceiling, not a prediction" in lead.gain.explanation
+
+
+def test_a_server_waiting_for_requests_is_told_so_not_to_load_faster() -> None:
+    d = diagnose_job(RULESET, data_source="thread queue", producer_busy=0.1, workers=0,
+                     phases=mix(forward=0.6, data_wait=0.4, backward=0.0, optimizer=0.0))
+    ids = [f.id for f in d.findings]
+    assert ids[0] == "serving_waits_for_requests", ids
+    assert d.summary.startswith("Serving: waits for requests 40% of the time"), d.summary
+    loading = {"data_wait_dominant", "producer_bound", "producer_waits_on_input"}
+    assert not loading & set(ids), ids
+    assert d.top is not None and d.top.gain.speedup is None
+    # Requests queueing (a 7 % wait): batch them; the two never both fire.
+    busy = diagnose_job(RULESET, data_source="thread queue", producer_busy=0.1, workers=0,
+                        phases=mix(forward=0.93, data_wait=0.07, backward=0.0, optimizer=0.0))
+    assert [f.id for f in busy.findings] == ["serving_unbatched"], busy.summary
 
 
 def test_healthy_job_has_no_bottleneck() -> None:
