@@ -1115,6 +1115,25 @@ def test_a_server_waiting_for_requests_is_told_so_not_to_load_faster() -> None:
     assert [f.id for f in busy.findings] == ["serving_unbatched"], busy.summary
 
 
+def test_cores_held_by_the_jobs_own_worker_are_not_blamed_on_other_work() -> None:
+    """An unseen job after its fix: one compute thread, its DataLoader worker on half
+    of the other core, nothing else running. It was told "other work holds the rest
+    ... find what else runs on this machine"."""
+    d = diagnose_job(RULESET, cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0,
+                     workers=1, worker_cpu=53.0, phases=mix(other=0.4), **CPU_ONLY)
+    f = next(f for f in d.findings if f.id == "cpu_compute_contended")
+    assert "other work" not in f.title
+    assert "153% of a core the job's own" in f.why and "0.0 cores other processes'" in f.why
+    assert f.actions[0].startswith("Its own DataLoader workers hold 53% of a core")
+    assert not any("find what else runs" in a for a in f.actions)
+    # Another process on the core: that is what to look for.
+    shared = diagnose_job(RULESET, cpu_count=2, busy_threads=1, main_cpu=100.0, host_cpu=99.0,
+                          workers=1, worker_cpu=10.0, neighbour_cores=0.9,
+                          phases=mix(other=0.4), **CPU_ONLY)
+    held = [f for f in shared.findings if f.id == "cpu_compute_contended"]
+    assert not held or held[0].actions[0].startswith("Free the cores")
+
+
 def test_healthy_job_has_no_bottleneck() -> None:
     d = diagnose_job(RULESET)
     assert d.category == "none"
