@@ -334,17 +334,23 @@ def _inside(frames: Sequence[Frame], functions: set[tuple[str, str]], loop_index
 
 
 def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:
-    """Loop lines that lead into forward and data but never into backward are evaluation.
+    """Loop lines that call a function of the job's own that runs forward passes and
+    fetches data but never backward are evaluation.
 
-    A window may hold one long evaluation pass and no training: the window
-    cannot tell it from a server, so the metrics do, over a longer look back
-    (``forward_only``: a server's "evaluation" is its forward passes).
+    Only samples through such a function count: the loop's own forward line
+    (``model(x)``, torch's frame right beneath the loop) never leads into
+    backward either, and one stray queue sample placed on it made an unseen
+    job read "Evaluation takes 31 %" while it trained. A window may hold one
+    long evaluation pass and no training: the window cannot tell it from a
+    server, so the metrics do, over a longer look back (``forward_only``: a
+    server's "evaluation" is its forward passes).
     """
     if "eval" not in classifier.phases:
         return
     by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
     for s in samples:
-        if s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1:
+        if (s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1
+                and s.stack.frames[s.loop_index + 1].in_job_code):
             by_line[s.stack.frames[s.loop_index].line][s.phase] += s.stack.count
     eval_lines = {
         line for line, phases in by_line.items()

@@ -295,6 +295,25 @@ def test_a_function_of_the_jobs_own_that_only_saves_is_checkpoint_throughout(
     assert w.phase_counts["other"] == 10
 
 
+def test_a_stray_queue_sample_on_the_forward_line_is_not_an_evaluation(
+    classifier: PhaseClassifier, script: Path,
+) -> None:
+    # py-spy placed one sample of the queue's get on the loop's forward line: that
+    # line leads into forward and "data" and never into backward, but it calls
+    # torch, not a function of the job's own that evaluates.
+    stray = f"train ({script}:7);Queue.get ({STDLIB}/queue.py:180)"
+    text = raw(
+        ("1:MainThread", fwd(script, 7), 30),
+        ("1:MainThread", stray, 1),
+        ("1:MainThread", bwd(script), 30),
+        ("1:MainThread", opt(script), 10),
+        ("1:MainThread", f"train ({script}:6);Queue.get ({STDLIB}/queue.py:171)", 20),
+    )
+    w = summarize_window(parse_raw(text), classifier, pid=1, t_start=0, t_end=1, source=reader())
+    assert w.phase_counts["eval"] == 0
+    assert w.phase_counts["forward"] == 30
+
+
 def test_evaluation_by_name_and_by_shape(classifier: PhaseClassifier, script: Path) -> None:
     dl = f"{SITE}/torch/utils/data/dataloader.py"
     ev = f"train ({script}:12);evaluate_model ({script}:20)"
