@@ -44,6 +44,8 @@ STEPS_WINDOW_S = 30.0
 INFERENCE_LOOKBACK_S = 60.0
 #: How far back a stall is traced: a longer one reads as this long.
 STALL_LOOKBACK_S = 300.0
+#: Seconds of steps after the first compilation that are judged on their own.
+JUDGE_AFTER_WARMUP_S = 10.0
 #: A stall is judged on the job's activity over its last seconds, at most this many.
 STALL_QUIET_S = 10.0
 #: A stall whose first window began this soon after aitop's first sample began
@@ -260,6 +262,7 @@ def compute_metrics(
     """
     if helper_threads is None:
         helper_threads = load_knowledge_base().phases.helper_threads
+    window_s = _after_warmup(session, now, window_s)
     metrics: dict[str, float | None] = {"window_s": window_s}
     for name, ring_name, fn in SERIES_VALUES:
         if fn is _main_busy_threads:
@@ -284,6 +287,18 @@ def compute_metrics(
     first_step = session.first_step_at
     metrics["steps_seen"] = float(first_step is not None and first_step <= now)
     return metrics
+
+
+def _after_warmup(session: Session, now: float, window_s: float) -> float:
+    """The window, started after the first compilation once the steps fill
+    ``JUDGE_AFTER_WARMUP_S`` after it: they are judged on their own, not after
+    the compilation has left a whole window (an unseen job stayed "warming up"
+    22 s after compiling ended)."""
+    warmup = session.compile_warmup
+    if warmup is None or warmup.end is None:
+        return window_s
+    since = now - warmup.end
+    return since if JUDGE_AFTER_WARMUP_S <= since < window_s else window_s
 
 
 def _stall_activity(metrics: dict[str, float | None], session: Session, now: float) -> None:
