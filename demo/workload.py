@@ -275,10 +275,11 @@ def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device) -> 
 
 
 def wait_for_a_producer_that_is_gone(feeder_works_s: float = 2.0) -> None:
-    """Block on a queue whose feeder thread quits without filling it.
+    """Block on a queue whose feeder thread dies without filling it.
 
     The feeder works a while (blurring images, as a producer does) and then
-    returns early, as one does on an unexpected condition: the loop waits on.
+    raises, as one does on a corrupt record: Python prints its traceback to
+    the job's log, and the loop waits on.
     """
     batches: queue.Queue[object] = queue.Queue()
 
@@ -289,6 +290,7 @@ def wait_for_a_producer_that_is_gone(feeder_works_s: float = 2.0) -> None:
         while time.time() < deadline:
             images[index]
             index += 1
+        raise RuntimeError(f"record {index} is truncated (the hang demo's feeder fails)")
 
     threading.Thread(target=feed, name="feeder", daemon=True).start()
     batches.get()

@@ -7,12 +7,14 @@ them still exist. A thread that worked and has since exited is the usual cause
 (a producer that died on an exception, or returned early); one that is alive
 but no longer works waits itself. Either is said by its name, with when it was
 last seen working, so the user looks there first instead of at the frame the
-training thread stands in.
+training thread stands in. Where the job's log holds the thread's traceback
+(Python prints ``Exception in thread NAME:``), that is said first, with the
+exception: it names the cause even when aitop attached after the thread died.
 """
 
 from __future__ import annotations
 
-from aitop.probes.samples import ThreadActivity, ThreadInfo
+from aitop.probes.samples import LogEvent, ThreadActivity, ThreadInfo
 from aitop.probes.session import Session
 
 #: How long before a stall began a thread's work still counts as beside the loop.
@@ -25,6 +27,11 @@ IDLE_CPU_PERCENT = 5.0
 
 def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
     """One sentence on the threads that worked beside the stalled loop, or ""."""
+    died = _died_in_log(session, now)
+    if died is not None:
+        return (f"Its thread '{died.subject}' died on an exception, as the job's log says "
+                f"({died.text}): if the loop waits for it to fill a queue or release a "
+                "lock, nothing will now.")
     since = now - stalled_s
     last_busy: dict[str, tuple[float, ThreadActivity]] = {}
     for w in session.stacks.window(since - FEEDER_LOOKBACK_S, now):
@@ -50,6 +57,16 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
         return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
                 "is alive but idle: it waits itself.")
     return ""
+
+
+def _died_in_log(session: Session, now: float) -> LogEvent | None:
+    """The newest thread the job's log says died on an exception, up to ``now``.
+
+    Said whether or not aitop saw the thread at work: attached after it died,
+    the stacks show only the wait, the log its traceback.
+    """
+    deaths = [e for e in session.events.window(float("-inf"), now) if e.kind == "thread_died"]
+    return deaths[-1] if deaths else None
 
 
 def live_threads(session: Session) -> dict[str, ThreadInfo] | None:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .cadence import HEADLESS, UI, Profile
 from .pyspy import PySpyError
-from .samples import StackWindow, StepCounterSample
+from .samples import LogEvent, StackWindow, StepCounterSample
 from .session import Session
 from .status import ProbeStatus
 
@@ -56,6 +56,8 @@ class StepSampler(Protocol):
     ) -> StepCounterSample: ...
 
     def read_log(self) -> StepCounterSample | None: ...
+
+    def log_events(self) -> list[LogEvent]: ...
 
     @property
     def log_name(self) -> str | None: ...
@@ -297,6 +299,8 @@ class Collector:
             logged = steps.read_log()
             if logged is not None:
                 self.session.add(logged)
+            for event in steps.log_events():
+                self.session.add(event)
 
         self.loops.append(PeriodicTask("log", work, self.config.interval_s, {}, self.stop_event))
 

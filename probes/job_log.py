@@ -33,8 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .redact import redact_text
-from .samples import StepCounterSample
+from .samples import LogEvent, StepCounterSample
 
+#: The line Python's ``threading.excepthook`` prints before a thread's traceback.
+_THREAD_DIED = re.compile(r"^Exception in thread (?P<name>.+?)(?: \(.*\))?:\s*$")
+#: Lines inside a traceback block: its header, the frames (indented), the
+#: chaining sentences, blank lines.
+_TRACEBACK_BODY = re.compile(
+    r"^(?:Traceback \(most recent call last\):|\s|During handling|The above exception|$)")
+#: Characters kept of an exception's line.
+MAX_EVENT_CHARS = 200
 #: What a reading from the log is marked as (``StepCounterSample.source``).
 LOG_SOURCE = "log"
 #: Bytes of the log read back at attach, to learn its lines' shapes.
@@ -201,6 +209,34 @@ def _rises(values: Sequence[int]) -> int | None:
     return rises
 
 
+class ThreadDeaths:
+    """Threads the job's log says died on an exception, as Python prints them.
+
+    ``Exception in thread NAME:``, its traceback, then the exception's line: a
+    producer thread that raised leaves its loop waiting on a queue nothing
+    fills, and this line says why (a stack sampler that attached later sees
+    only the wait). Lines arrive in pieces across reads; the state carries over.
+    """
+
+    def __init__(self) -> None:
+        self._thread: str | None = None
+
+    def feed(self, lines: Sequence[str], t: float) -> list[LogEvent]:
+        found: list[LogEvent] = []
+        for raw in lines:
+            line = _ANSI.sub("", raw).rstrip()
+            started = _THREAD_DIED.match(line)
+            if started:
+                self._thread = started["name"]
+                continue
+            if self._thread is None or _TRACEBACK_BODY.match(line):
+                continue
+            found.append(LogEvent(t, "thread_died", redact_text(self._thread),
+                                  redact_text(line.strip())[:MAX_EVENT_CHARS]))
+            self._thread = None
+        return found
+
+
 class JobLog:
     """Reads the steps the job prints to its log file, one reading per new write."""
 
@@ -209,6 +245,9 @@ class JobLog:
         #: The file's name as shown (a secret in a path is redacted like any other).
         self.name = redact_text(name)
         self.finder = StepLineFinder()
+        self.deaths = ThreadDeaths()
+        #: Events found by the newest read, until taken (``take_events``).
+        self._events: list[LogEvent] = []
         self._offset: int | None = None
         self._partial = ""
         self._stamped: float | None = None
@@ -236,6 +275,7 @@ class JobLog:
         text = self._partial + data.decode("utf-8", errors="replace")
         lines = re.split(r"[\r\n]", text)
         self._partial = lines.pop()
+        self._events.extend(self.deaths.feed(lines, info.st_mtime))
         fed = self.finder.feed(lines)
         where = self.finder.step_line()
         # Only a step line in what was just read is as new as the file's mtime.
@@ -247,3 +287,8 @@ class JobLog:
         self._stamped = info.st_mtime
         return StepCounterSample(info.st_mtime, f"{where.label} (job log)", value,
                                  frame=self.name, source=LOG_SOURCE)
+
+    def take_events(self) -> list[LogEvent]:
+        """The events the reads since the last call found, oldest first."""
+        events, self._events = self._events, []
+        return events

@@ -282,6 +282,21 @@ class StepCounterSample:
     source: str = "loop"
 
 
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """Something the job's own log says happened: a thread that died on an exception.
+
+    ``kind`` is ``thread_died``; ``subject`` the thread's name; ``text`` the
+    exception's last line as printed ("RuntimeError: shard 42 truncated"),
+    redacted like any other text aitop shows.
+    """
+
+    t: float
+    kind: str
+    subject: str
+    text: str
+
+
 # ------------------------------------------------------------------ storage
 
 

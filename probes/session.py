@@ -20,6 +20,7 @@ from .samples import (
     EnvironmentInfo,
     GpuSample,
     HostSample,
+    LogEvent,
     ProcessTreeSample,
     StackWindow,
     StepCounterSample,
@@ -188,7 +189,8 @@ def sample_time(sample: object) -> float:
 
 #: The session's rings by attribute name: the one list that snapshots, replays
 #: and time cursors walk.
-RING_KINDS: tuple[str, ...] = ("processes", "host", "gpu", "stacks", "steps", "storage")
+RING_KINDS: tuple[str, ...] = ("processes", "host", "gpu", "stacks", "steps", "storage",
+                               "events")
 
 
 class Session:
@@ -207,6 +209,8 @@ class Session:
         self.stacks: Ring[StackWindow] = Ring(capacity)
         self.steps: Ring[StepCounterSample] = Ring(capacity)
         self.storage: Ring[StorageSample] = Ring(capacity)
+        #: What the job's log says happened (a thread that died on an exception).
+        self.events: Ring[LogEvent] = Ring(capacity)
         self.environment: EnvironmentInfo | None = None
         #: What each probe is doing now, and why when it is not sampling.
         self.probe_status: dict[str, ProbeStatus] = {}
@@ -231,6 +235,7 @@ class Session:
             StackWindow: self.stacks,
             StepCounterSample: self.steps,
             StorageSample: self.storage,
+            LogEvent: self.events,
         }
 
     def step_readings(self, lo: float | None = None, hi: float | None = None) -> StepReadings:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from .job_log import JobLog
 from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
-from .samples import StepCounterSample
+from .samples import LogEvent, StepCounterSample
 
 _INT_RE = re.compile(r"^-?\d+$")
 
@@ -133,6 +133,10 @@ class StepProbe:
     def read_log(self) -> StepCounterSample | None:
         """The newest step the job printed to its log since the last call, if any."""
         return self._log.read() if self._log else None
+
+    def log_events(self) -> list[LogEvent]:
+        """What the log reads since the last call found (threads that died)."""
+        return self._log.take_events() if self._log else []
 
     def sample(
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()

@@ -33,6 +33,7 @@ from aitop.probes.samples import (
     EnvironmentInfo,
     GpuSample,
     HostSample,
+    LogEvent,
     ProcessTreeSample,
     StackWindow,
     StepCounterSample,
@@ -64,6 +65,8 @@ class Samples(msgspec.Struct, kw_only=True):
     stacks: list[StackWindow] = []
     steps: list[StepCounterSample] = []
     storage: list[StorageSample] = []
+    #: Absent from snapshots written before aitop read the job's log for them.
+    events: list[LogEvent] = []
 
 
 class RankRecording(msgspec.Struct, kw_only=True):

@@ -15,6 +15,7 @@ from aitop.engine.live.source import ReplaySource
 from aitop.engine.records.snapshot import SCHEMA, SnapshotError, load_snapshot
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
+from aitop.probes.session import RING_KINDS
 from aitop.tui.app import EXIT_UNSAVED
 from aitop.tui.screens.export_path import ExportPathScreen
 from support.tui_pilot import make_app, settle, wait_exports, wait_for
@@ -23,8 +24,7 @@ from textual.widgets import Input
 
 
 def sample_counts(session: object) -> dict[str, int]:
-    return {name: len(getattr(session, name))
-            for name in ("processes", "host", "gpu", "stacks", "steps", "storage")}
+    return {name: len(getattr(session, name)) for name in RING_KINDS}
 
 
 def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) -> None:
@@ -42,6 +42,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     # the typed samples come back equal, not just similar
     assert replay.session.gpu.items() == source.session.gpu.items()
     assert replay.session.stacks.items() == source.session.stacks.items()
+    assert replay.session.events.items() == source.session.events.items() != []
     assert replay.session.environment == source.session.environment
     assert replay.history() == source.history()
     assert replay.at(NOW).diagnosis == source.at(NOW).diagnosis

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,50 @@ def test_without_a_counter_the_printed_step_is_the_rate() -> None:
     missing = StepCounterSample(1000.0, None, None, error="no integer step counter in the loop")
     chosen = choose_step_readings([missing, *readings(3.0, "iter (job log)", "log")])
     assert steps_per_second(chosen.readings) == pytest.approx(3.0, rel=0.02)
+
+
+THREAD_DIES = """\
+import queue, sys, threading, time
+class Producer(threading.Thread):
+    def run(self):
+        print("step 1", flush=True)
+        raise RuntimeError("shard /data/shard-0042 truncated; token=hunter2")
+def feed():
+    raise ValueError("bad row 7")
+Producer(name="batch-producer", daemon=True).start()
+threading.Thread(target=feed, daemon=True).start()
+time.sleep(0.5)
+print("still waiting on the queue", flush=True)
+sys.stderr.flush()
+time.sleep(30)
+"""
+
+
+def test_a_thread_that_died_on_an_exception_is_read_from_the_jobs_log(tmp_path: Path) -> None:
+    """Python's own traceback for a thread (``Exception in thread NAME:``), written by a
+    real process to the file its stdout and stderr share, read back with its name and
+    the exception's line, redacted."""
+    out = tmp_path / "job.out"
+    with out.open("wb") as fh:
+        job = subprocess.Popen([sys.executable, "-c", THREAD_DIES], stdout=fh,
+                               stderr=subprocess.STDOUT,
+                               env={**os.environ, "SECRET_TOKEN": "hunter2"})
+    try:
+        for _ in range(100):
+            if b"still waiting" in out.read_bytes():
+                break
+            time.sleep(0.05)
+        log = JobLog.of(job.pid)
+        assert log is not None
+        log.read()
+        events = log.take_events()
+    finally:
+        job.kill()
+        job.wait()
+    died = {(e.kind, e.subject): e.text for e in events}
+    assert set(died) == {("thread_died", "batch-producer"), ("thread_died", "Thread-1")}, events
+    assert died[("thread_died", "batch-producer")].startswith(
+        "RuntimeError: shard /data/shard-0042 truncated")
+    assert "hunter2" not in died[("thread_died", "batch-producer")]
+    assert died[("thread_died", "Thread-1")] == "ValueError: bad row 7"
+    assert log.take_events() == [], "each event is taken once"

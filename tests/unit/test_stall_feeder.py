@@ -11,6 +11,7 @@ from aitop.knowledge.metrics import compute_words
 from aitop.knowledge.stall_feeder import stall_feeder
 from aitop.probes.samples import (
     HotFrame,
+    LogEvent,
     ProcessInfo,
     ProcessTreeSample,
     StackWindow,
@@ -83,3 +84,13 @@ def test_a_thread_that_has_exited_is_no_producer() -> None:
     assert "producer" not in compute_words(gone, T0 + 12, 20.0)
     alive = stuck_session(works_until=12, alive_until=12, seconds=12)
     assert compute_words(alive, T0 + 12, 20.0)["producer"] == "thread 'feeder'"
+
+
+def test_a_thread_the_jobs_log_says_died_is_named_with_its_exception() -> None:
+    """Attached after the producer died: the stacks show only the wait, the log why."""
+    session = stuck_session(works_until=0, alive_until=0)
+    session.add(LogEvent(T0 + 2, "thread_died", "batch-producer",
+                         "RuntimeError: shard 42 truncated"))
+    said = stall_feeder(session, T0 + 30, stalled_s=28.0)
+    assert said.startswith("Its thread 'batch-producer' died on an exception, as the job's "
+                           "log says (RuntimeError: shard 42 truncated)"), said
