@@ -276,7 +276,8 @@ class Collector:
             # Read often until a rate is well established, then settle.
             if readings >= cfg.steps_warmup_readings:
                 task.interval_s = cfg.steps_interval_s
-            printed = f"; the step the job prints to {steps.log_name}" if steps.log_name else ""
+            printed = (f"; its log {steps.log_name} is read for a step it prints"
+                       if steps.log_name else "")
             session.probe_status["steps"] = (
                 ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s{printed}")
                 if sample.name

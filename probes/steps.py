@@ -199,8 +199,12 @@ class StepProbe:
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )
         if found is None:
+            # Said as what was looked for: an unseen job counting in `n` read
+            # "no integer step counter" with its counter right there.
+            known = ", ".join(self.counter_names[:4])
             return StepCounterSample(
-                t, None, None, frame=loop_frame, error="no integer step counter in the loop frame"
+                t, None, None, frame=loop_frame,
+                error=f"no integer local of a step counter's name ({known}, ...) in the loop frame",
             )
         name, value = found
         return StepCounterSample(t, name, value, frame=loop_frame)
