@@ -173,9 +173,9 @@ class Producer(threading.Thread):
         raise RuntimeError("shard /data/shard-0042 truncated; token=hunter2")
 def feed():
     raise ValueError("bad row 7")
-Producer(name="batch-producer", daemon=True).start()
-threading.Thread(target=feed, daemon=True).start()
-time.sleep(0.5)
+for thread in (Producer(name="batch-producer", daemon=True), threading.Thread(target=feed)):
+    thread.start()
+    thread.join()  # it has printed its traceback (two at once would interleave)
 print("still waiting on the queue", flush=True)
 sys.stderr.flush()
 time.sleep(30)
