@@ -27,9 +27,10 @@ for any loop shape, from the stacks alone:
    called from the loop, that saves and never steps (a ``persist()``) is
    checkpoint time throughout: building the state dict and opening the file
    are part of the save.
-6. **Evaluation lines.** A line of the loop frame that leads into forward passes
-   and data fetches but never into backward or the optimizer is an evaluation
-   pass (validation under ``no_grad``), whatever its function is called.
+6. **Evaluation lines.** A line of the loop frame that calls a function of the
+   job's own which leads into forward passes and data fetches but never into
+   backward or the optimizer is an evaluation pass (validation under
+   ``no_grad``), whatever its function is called.
 7. **The producer.** While the training thread waits for data, the job's other
    threads that are busy (not parked in a wait) are the candidates for who
    produces its batches; the busiest is reported with its hottest frame.
