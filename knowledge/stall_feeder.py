@@ -17,21 +17,25 @@ from __future__ import annotations
 from aitop.probes.samples import LogEvent, ThreadActivity, ThreadInfo
 from aitop.probes.session import Session
 
+from .expressions import MAX_WORD_CHARS
+
 #: How long before a stall began a thread's work still counts as beside the loop.
 FEEDER_LOOKBACK_S = 60.0
 #: A live thread not seen working for this long, and using under IDLE_CPU_PERCENT
 #: of a core now, is idle.
 IDLE_FOR_S = 10.0
 IDLE_CPU_PERCENT = 5.0
+#: Characters of a thread's name a sentence keeps (each sentence is one word,
+#: at most ``MAX_WORD_CHARS`` long).
+NAME_CHARS = 32
 
 
 def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
     """One sentence on the threads that worked beside the stalled loop, or ""."""
     died = _died_in_log(session, now)
     if died is not None:
-        return (f"Its thread '{died.subject}' died on an exception, as the job's log says "
-                f"({died.text}): if the loop waits for it to fill a queue or release a "
-                "lock, nothing will now.")
+        return _clipped(f"Its thread '{_short(died.subject)}' died on an exception (its log: ",
+                        died.text, ").")
     since = now - stalled_s
     last_busy: dict[str, tuple[float, ThreadActivity]] = {}
     for w in session.stacks.window(since - FEEDER_LOOKBACK_S, now):
@@ -46,16 +50,15 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
     gone = [(t_end, t) for t_end, t in last_busy.values() if is_gone(t, alive)]
     if gone:
         t_end, thread = max(gone, key=lambda g: g[0])
-        return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
-                "has exited: if the loop waits for it to fill a queue or release a lock, "
-                "nothing will now.")
+        return (f"Its thread '{_short(_name(thread))}', last seen working "
+                f"{_ago(now, t_end)}, has exited.")
     idle = [(t_end, t) for tid, (t_end, t) in last_busy.items()
             if tid in alive and t_end <= now - IDLE_FOR_S
             and (alive[tid].cpu_percent or 0.0) < IDLE_CPU_PERCENT]
     if idle:
         t_end, thread = max(idle, key=lambda g: g[0])
-        return (f"Its thread '{_name(thread)}', last seen working {_ago(now, t_end)}, "
-                "is alive but idle: it waits itself.")
+        return (f"Its thread '{_short(_name(thread))}', last seen working "
+                f"{_ago(now, t_end)}, is alive but idle: it waits itself.")
     return ""
 
 
@@ -80,6 +83,20 @@ def live_threads(session: Session) -> dict[str, ThreadInfo] | None:
 def is_gone(thread: ThreadActivity, alive: dict[str, ThreadInfo] | None) -> bool:
     """Whether a thread py-spy saw has exited (its id is no longer in /proc/PID/task)."""
     return alive is not None and thread.thread_id.isdigit() and thread.thread_id not in alive
+
+
+def _short(name: str) -> str:
+    """A thread's name as a sentence shows it: a long one cut to NAME_CHARS."""
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
+def _clipped(head: str, text: str, tail: str) -> str:
+    """``head + text + tail`` within a word's length (``MAX_WORD_CHARS``): the
+    text is cut, with "…", so the sentence still closes."""
+    room = MAX_WORD_CHARS - len(head) - len(tail)
+    if len(text) > room:
+        text = text[:max(0, room - 1)] + "…"
+    return head + text + tail
 
 
 def _name(thread: ThreadActivity) -> str:

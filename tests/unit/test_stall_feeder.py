@@ -7,6 +7,7 @@ the first seconds, then exited, idled, or kept working.
 
 from __future__ import annotations
 
+from aitop.knowledge.expressions import MAX_WORD_CHARS
 from aitop.knowledge.metrics import compute_words
 from aitop.knowledge.stall_feeder import stall_feeder
 from aitop.probes.samples import (
@@ -53,7 +54,7 @@ def stuck_session(*, works_until: int, alive_until: int, feeder_cpu: float = 0.0
 def test_a_feeder_that_exited_is_named_with_when_it_last_worked() -> None:
     session = stuck_session(works_until=5, alive_until=5)
     said = stall_feeder(session, T0 + 30, stalled_s=28.0)
-    assert said.startswith("Its thread 'feeder', last seen working 25 s ago, has exited"), said
+    assert said == "Its thread 'feeder', last seen working 25 s ago, has exited.", said
 
 
 def test_a_feeder_alive_but_idle_waits_itself() -> None:
@@ -92,5 +93,10 @@ def test_a_thread_the_jobs_log_says_died_is_named_with_its_exception() -> None:
     session.add(LogEvent(T0 + 2, "thread_died", "batch-producer",
                          "RuntimeError: shard 42 truncated"))
     said = stall_feeder(session, T0 + 30, stalled_s=28.0)
-    assert said.startswith("Its thread 'batch-producer' died on an exception, as the job's "
-                           "log says (RuntimeError: shard 42 truncated)"), said
+    assert said == ("Its thread 'batch-producer' died on an exception (its log: "
+                    "RuntimeError: shard 42 truncated)."), said
+    # A long exception is cut so the sentence closes within a word's length.
+    session.add(LogEvent(T0 + 3, "thread_died", "batch-producer",
+                         "RuntimeError: simulated shard read failure: " + "/data/x" * 30))
+    said = stall_feeder(session, T0 + 30, stalled_s=28.0)
+    assert len(said) <= MAX_WORD_CHARS and said.endswith("…)."), said
