@@ -42,8 +42,9 @@ class ExpressionError(ValueError):
     """An expression is malformed or names something that does not exist."""
 
 
-def _clip(text: str, limit: int = 80) -> str:
-    """The start of ``text`` for an error message (the whole of it may be huge)."""
+def clip(text: str, limit: int = 80) -> str:
+    """The start of ``text``, cut with "…" to ``limit`` characters (the whole of it
+    may be huge: a condition quoted in an error, an exception in a sentence)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -69,23 +70,23 @@ def parse_bounded(expr: str) -> ast.Expression:
     if len(expr) > MAX_EXPR_CHARS:
         raise ExpressionError(
             f"condition is {len(expr):,} characters long, over the limit of {MAX_EXPR_CHARS:,}: "
-            f"'{_clip(expr)}'"
+            f"'{clip(expr)}'"
         )
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"syntax error in '{expr}': {exc.msg}") from exc
     except (RecursionError, MemoryError) as exc:
-        raise ExpressionError(f"condition is nested too deeply: '{_clip(expr)}'") from exc
+        raise ExpressionError(f"condition is nested too deeply: '{clip(expr)}'") from exc
     count, depth = _tree_shape(tree)
     if depth > MAX_EXPR_DEPTH:
         raise ExpressionError(
             f"condition is nested {depth} levels deep, over the limit of {MAX_EXPR_DEPTH} "
-            f"(split it with and/or): '{_clip(expr)}'"
+            f"(split it with and/or): '{clip(expr)}'"
         )
     if count > MAX_EXPR_NODES:
         raise ExpressionError(
-            f"condition has {count} parts, over the limit of {MAX_EXPR_NODES}: '{_clip(expr)}'"
+            f"condition has {count} parts, over the limit of {MAX_EXPR_NODES}: '{clip(expr)}'"
         )
     return tree
 
@@ -248,7 +249,7 @@ class Condition:
             if named:
                 hint += f"; named conditions: {', '.join(sorted(named))}"
             raise ExpressionError(
-                f"unknown metric {', '.join(unknown)} in '{_clip(self.written, 200)}' ({hint})"
+                f"unknown metric {', '.join(unknown)} in '{clip(self.written, 200)}' ({hint})"
             )
         self._evaluator = SimpleEval(
             operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={}
@@ -332,7 +333,7 @@ def check_format_spec(spec: str) -> None:
         number = _spec_number(match[part])
         if number > MAX_FORMAT_WIDTH:
             raise ExpressionError(
-                f"format {part} {_clip(match[part], 12)} in '{{…:{_clip(spec, 20)}}}' is over "
+                f"format {part} {clip(match[part], 12)} in '{{…:{clip(spec, 20)}}}' is over "
                 f"the limit of {MAX_FORMAT_WIDTH}"
             )
 
@@ -358,7 +359,7 @@ def template_fields(text: str) -> set[str]:
     try:
         return {f for _, f, _, _ in _FORMATTER.parse(text) if f}
     except ValueError as exc:
-        raise ExpressionError(f"bad template '{_clip(text)}': {exc}") from exc
+        raise ExpressionError(f"bad template '{clip(text)}': {exc}") from exc
 
 
 def check_template(text: str) -> set[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from aitop.probes.samples import LogEvent, ThreadActivity, ThreadInfo
 from aitop.probes.session import Session
 
-from .expressions import MAX_WORD_CHARS
+from .expressions import MAX_WORD_CHARS, clip
 
 #: How long before a stall began a thread's work still counts as beside the loop.
 FEEDER_LOOKBACK_S = 60.0
@@ -34,8 +34,10 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
     """One sentence on the threads that worked beside the stalled loop, or ""."""
     died = _died_in_log(session, now)
     if died is not None:
-        return _clipped(f"Its thread '{_short(died.subject)}' died on an exception (its log: ",
-                        died.text, ").")
+        # The exception is cut, not the sentence: it closes within a word's length.
+        name, tail = clip(died.subject, NAME_CHARS), ")."
+        head = f"Its thread '{name}' died on an exception (its log: "
+        return head + clip(died.text, MAX_WORD_CHARS - len(head) - len(tail)) + tail
     since = now - stalled_s
     last_busy: dict[str, tuple[float, ThreadActivity]] = {}
     for w in session.stacks.window(since - FEEDER_LOOKBACK_S, now):
@@ -50,14 +52,14 @@ def stall_feeder(session: Session, now: float, stalled_s: float) -> str:
     gone = [(t_end, t) for t_end, t in last_busy.values() if is_gone(t, alive)]
     if gone:
         t_end, thread = max(gone, key=lambda g: g[0])
-        return (f"Its thread '{_short(_name(thread))}', last seen working "
+        return (f"Its thread '{clip(_name(thread), NAME_CHARS)}', last seen working "
                 f"{_ago(now, t_end)}, has exited.")
     idle = [(t_end, t) for tid, (t_end, t) in last_busy.items()
             if tid in alive and t_end <= now - IDLE_FOR_S
             and (alive[tid].cpu_percent or 0.0) < IDLE_CPU_PERCENT]
     if idle:
         t_end, thread = max(idle, key=lambda g: g[0])
-        return (f"Its thread '{_short(_name(thread))}', last seen working "
+        return (f"Its thread '{clip(_name(thread), NAME_CHARS)}', last seen working "
                 f"{_ago(now, t_end)}, is alive but idle: it waits itself.")
     return ""
 
@@ -83,20 +85,6 @@ def live_threads(session: Session) -> dict[str, ThreadInfo] | None:
 def is_gone(thread: ThreadActivity, alive: dict[str, ThreadInfo] | None) -> bool:
     """Whether a thread py-spy saw has exited (its id is no longer in /proc/PID/task)."""
     return alive is not None and thread.thread_id.isdigit() and thread.thread_id not in alive
-
-
-def _short(name: str) -> str:
-    """A thread's name as a sentence shows it: a long one cut to NAME_CHARS."""
-    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
-
-
-def _clipped(head: str, text: str, tail: str) -> str:
-    """``head + text + tail`` within a word's length (``MAX_WORD_CHARS``): the
-    text is cut, with "…", so the sentence still closes."""
-    room = MAX_WORD_CHARS - len(head) - len(tail)
-    if len(text) > room:
-        text = text[:max(0, room - 1)] + "…"
-    return head + text + tail
 
 
 def _name(thread: ThreadActivity) -> str:

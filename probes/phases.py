@@ -22,6 +22,11 @@ from fnmatch import fnmatchcase
 OTHER = "other"
 
 
+def in_job_code(file: str) -> bool:
+    """A file of the job's own: they keep their absolute path (``shorten_path``)."""
+    return file.startswith("/")
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One Python frame as py-spy reports it (short filename, as py-spy prints it)."""
@@ -36,8 +41,7 @@ class Frame:
 
     @property
     def in_job_code(self) -> bool:
-        """In the job's own files: they keep their absolute path (``shorten_path``)."""
-        return self.file.startswith("/")
+        return in_job_code(self.file)
 
     @property
     def short_function(self) -> str:

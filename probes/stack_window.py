@@ -42,7 +42,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading
+from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
 from .samples import HotFrame, StackWindow, ThreadActivity
 from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
 
@@ -267,10 +267,10 @@ def _refine(
     savers = _checkpoint_callers(samples)
     for s in samples:
         s.loop_index = _loop_index(s.stack.frames, loop_frame)
-    dedicated = _dedicated_savers(samples)
+    dedicated = _dedicated_savers(samples, savers)
     for s in samples:
         frames = s.stack.frames
-        if s.phase == OTHER and _inside(frames[s.loop_index + 1:], dedicated, s.loop_index):
+        if s.phase == OTHER and _beneath_loop_in(s, dedicated):
             s.phase = CHECKPOINT
             continue
         if source is None:
@@ -304,34 +304,32 @@ def _checkpoint_callers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
     return out
 
 
-def _dedicated_savers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
-    """The job's own functions that call a checkpoint save from beneath the loop
-    and never lead into a step's phases or evaluation in these samples.
+def _dedicated_savers(
+    samples: Sequence[_Sample], savers: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """The checkpoint callers (``savers``) of the job's own that never lead into
+    a step's phases or evaluation in these samples.
 
-    Everything such a function does is the checkpoint: building the state
-    dict (``{k: v.clone() ...}``), opening the file (``open(path, "wb")``
-    truncates the last one), saving, ``fsync``. An unseen job's ``persist()``
-    read 10 points short of its own timer while only its save and fsync counted.
-    A step function that also saves now and then is not one: its other time
-    is the step's; nor is a library's dispatcher (a callback hook) that calls
-    a checkpoint callback among others.
+    Everything such a function does, called from beneath the loop
+    (``_beneath_loop_in``), is the checkpoint: building the state dict
+    (``{k: v.clone() ...}``), opening the file (``open(path, "wb")`` truncates
+    the last one), saving, ``fsync``. An unseen job's ``persist()`` read 10
+    points short of its own timer while only its save and fsync counted. A step
+    function that also saves now and then is not one: its other time is the
+    step's; nor is a library's dispatcher (a callback hook) that calls a
+    checkpoint callback among others.
     """
-    savers: set[tuple[str, str]] = set()
     stepping: set[tuple[str, str]] = set()
     for s in samples:
-        frames = s.stack.frames
-        if s.phase == CHECKPOINT and s.loop_index < s.outermost - 1:
-            caller = frames[s.outermost - 1]
-            if caller.in_job_code:
-                savers.add((caller.file, caller.function))
-        elif s.phase in STEP_PHASES or s.phase == "eval":
-            stepping.update((f.file, f.function) for f in frames[s.loop_index + 1:])
-    return savers - stepping
+        if s.phase in STEP_PHASES or s.phase == "eval":
+            stepping.update((f.file, f.function) for f in s.stack.frames[s.loop_index + 1:])
+    return {(file, function) for file, function in savers if in_job_code(file)} - stepping
 
 
-def _inside(frames: Sequence[Frame], functions: set[tuple[str, str]], loop_index: int) -> bool:
-    """Whether one of ``frames`` (those beneath the loop frame) is one of ``functions``."""
-    return loop_index >= 0 and any((f.file, f.function) in functions for f in frames)
+def _beneath_loop_in(sample: _Sample, functions: set[tuple[str, str]]) -> bool:
+    """Whether a frame beneath the sample's loop frame is one of ``functions``."""
+    return sample.loop_index >= 0 and any(
+        (f.file, f.function) in functions for f in sample.stack.frames[sample.loop_index + 1:])
 
 
 def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:
