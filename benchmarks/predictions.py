@@ -43,7 +43,7 @@ class Applied:
     change: str
 
 
-#: The jobs the calibration constants were fitted on (knowledge/gains.py): the
+#: The jobs the calibration constants were fitted on (knowledge/judging/gains.py): the
 #: base jobs of the fixed variants. Their rounds check the fit, not the model.
 FITTING_SET = ("data", "checkpoint", "compute")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
@@ -182,7 +182,7 @@ def markdown(outcomes: Sequence[Outcome], runs: int) -> str:
         f"{runs} round(s) per job, one job at a time, on this machine "
         "(2 cores, no GPU).",
         "",
-        "The calibration constants of `knowledge/gains.py` were fitted on the jobs "
+        "The calibration constants of `knowledge/judging/gains.py` were fitted on the jobs "
         f"{', '.join(FITTING_SET)} (the fitting set); "
         f"{', '.join(CHECK_SET)} were never used to fit one (the check set, "
         "`--check`). Set of each job below: "

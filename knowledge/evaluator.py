@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from aitop.probes.session import Session
 
-from .catalogue import SCALARS, SERIES
-from .diagnosis import Diagnoser
-from .loader import KnowledgeBase
-from .metrics import compute_metrics, compute_words
-from .model import COLLECTING, UNKNOWN, Diagnosis
-from .packed_metrics import PackedMetrics
-from .straggler import HOLDS_BACK, JobJudgement, RankView, judge_ranks, rank_view
+from .base.catalogue import SCALARS, SERIES
+from .base.findings import COLLECTING, UNKNOWN, Diagnosis
+from .judging.diagnosis import Diagnoser
+from .metrics.packed import PackedMetrics
+from .metrics.straggler import HOLDS_BACK, JobJudgement, RankView, judge_ranks, rank_view
+from .metrics.window import compute_metrics, compute_words
+from .reading.loader import KnowledgeBase
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
 DEFAULT_WINDOW_S = 20.0

@@ -27,7 +27,7 @@ from aitop.engine.compare.runs import Run
 from aitop.engine.headless.export import EXIT_UNSAVED, Exported, ExportFlow, ExportRequest
 from aitop.engine.live.job import rank_rows
 from aitop.engine.live.source import NOTHING, Conclusion, DataSource, RankPeer
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.base.findings import Diagnosis
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message

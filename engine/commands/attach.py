@@ -15,8 +15,8 @@ from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.headless.options import options_from, require_terminal, start_source
 from aitop.engine.headless.run import run_headless
 from aitop.engine.live.attach import job_notice
+from aitop.knowledge.base.findings import SEVERITIES
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.knowledge.model import SEVERITIES
 from aitop.probes.collector import CollectorConfig
 
 

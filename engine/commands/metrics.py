@@ -13,7 +13,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run() -> int:
-    from aitop.knowledge.catalogue import CATALOGUE
+    from aitop.knowledge.base.catalogue import CATALOGUE
 
     for name, spec in CATALOGUE.items():
         unit = f" [{spec.unit}]" if spec.unit else ""

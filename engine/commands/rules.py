@@ -10,8 +10,8 @@ from typing import Any
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.files import FileError, write_atomic
 from aitop.engine.prometheus.alerts import render, translate
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.yamlio import KnowledgeError
+from aitop.knowledge.reading.loader import load_knowledge_base
+from aitop.knowledge.reading.yamlio import KnowledgeError
 
 
 def add_parser(sub: Any) -> None:

@@ -32,9 +32,9 @@ from aitop.engine.compare.runs import FindingBrief, Run, RunError, read_run, run
 from aitop.engine.compare.stats import DRIFT_PCT, Rate, share_tolerance
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.reports.schema import Report
-from aitop.knowledge.documents import KnowledgeDocuments
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.yamlio import KnowledgeError
+from aitop.knowledge.base.documents import KnowledgeDocuments
+from aitop.knowledge.reading.loader import load_knowledge_base
+from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes.session import PHASES
 
 SCHEMA = "aitop.diff/1"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from aitop.engine.errors import EXIT_GATE, CliError
 from aitop.engine.reports.schema import Report
-from aitop.knowledge.model import SEVERITIES
+from aitop.knowledge.base.findings import SEVERITIES
 
 if TYPE_CHECKING:
     from aitop.engine.compare.diff import Comparison

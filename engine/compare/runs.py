@@ -33,7 +33,7 @@ from aitop.engine.records.snapshot import (
 )
 from aitop.engine.records.snapshot import SCHEMA as SNAPSHOT_SCHEMA
 from aitop.engine.reports.schema import READS, Report, decode_report
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 from aitop.probes.steps import counter_increments, usual_intervals

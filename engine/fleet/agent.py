@@ -27,8 +27,8 @@ from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
 from aitop.engine.live.rank import self_cpu_seconds
 from aitop.engine.live.source import DataSource
 from aitop.engine.prometheus.exporter import Frame, Publisher, WatchInfo
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.yamlio import KnowledgeError
+from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes import cadence
 from aitop.probes.discovery import Discovery, Found, JobGroup, is_launcher, job_groups
 from aitop.probes.job_identity import Identity, identify

@@ -35,7 +35,7 @@ from aitop.engine.records.snapshot import (
 from aitop.engine.reports.markdown import render_report
 from aitop.engine.reports.report import RunFacts
 from aitop.engine.reports.schema import Report
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.base.findings import Diagnosis
 
 
 def report_at(source: DataSource, now: float, diagnosis: Diagnosis | None) -> Report:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
-from aitop.knowledge.yamlio import KnowledgeError
+from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
 
 

@@ -21,10 +21,10 @@ from typing import Any
 from aitop.engine.live.job import LiveJob
 from aitop.engine.live.rank import LiveSource, SharedHost, self_cpu_seconds, self_rss_bytes
 from aitop.engine.live.source import RankPeer, peer_views, watched_peers
+from aitop.knowledge.base.facts import Facts
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
-from aitop.knowledge.facts import Facts
-from aitop.knowledge.loader import KnowledgeBase, load_knowledge_base
-from aitop.knowledge.straggler import RankView
+from aitop.knowledge.metrics.straggler import RankView
+from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes import cadence
 from aitop.probes.collector import Collector, CollectorConfig
 from aitop.probes.environment import EnvironmentProbe

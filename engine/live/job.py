@@ -29,9 +29,9 @@ from aitop.engine.live.source import (
     peer_diagnosis,
     rank_label,
 )
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import JobJudgement, rank_view
+from aitop.knowledge.metrics.straggler import JobJudgement, rank_view
 from aitop.probes.ranks import Job
 from aitop.probes.session import Session
 

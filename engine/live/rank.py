@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from aitop.engine.live.source import NOTHING, Conclusion, RankPeer, Timeline
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import RECENT_FULL, Evaluator
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import JobJudgement
+from aitop.knowledge.metrics.straggler import JobJudgement
 from aitop.probes.cadence import UI
 from aitop.probes.collector import Collector, PeriodicTask
 from aitop.probes.host import HostProbe

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from aitop.engine.live.series import typical_interval
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import JobJudgement, RankView, judge_ranks, rank_view
+from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.metrics.straggler import JobJudgement, RankView, judge_ranks, rank_view
 from aitop.probes.session import Session, sample_time
 
 

@@ -23,7 +23,7 @@ from aitop.engine.prometheus.names import Exported, exported_metrics
 from aitop.engine.prometheus.promql import Translator, Untranslatable, number
 from aitop.engine.prometheus.rank_rules import GROUP as RANK_GROUP
 from aitop.engine.prometheus.rank_rules import rank_group
-from aitop.knowledge.rules import Rule, RuleSet
+from aitop.knowledge.base.rules import Rule, RuleSet
 from aitop.probes.own_version import aitop_version
 
 GROUP = "aitop"

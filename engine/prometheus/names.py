@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from aitop.knowledge.catalogue import CATALOGUE, MetricSpec
+from aitop.knowledge.base.catalogue import CATALOGUE, MetricSpec
 from aitop.probes.session import PHASES
 
 PREFIX = "aitop_"

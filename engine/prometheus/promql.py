@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aitop.engine.prometheus.names import Exported, base_value, exported_metrics
-from aitop.knowledge.expressions import ExpressionError, parse_bounded
+from aitop.knowledge.base.expressions import ExpressionError, parse_bounded
 
 #: Every attached job has this series: "all instances", for conditions that are
 #: constant (``true``) in part.

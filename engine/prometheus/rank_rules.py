@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from aitop.engine.prometheus.promql import Translator, Untranslatable
-from aitop.knowledge.rules import RuleSet
+from aitop.knowledge.base.rules import RuleSet
 
 GROUP = "aitop-ranks"
 OWN_WORK = "aitop:rank_own_work_ratio"

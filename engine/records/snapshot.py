@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 from aitop.engine.files import FileError, discard, read_bounded, reason_of, refuse_non_regular
 from aitop.engine.live.source import DataSource, RankPeer, ReplayInfo, ReplaySource
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.samples import (

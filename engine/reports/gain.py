@@ -8,8 +8,8 @@ call a ceiling a prediction while another says it right.
 
 from __future__ import annotations
 
-from aitop.knowledge.gains import figure, figure_range
-from aitop.knowledge.model import Gain
+from aitop.knowledge.base.findings import Gain
+from aitop.knowledge.judging.gains import figure, figure_range
 
 #: The finding list's one-character mark per method: a prediction has none, a
 #: ceiling is an upper bound, a documents' figure is approximate.

@@ -14,10 +14,10 @@ from functools import lru_cache
 
 from aitop.engine.live.series import latest, recent
 from aitop.engine.reports import humanize as fmt
-from aitop.knowledge import verdicts
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.metrics import gpu_util_over
-from aitop.knowledge.model import Diagnosis
+from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.judging import verdicts
+from aitop.knowledge.metrics.window import gpu_util_over
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates
 

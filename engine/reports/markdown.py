@@ -16,8 +16,8 @@ from aitop.engine.reports import humanize as fmt
 from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.key_metrics import key_metric_rows, read_key_metric
 from aitop.engine.reports.report import normalised_phases, steps_source
+from aitop.knowledge.base.findings import Diagnosis, Evidence
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.knowledge.model import Diagnosis, Evidence
 from aitop.probes.session import PHASES, Session
 
 

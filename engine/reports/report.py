@@ -22,8 +22,7 @@ import msgspec
 from aitop.engine.reports import schema as s
 from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.schema import SCHEMA, Report
-from aitop.knowledge.metrics import STEPS_WINDOW_S
-from aitop.knowledge.model import (
+from aitop.knowledge.base.findings import (
     COLLECTING,
     STALLED,
     UNKNOWN,
@@ -32,6 +31,7 @@ from aitop.knowledge.model import (
     Evidence,
     Finding,
 )
+from aitop.knowledge.metrics.window import STEPS_WINDOW_S
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import msgspec
-from aitop.knowledge.model import Gain
+from aitop.knowledge.base.findings import Gain
 from aitop.probes.status import ProbeState
 
 SCHEMA: Final = "aitop.report/2"
@@ -58,7 +58,7 @@ BottleneckCategory = Literal[
     "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
     "warming_up", "stalled", "none", "collecting", "unknown",
 ]
-#: An evidence value against its target range (knowledge/targets.py).
+#: An evidence value against its target range (knowledge/base/targets.py).
 EvidenceStatus = Literal["within", "near", "outside", "unknown"]
 #: How a gain was worked out: a range for this machine, an Amdahl ceiling, the
 #: documents' figure, or no speed figure at all.

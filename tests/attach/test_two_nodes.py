@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from aitop.engine.prometheus.exporter import stable_title
-from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.job_identity import read_environ
 from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.processes import free_port, started, wait_until

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.expressions import (
+from aitop.knowledge.base.expressions import (
     MAX_EXPR_CHARS,
     MAX_FORMAT_WIDTH,
 )
-from aitop.knowledge.yamlio import (
+from aitop.knowledge.reading.yamlio import (
     MAX_ALIASES,
     MAX_DEPTH,
     MAX_FILE_BYTES,

@@ -26,8 +26,8 @@ import pytest
 import yaml
 from aitop.engine.prometheus.alerts import alert_name, duration
 from aitop.engine.prometheus.names import base_value, exported_metrics
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.rules import Rule
+from aitop.knowledge.base.rules import Rule
+from aitop.knowledge.reading.loader import load_knowledge_base
 from support.jobs import run_aitop
 from support.prometheus import tool
 

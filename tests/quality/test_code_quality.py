@@ -42,7 +42,7 @@ def test_mypy_sees_across_rooms(tmp_path: Path) -> None:
     bad = tmp_path / "cross_room_misuse.py"
     bad.write_text(textwrap.dedent("""\
         from aitop.engine.live.attach import AttachOptions
-        from aitop.knowledge.model import Diagnosis
+        from aitop.knowledge.base.findings import Diagnosis
         from aitop.probes.session import Session
 
         def misuse(session: Session, diagnosis: Diagnosis) -> None:
@@ -145,7 +145,8 @@ LOADED = (
         "import aitop.tui.entry, aitop.engine.cli, aitop.engine.headless.run",
         # The --export path: snapshot -> Markdown report -> key metrics and verdicts.
         "import aitop.engine.headless.export, aitop.engine.reports.key_metrics\n"
-        "import aitop.knowledge.verdicts, aitop.knowledge.evaluator, aitop.probes.collector",
+        "import aitop.knowledge.judging.verdicts, aitop.knowledge.evaluator\n"
+        "import aitop.probes.collector",
     ],
     ids=["headless", "export"],
 )

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from aitop.knowledge.diagnosis import Diagnoser, Facts
-from aitop.knowledge.metrics import compute_metrics, compute_words
-from aitop.knowledge.model import Citation, Diagnosis, Finding, Gain
-from aitop.knowledge.rules import RuleEngine, RuleSet
-from aitop.knowledge.straggler import RankView, judge_ranks
+from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
+from aitop.knowledge.base.rules import RuleEngine, RuleSet
+from aitop.knowledge.judging.diagnosis import Diagnoser, Facts
+from aitop.knowledge.metrics.straggler import RankView, judge_ranks
+from aitop.knowledge.metrics.window import compute_metrics, compute_words
 from aitop.probes.cgroup_memory import MemoryLimit
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess

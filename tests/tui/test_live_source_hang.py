@@ -20,7 +20,7 @@ import pytest
 from aitop.engine.headless.export import write_snapshot
 from aitop.engine.live.attach import LiveSource
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.collector import Collector
 from aitop.tui.screens.help import HelpScreen
 from aitop.tui.screens.main import MainScreen

@@ -8,10 +8,10 @@ and what its first action is predicted to buy given the cores that are free.
 from __future__ import annotations
 
 import pytest
-from aitop.knowledge.capacity import loading_capacity_factor, suggested_workers
-from aitop.knowledge.diagnosis import Facts, estimate_gain
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.rules import GainSpec
+from aitop.knowledge.base.rules import GainSpec
+from aitop.knowledge.judging.diagnosis import Facts, estimate_gain
+from aitop.knowledge.metrics.capacity import loading_capacity_factor, suggested_workers
+from aitop.knowledge.reading.loader import load_knowledge_base
 from support.synthetic import diagnose_job, mix
 
 RULESET = load_knowledge_base().rules

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from aitop.engine.live.source import ReplaySource
 from aitop.engine.records.snapshot import encode, load_snapshot, snapshot_of
-from aitop.knowledge.catalogue import CATALOGUE
+from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator, compact
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.packed_metrics import PackedMetrics
+from aitop.knowledge.metrics.packed import PackedMetrics
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
 from support.synthetic import T0, Job, extend, mix
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.catalogue import CATALOGUE
-from aitop.knowledge.expressions import (
+from aitop.knowledge.base.catalogue import CATALOGUE
+from aitop.knowledge.base.expressions import (
     Condition,
     ExpressionError,
     names_in,

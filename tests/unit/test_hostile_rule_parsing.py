@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.catalogue import CATALOGUE
-from aitop.knowledge.expressions import (
+from aitop.knowledge.base.catalogue import CATALOGUE
+from aitop.knowledge.base.expressions import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,
     MAX_FORMAT_WIDTH,
@@ -18,7 +18,7 @@ from aitop.knowledge.expressions import (
     names_in,
     render,
 )
-from aitop.knowledge.yamlio import (
+from aitop.knowledge.reading.yamlio import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     KnowledgeError,

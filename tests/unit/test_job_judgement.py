@@ -1,4 +1,4 @@
-"""The arithmetic of a rank's hidden wait and of the straggler (knowledge/straggler.py).
+"""The arithmetic of a rank's hidden wait and of the straggler (knowledge/metrics/straggler.py).
 
 The end-to-end checks against real torchrun/mp.spawn jobs are in test_ranks.py;
 these pin the rules of the reading on numbers small enough to check by hand.
@@ -7,7 +7,7 @@ these pin the rules of the reading on numbers small enough to check by hand.
 from __future__ import annotations
 
 import pytest
-from aitop.knowledge.straggler import RankView, hidden_comm, judge_ranks
+from aitop.knowledge.metrics.straggler import RankView, hidden_comm, judge_ranks
 
 
 def cpu_rank(**metrics: float | None) -> dict[str, float | None]:

@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aitop.knowledge import documents as kdoc
-from aitop.knowledge.documents import KnowledgeDocuments
-from aitop.knowledge.documents_reader import read_documents
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.model import CATEGORIES
-from aitop.knowledge.passages import (
+from aitop.knowledge.base import documents as kdoc
+from aitop.knowledge.base.documents import KnowledgeDocuments
+from aitop.knowledge.base.findings import CATEGORIES
+from aitop.knowledge.base.passages import (
     find_passage,
     headings,
     normalize,
@@ -29,7 +27,9 @@ from aitop.knowledge.passages import (
     source_text,
     verify_sources,
 )
-from aitop.knowledge.yamlio import KnowledgeError
+from aitop.knowledge.reading.documents_reader import read_documents
+from aitop.knowledge.reading.loader import load_knowledge_base
+from aitop.knowledge.reading.yamlio import KnowledgeError
 
 RULES = load_knowledge_base().rules
 
@@ -857,7 +857,7 @@ def test_loaded_data_is_immutable(kd: KnowledgeDocuments) -> None:
 
 
 def _packaged_text() -> str:
-    path = Path(kdoc.__file__).parent / "data" / "documents.yaml"
+    path = Path(kdoc.__file__).parents[1] / "data" / "documents.yaml"
     return path.read_text(encoding="utf-8")
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitop.knowledge import catalogue, metrics
-from aitop.knowledge.diagnosis import Diagnoser
-from aitop.knowledge.facts import Facts
-from aitop.knowledge.loader import KnowledgeBase, load_knowledge_base
-from aitop.knowledge.straggler import RankView, judge_ranks
+from aitop.knowledge.base import catalogue
+from aitop.knowledge.base.facts import Facts
+from aitop.knowledge.judging.diagnosis import Diagnoser
+from aitop.knowledge.metrics import window as metrics
+from aitop.knowledge.metrics.straggler import RankView, judge_ranks
+from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes.phases import PhaseClassifier, StackReading, parse_raw
 from aitop.probes.samples import StackWindow
 from aitop.probes.stack_window import summarize_window

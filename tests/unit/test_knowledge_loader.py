@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.loader import KnowledgeBase, load_knowledge_base, rules_in_document
-from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
+from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base, rules_in_document
+from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
 from support.rule_files import THREE_MISTAKES
 
 
@@ -153,10 +153,10 @@ def test_one_file_is_read_against_the_packaged_conditions(tmp_path: Path) -> Non
 
 def test_the_documents_reader_reports_every_problem_too(tmp_path: Path) -> None:
     """Same reader, same dialect: two mistakes in documents.yaml are two located lines."""
-    from aitop.knowledge import documents as kdoc
-    from aitop.knowledge.documents_reader import read_documents
+    from aitop.knowledge.base import documents as kdoc
+    from aitop.knowledge.reading.documents_reader import read_documents
 
-    text = (Path(kdoc.__file__).parent / "data" / "documents.yaml").read_text(encoding="utf-8")
+    text = (Path(kdoc.__file__).parents[1] / "data" / "documents.yaml").read_text(encoding="utf-8")
     first = text.index("category: data_loading")
     second = text.index('op: "<", value: 70,')
     broken = (text[:first] + "category: gpu_starved" + text[first + 22 : second]

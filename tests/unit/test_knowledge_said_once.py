@@ -11,9 +11,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.diagnosis import Diagnoser, hardware_use
-from aitop.knowledge.facts import Facts
-from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.base.facts import Facts
+from aitop.knowledge.judging.diagnosis import Diagnoser, hardware_use
+from aitop.knowledge.reading.loader import load_knowledge_base
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_YAML = ROOT / "knowledge" / "data" / "rules.yaml"

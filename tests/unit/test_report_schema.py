@@ -22,9 +22,9 @@ from aitop.engine.headless.report import report_of
 from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
 from aitop.engine.reports import schema
 from aitop.engine.reports.report import RunFacts
-from aitop.knowledge import gains
-from aitop.knowledge.model import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
-from aitop.knowledge.straggler import judge_ranks, rank_view
+from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
+from aitop.knowledge.judging import gains
+from aitop.knowledge.metrics.straggler import judge_ranks, rank_view
 from aitop.probes import ranks as probe_ranks
 from support.report_schema import errors_of, shipped_schema
 from support.tui_session import replay_source

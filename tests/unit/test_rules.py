@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.catalogue import CATALOGUE
-from aitop.knowledge.diagnosis import Diagnoser, Facts, estimate_gain
-from aitop.knowledge.loader import load_knowledge_base, rules_in_document
-from aitop.knowledge.metrics import memory_growth
-from aitop.knowledge.rules import GainSpec, Rule, RuleEngine, RuleSet
-from aitop.knowledge.yamlio import KnowledgeError, load_yaml_file
+from aitop.knowledge.base.catalogue import CATALOGUE
+from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
+from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
+from aitop.knowledge.metrics.window import memory_growth
+from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
+from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.samples import GpuSample
 from aitop.probes.session import aggregate
@@ -1792,7 +1792,7 @@ def test_unknown_top_level_and_phase_keys_are_rejected(tmp_path: Path) -> None:
 def test_a_user_file_is_read_once_for_rules_and_phases(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aitop.knowledge.loader as loader
+    import aitop.knowledge.reading.loader as loader
 
     path = _write(tmp_path, "rules:\n" + _rule("mine") + "phases:\n  - phase: forward\n"
                   "    rank: 50\n    signatures: [{function: my_forward}]\n")

@@ -7,7 +7,7 @@ import threading
 import tracemalloc
 
 import pytest
-from aitop.knowledge.metrics import compute_metrics
+from aitop.knowledge.metrics.window import compute_metrics
 from aitop.probes.samples import (
     EnvironmentInfo,
     HostSample,

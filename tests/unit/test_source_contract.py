@@ -25,10 +25,10 @@ from aitop.engine.live.source import (
     ReplaySource,
     judge_at,
 )
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.model import Diagnosis
-from aitop.knowledge.straggler import JobJudgement, RankView, rank_view
+from aitop.knowledge.metrics.straggler import JobJudgement, RankView, rank_view
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.collector import Collector
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.loader import load_knowledge_base
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.phases import PhaseClassifier, parse_raw, shorten_path
 from aitop.probes.source_lines import SourceLines, is_fetch_line, is_host_sync_line
 from aitop.probes.stack_window import summarize_window

@@ -1,4 +1,4 @@
-"""What became of the threads that worked beside a stalled loop (knowledge/stall_feeder.py).
+"""What became of the threads that worked beside a stalled loop (knowledge/metrics/stall_feeder.py).
 
 Sessions are built from the real sample dataclasses: a training thread standing
 in ``Queue.get`` window after window, and a thread that worked beside it for
@@ -7,9 +7,9 @@ the first seconds, then exited, idled, or kept working.
 
 from __future__ import annotations
 
-from aitop.knowledge.expressions import MAX_WORD_CHARS
-from aitop.knowledge.metrics import compute_words
-from aitop.knowledge.stall_feeder import stall_feeder
+from aitop.knowledge.base.expressions import MAX_WORD_CHARS
+from aitop.knowledge.metrics.stall_feeder import stall_feeder
+from aitop.knowledge.metrics.window import compute_words
 from aitop.probes.samples import (
     HotFrame,
     LogEvent,

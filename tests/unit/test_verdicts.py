@@ -1,16 +1,20 @@
 """One source of truth: a panel, a finding and the Markdown report judge alike.
 
-Every verdict the UI shows comes from ``aitop.knowledge.verdicts``, which asks
+Every verdict the UI shows comes from ``aitop.knowledge.judging.verdicts``, which asks
 the same targets and the same ``judge`` that a finding's evidence uses.
 """
 
 from __future__ import annotations
 
 import pytest
-from aitop.knowledge import verdicts
-from aitop.knowledge.diagnosis import evidence_for
-from aitop.knowledge.loader import load_knowledge_base
-from aitop.knowledge.metrics import FALLBACK_TEMPERATURE_LIMIT_C, POWER_REASONS, THERMAL_REASONS
+from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.diagnosis import evidence_for
+from aitop.knowledge.metrics.window import (
+    FALLBACK_TEMPERATURE_LIMIT_C,
+    POWER_REASONS,
+    THERMAL_REASONS,
+)
+from aitop.knowledge.reading.loader import load_knowledge_base
 
 TARGETS = load_knowledge_base().facts.targets
 
@@ -61,7 +65,7 @@ def test_clock_reasons_use_the_metrics_reason_sets() -> None:
         assert verdicts.clock_reasons((reason,)) == "outside"
     for reason in POWER_REASONS:
         assert verdicts.clock_reasons((reason,)) == "near"
-    # Neither set: shown in words, not judged (see knowledge/metrics.py).
+    # Neither set: shown in words, not judged (see knowledge/metrics/window.py).
     assert verdicts.clock_reasons(("hw_slowdown",)) == "within"
     assert verdicts.clock_reasons(("gpu_idle",)) == "within"
     assert verdicts.clock_reasons(()) == "within"

@@ -9,7 +9,7 @@ and what it should buy (the estimated gain and how it was computed).
 from __future__ import annotations
 
 from aitop.engine.reports.gain import gain_text
-from aitop.knowledge.model import Finding
+from aitop.knowledge.base.findings import Finding
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.syntax import Syntax

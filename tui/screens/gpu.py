@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aitop.engine.live.series import gpu_values, latest, reason_durations, upto
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.app import ComposeResult

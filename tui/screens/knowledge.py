@@ -3,7 +3,7 @@
 The priority framework (current state → priorities 1-3) with the matching
 rows marked, the key-metrics table with this job's current values judged
 against each target, and the bottleneck-location table with the current
-category marked. Loaded with ``aitop.knowledge.loader.load_knowledge_base()``;
+category marked. Loaded with ``aitop.knowledge.reading.loader.load_knowledge_base()``;
 if the knowledge file cannot be loaded, the screen says why and still shows
 the diagnosis's states and the current values.
 """
@@ -32,7 +32,7 @@ NOW_STYLE = "bold reverse"
 def documents_or_error() -> tuple[Any | None, str | None]:
     """The loaded documents, or why they could not be loaded (one line)."""
     try:
-        from aitop.knowledge.loader import load_knowledge_base
+        from aitop.knowledge.reading.loader import load_knowledge_base
 
         return load_knowledge_base().documents, None
     except Exception as exc:  # a missing or malformed file must not break the UI

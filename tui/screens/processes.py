@@ -10,7 +10,7 @@ import shlex
 from typing import ClassVar
 
 from aitop.engine.live.series import latest
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from aitop.probes.samples import ProcessTreeSample
 from rich.text import Text
 from textual.app import ComposeResult

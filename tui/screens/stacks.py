@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from aitop.engine.live.series import FrameTotal, hot_frames, latest, recent, upto
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text

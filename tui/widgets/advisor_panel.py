@@ -12,7 +12,7 @@ import textwrap
 from typing import ClassVar
 
 from aitop.engine.reports.gain import gain_text
-from aitop.knowledge.model import Diagnosis, Finding
+from aitop.knowledge.base.findings import Diagnosis, Finding
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType

@@ -9,7 +9,7 @@ line saying why, and the other panels take the room.
 from __future__ import annotations
 
 from aitop.engine.live.series import gpu_values, latest, recent
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.widget import Widget

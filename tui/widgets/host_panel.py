@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from aitop.engine.live.series import latest, recent, tree_cpu, values
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from aitop.probes.samples import ProcessInfo
 from rich.text import Text
 

@@ -10,7 +10,7 @@ or from the engine's diagnoses when there are none.
 from __future__ import annotations
 
 from aitop.engine.live.series import latest
-from aitop.knowledge import verdicts
+from aitop.knowledge.judging import verdicts
 from aitop.probes.session import PHASES
 from aitop.probes.steps import step_rates
 from rich.text import Text

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aitop.engine.live.job import RankRow
+from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.knowledge.model import Diagnosis
 from aitop.probes.session import Session
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .documents import Effect, KnowledgeDocuments, MetricTarget, Technique
-from .model import Citation
+from .findings import Citation
 from .targets import Target
 
 

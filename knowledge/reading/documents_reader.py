@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .documents import (
+from ..base.documents import (
     APPLIES_TO,
     BOUND_KINDS,
     CHANGES,
@@ -37,8 +37,8 @@ from .documents import (
     Technique,
     Threshold,
 )
-from .model import CATEGORIES
-from .schema import Reader, unique
+from ..base.findings import CATEGORIES
+from .file_schema import Reader, unique
 from .yamlio import Located, LocatedList, load_yaml_file, load_yaml_text
 
 _SOURCE_KEYS = ("document", "section", "quote")

@@ -251,7 +251,7 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
 #: Names (not numbers) a rule's text may use: filled by :func:`compute_words`.
 WORDS: frozenset[str] = frozenset({
     "producer", "producer_frame", "data_source", "other_frame",
-    # The job-level judgement of a multi-rank job (knowledge/straggler.py).
+    # The job-level judgement of a multi-rank job (knowledge/metrics/straggler.py).
     "straggler", "straggler_cause", "straggler_action",
     # How long a job state (warming up) has held: filled by the Diagnoser.
     "state_seen",
@@ -263,7 +263,7 @@ WORDS: frozenset[str] = frozenset({
     # least 40 s" when the stall began before aitop attached).
     "stalled_frame", "stalled_for",
     # What became of the threads that worked beside a stalled loop: a sentence
-    # naming one that has exited or idles, or "" (knowledge/stall_feeder.py).
+    # naming one that has exited or idles, or "" (knowledge/metrics/stall_feeder.py).
     "stall_feeder",
     # What the job runs out of first: "RAM" or its cgroup's limit.
     "memory_limit",

@@ -25,7 +25,7 @@ from aitop.probes.phases import (
 from aitop.probes.process_tree import PIN_THREAD_NAME
 from aitop.probes.session import PHASES
 
-from .schema import Reader
+from .file_schema import Reader
 from .yamlio import Located, LocatedList
 
 #: The sections of a file this module reads (rules_reader.py reads the others).

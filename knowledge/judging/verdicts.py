@@ -1,7 +1,7 @@
 """Verdicts for the values a screen shows, from the knowledge base's targets.
 
 A panel colours a GPU at 75 % by asking here, and here asks the same targets and
-the same :func:`~aitop.knowledge.targets.target_status` that a finding's evidence uses,
+the same :func:`~aitop.knowledge.base.targets.target_status` that a finding's evidence uses,
 so a value reads the same in a panel, a finding and the Markdown report. Each
 function takes the value in the unit the probes report it in (percent, a
 fraction, degrees) and converts it to the metric's unit.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .loader import load_knowledge_base
-from .metrics import POWER_REASONS, THERMAL_REASONS, temperature_margin
-from .model import Status
-from .targets import Target, target_for, target_status
+from ..base.findings import Status
+from ..base.targets import Target, target_for, target_status
+from ..metrics.window import POWER_REASONS, THERMAL_REASONS, temperature_margin
+from ..reading.loader import load_knowledge_base
 
 
 def _targets() -> Mapping[str, Target]:

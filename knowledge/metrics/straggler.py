@@ -26,9 +26,9 @@ import dataclasses
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
-from .expressions import Condition
-from .loader import load_knowledge_base
-from .model import Diagnosis, Finding
+from ..base.expressions import Condition
+from ..base.findings import Diagnosis, Finding
+from ..reading.loader import load_knowledge_base
 
 Metrics = Mapping[str, "float | None"]
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 from .documents import Threshold
 from .expressions import Condition, ExpressionError
-from .model import Category, Severity
+from .findings import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
 EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "fewer", "document",

@@ -28,9 +28,9 @@ from aitop.probes.samples import (
 from aitop.probes.session import PHASES, Aggregate, Session
 from aitop.probes.steps import steps_per_second
 
+from ..base.catalogue import AGGREGATES
+from ..reading.loader import load_knowledge_base
 from .capacity import suggested_workers
-from .catalogue import AGGREGATES
-from .loader import load_knowledge_base
 from .stall_feeder import is_gone, live_threads, stall_feeder
 from .straggler import comm_metrics
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .model import Status
+from .findings import Status
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from aitop.probes.samples import LogEvent, ThreadActivity, ThreadInfo
 from aitop.probes.session import Session
 
-from .expressions import MAX_WORD_CHARS, clip
+from ..base.expressions import MAX_WORD_CHARS, clip
 
 #: How long before a stall began a thread's work still counts as beside the loop.
 FEEDER_LOOKBACK_S = 60.0

@@ -17,14 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .catalogue import CATALOGUE, WORDS
-from .documents import KnowledgeDocuments, PriorityState, Threshold
-from .expressions import Condition, ExpressionError, check_template, names_in
-from .facts import METRIC_NAMES
-from .model import CATEGORIES, SEVERITIES, Category, Severity
-from .rules import FRAMEWORKS, EstimateMethod, GainSpec, Rule, StateSpec
-from .schema import Reader
-from .targets import Target
+from ..base.catalogue import CATALOGUE, WORDS
+from ..base.documents import KnowledgeDocuments, PriorityState, Threshold
+from ..base.expressions import Condition, ExpressionError, check_template, names_in
+from ..base.facts import METRIC_NAMES
+from ..base.findings import CATEGORIES, SEVERITIES, Category, Severity
+from ..base.rules import FRAMEWORKS, EstimateMethod, GainSpec, Rule, StateSpec
+from ..base.targets import Target
+from .file_schema import Reader
 from .yamlio import Located, LocatedList
 
 #: Every key a rule, its gain and its source may have.

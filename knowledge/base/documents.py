@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .model import Citation
+from .findings import Citation
 
 #: What a technique can be used for.
 APPLIES_TO: tuple[str, ...] = ("training", "inference")

@@ -13,7 +13,7 @@ import importlib.resources
 
 from .documents import KnowledgeDocuments
 
-_PACKAGE = __package__ or "aitop.knowledge"
+_PACKAGE = "aitop.knowledge"
 
 
 def source_text(document_id: str, documents: KnowledgeDocuments) -> str:

@@ -12,12 +12,11 @@ from collections.abc import Mapping, Sequence
 
 from aitop.probes.session import PHASES
 
-from .catalogue import CATALOGUE
-from .documents import Threshold
-from .expressions import render, render_code
-from .facts import Facts
-from .gains import estimate_gain
-from .model import (
+from ..base.catalogue import CATALOGUE
+from ..base.documents import Threshold
+from ..base.expressions import render, render_code
+from ..base.facts import Facts
+from ..base.findings import (
     COLLECTING,
     SEVERITIES,
     Citation,
@@ -27,8 +26,9 @@ from .model import (
     Gain,
     StateMatch,
 )
-from .rules import FRAMEWORKS, Rule, RuleEngine, RuleSet
-from .targets import Target, target_for, target_status
+from ..base.rules import FRAMEWORKS, Rule, RuleEngine, RuleSet
+from ..base.targets import Target, target_for, target_status
+from .gains import estimate_gain
 
 __all__ = ["Diagnoser", "Facts", "build_finding", "estimate_gain", "rank"]
 

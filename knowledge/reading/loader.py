@@ -27,13 +27,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import phases as phase_sections
+from ..base.documents import KnowledgeDocuments
+from ..base.facts import Facts, facts_from
+from ..base.rules import Rule, RuleSet, StateSpec
+from ..base.targets import Target
+from . import phase_reader as phase_sections
 from . import rules_reader
-from .documents import KnowledgeDocuments
 from .documents_reader import documents_text
-from .facts import Facts, facts_from
-from .phases import PhaseConfig, merge, read_phase_sections
-from .rules import Rule, RuleSet, StateSpec
+from .file_schema import Reader, in_order
+from .phase_reader import PhaseConfig, merge, read_phase_sections
 from .rules_reader import (
     Context,
     NamedCondition,
@@ -42,8 +44,6 @@ from .rules_reader import (
     read_rule_sections,
     resolve_conditions,
 )
-from .schema import Reader, in_order
-from .targets import Target
 from .yamlio import (
     MAX_FILE_BYTES,
     KnowledgeError,

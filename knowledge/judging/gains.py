@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from .capacity import loading_capacity_factor
-from .facts import Facts
-from .model import Gain
-from .rules import GainSpec
+from ..base.facts import Facts
+from ..base.findings import Gain
+from ..base.rules import GainSpec
+from ..metrics.capacity import loading_capacity_factor
 
 Metrics = Mapping[str, "float | None"]
 
