@@ -25,7 +25,7 @@ from aitop.knowledge.metrics import compute_metrics, compute_words
 from aitop.knowledge.model import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.rules import RuleEngine, RuleSet
 from aitop.knowledge.straggler import RankView, judge_ranks
-from aitop.probes.cgroup_memory import MemoryLimit
+from aitop.probes.kernel.cgroups import MemoryLimit
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
