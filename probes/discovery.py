@@ -35,8 +35,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .environment import torch_dir_from_maps
+from .kernel.procfs import (
+    PROC,
+    list_pids,
+    process_uid,
+    read_cmdline,
+    read_link,
+    read_maps,
+    read_stat,
+)
 from .process_tree import is_forkserver, is_spawn_child
-from .procfs import PROC, parse_stat, read_cmdline, read_text
 from .ranks import read_rank_env
 
 #: Why a torch process cannot be watched, as ``aitop_job_info`` says it.
@@ -91,7 +99,7 @@ class Discovery:
         """Torch processes and unreadable Python processes, in PID order."""
         found: list[Found] = []
         self._live = set()
-        for pid in _pids(self.proc_root):
+        for pid in list_pids(self.proc_root):
             item = self._look_at(pid)
             if item is not None:
                 found.append(item)
@@ -101,30 +109,28 @@ class Discovery:
         return found
 
     def _look_at(self, pid: int) -> Found | None:
-        stat = read_text(f"{self.proc_root}/{pid}/stat")
-        parsed = parse_stat(stat) if stat else None
-        if parsed is None or len(parsed[1]) < 20 or parsed[1][0] == "Z":
+        stat = read_stat(pid, proc_root=self.proc_root)
+        if stat is None or len(stat.fields) < 20 or stat.state == "Z":
             return None
-        fields = parsed[1]
-        parent, started = _int(fields[1]), _int(fields[19])
+        parent, started = stat.ppid, stat.start_ticks
         if started is None:
             return None
         command = read_cmdline(pid, self.proc_root)
         if not command:
             return None  # a kernel thread
-        uid = _uid(self.proc_root, pid)
+        uid = process_uid(pid, self.proc_root)
         key = (pid, started)
         self._live.add(key)
         python = _is_python(command, self.proc_root, pid)
         now = self.clock()
         known, looked_at = self._torch.get(key, (False, -math.inf))
         if not known and now - looked_at >= self.recheck_s:
-            maps = read_text(f"{self.proc_root}/{pid}/maps")
+            maps = read_maps(pid, self.proc_root)
             known = bool(maps) and torch_dir_from_maps(maps or "") is not None
             self._torch[key] = (known, now)
         if not known:
             if python and uid is not None and uid != self.own_uid and self.own_uid != 0 \
-                    and read_text(f"{self.proc_root}/{pid}/maps") is None:
+                    and read_maps(pid, self.proc_root) is None:
                 return Found(pid, parent, started, uid, command,
                              OTHER_USER.format(uid=uid), torch_seen=False)
             return None
@@ -187,30 +193,9 @@ def job_groups(found: Iterable[Found], proc_root: str = PROC) -> list[JobGroup]:
             for pid in sorted(groups)]
 
 
-def _pids(proc_root: str) -> list[int]:
-    try:
-        return sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
-    except OSError:
-        return []
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
-def _uid(proc_root: str, pid: int) -> int | None:
-    try:
-        return os.stat(f"{proc_root}/{pid}").st_uid
-    except OSError:
-        return None
-
-
 def _is_python(command: tuple[str, ...], proc_root: str, pid: int) -> bool:
     """The executable is a Python interpreter (``exe`` when readable, else argv[0])."""
-    try:
-        exe = os.readlink(f"{proc_root}/{pid}/exe")
-    except OSError:
-        exe = command[0] if command else ""
+    exe = read_link(pid, "exe", proc_root=proc_root) or (command[0] if command else "")
     name = os.path.basename(exe.removesuffix(" (deleted)"))
     return name.startswith(("python", "pypy")) or (
         not name and os.path.basename(command[0]).startswith("python"))

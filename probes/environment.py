@@ -38,9 +38,20 @@ import time
 import psutil
 
 from .job_source import mixed_precision_in_source
+from .kernel.cgroups import cpu_limit
+from .kernel.process_files import in_root, list_dir, read_bounded
+from .kernel.procfs import (
+    PROC,
+    process_path,
+    read_cmdline,
+    read_environ,
+    read_link,
+    read_maps,
+    read_thread_names,
+    same_namespace,
+)
 from .own_version import aitop_version
 from .process_tree import count_workers, pin_thread_present
-from .procfs import read_text, read_thread_names
 from .redact import redact_argv, redact_env
 from .samples import EnvironmentInfo
 
@@ -51,17 +62,8 @@ _PY_VERSION_RE = re.compile(r"Python (\d+\.\d+\.\d+\S*)")
 _TORCH_LIB_RE = re.compile(r"(/\S*/torch)/lib/libtorch[\w.]*\.so")
 _VERSION_PY_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 _DIST_INFO_RE = re.compile(r"^torch-(\d[^-]*)\.dist-info$")
-
-
-def parse_environ(raw: bytes) -> dict[str, str]:
-    """``/proc/PID/environ`` bytes (``NAME=value\\0``...) -> dict, undecodable bytes replaced."""
-    env: dict[str, str] = {}
-    for entry in raw.split(b"\0"):
-        if not entry or b"=" not in entry:
-            continue
-        name, _, value = entry.partition(b"=")
-        env[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+#: torch's ``version.py`` is a few hundred bytes; larger is not it.
+VERSION_PY_BYTES = 64 << 10
 
 
 def python_minor_from_maps(maps: str) -> str | None:
@@ -83,15 +85,13 @@ def torch_dir_from_maps(maps: str) -> str | None:
 
 def torch_version_from_dir(torch_dir: str, root: str = "") -> str | None:
     """Version of the torch package at ``torch_dir`` (read under ``root``)."""
-    text = read_text(f"{root}{torch_dir}/version.py")
-    if text:
-        m = _VERSION_PY_RE.search(text)
+    found = read_bounded(f"{root}{torch_dir}/version.py", VERSION_PY_BYTES, whole=True)
+    if found:
+        m = _VERSION_PY_RE.search(found.data.decode("utf-8", "replace"))
         if m:
             return m.group(1)
-    site = os.path.dirname(torch_dir)
-    try:
-        names = os.listdir(f"{root}{site}")
-    except OSError:
+    names = list_dir(f"{root}{os.path.dirname(torch_dir)}")
+    if names is None:
         return None
     versions = [m.group(1) for n in names if (m := _DIST_INFO_RE.match(n))]
     # Several dist-infos mean a botched upgrade; we cannot tell which is loaded.
@@ -109,26 +109,7 @@ def _safe_to_execute(path: str) -> bool:
     return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def cgroup_cpu_quota(cgroup_text: str, sys_root: str = "/sys") -> float | None:
-    """CPUs granted by a cgroup v2 ``cpu.max`` ("200000 100000" -> 2.0); None if unlimited."""
-    for line in cgroup_text.splitlines():
-        hierarchy, _, path = line.partition("::")
-        if hierarchy != "0" or not path:
-            continue
-        text = read_text(f"{sys_root}/fs/cgroup{path.strip()}/cpu.max")
-        if not text:
-            return None
-        fields = text.split()
-        if len(fields) != 2 or fields[0] == "max":
-            return None
-        try:
-            return int(fields[0]) / int(fields[1])
-        except (ValueError, ZeroDivisionError):
-            return None
-    return None
-
-
-def cpus_allowed(pid: int, proc_root: str = "/proc", sys_root: str = "/sys") -> float | None:
+def cpus_allowed(pid: int, proc_root: str = PROC) -> float | None:
     """How many CPUs the target can really use: affinity, capped by a cgroup quota.
 
     Containers often see every host CPU in /proc/cpuinfo while their quota
@@ -138,8 +119,7 @@ def cpus_allowed(pid: int, proc_root: str = "/proc", sys_root: str = "/sys") -> 
         count: float = float(len(os.sched_getaffinity(pid)))
     except OSError:
         return None
-    cgroup = read_text(f"{proc_root}/{pid}/cgroup")
-    quota = cgroup_cpu_quota(cgroup, sys_root) if cgroup else None
+    quota = cpu_limit(pid, proc_root)
     return min(count, quota) if quota else count
 
 
@@ -159,7 +139,6 @@ class EnvironmentProbe:
         torch_retry_s: float = 5.0,
     ) -> None:
         self.target_pid = target_pid
-        self._proc = f"/proc/{target_pid}"
         self._run_exe = run_exe_version
         self._exe_timeout = exe_timeout_s
         self._torch_retry = torch_retry_s
@@ -190,7 +169,7 @@ class EnvironmentProbe:
         )
         if alive and lookups_due:
             self._maps_checked_at = now
-            maps = read_text(f"{self._proc}/maps")
+            maps = read_maps(self.target_pid)
             if maps is not None and self._torch is None:
                 self._torch = self._read_torch(maps)
             if not self._python_done:
@@ -225,34 +204,26 @@ class EnvironmentProbe:
             return False
 
     def _read_static(self) -> None:
-        raw_cmd = read_text(f"{self._proc}/cmdline")
         # As the job has it: read for settings (mixed precision), never shown.
-        argv = tuple(a for a in (raw_cmd or "").split("\0") if a)
-        if raw_cmd:
+        argv = read_cmdline(self.target_pid)
+        if argv:
             self._cmdline = tuple(redact_argv(argv))
-        try:
-            with open(f"{self._proc}/environ", "rb") as fh:
-                self._env = redact_env(parse_environ(fh.read()))
-        except OSError:
-            self._env = {}
+        self._env = redact_env(read_environ(self.target_pid) or {})
         try:
             self._start = self._handle.create_time() if self._handle is not None else None
         except psutil.Error:
             self._start = None
         self._hostname = self._read_hostname()
         self._mixed_precision = mixed_precision_in_source(self.target_pid, argv)
-        self._static_done = bool(raw_cmd)
+        self._static_done = bool(argv)
 
     def _read_hostname(self) -> str | None:
         """Our hostname, or the target's own if it lives in another UTS namespace."""
-        try:
-            same = os.readlink("/proc/self/ns/uts") == os.readlink(f"{self._proc}/ns/uts")
-        except OSError:
-            same = True
-        if not same:
-            theirs = read_text(f"{self._proc}/root/etc/hostname")
-            if theirs and theirs.strip():
-                return theirs.strip()
+        if same_namespace(self.target_pid, "uts") is False:
+            found = read_bounded(in_root(self.target_pid, "/etc/hostname"), 4096, whole=True)
+            theirs = found.data.decode("utf-8", "replace").strip() if found else ""
+            if theirs:
+                return theirs
         try:
             return socket.gethostname()
         except OSError:
@@ -262,19 +233,17 @@ class EnvironmentProbe:
         torch_dir = torch_dir_from_maps(maps)
         if torch_dir is None:
             return None
-        return torch_version_from_dir(torch_dir, f"{self._proc}/root") or torch_version_from_dir(
-            torch_dir
-        )
+        return torch_version_from_dir(
+            torch_dir, process_path(self.target_pid, "root")) or torch_version_from_dir(torch_dir)
 
     def _read_python(self, maps: str | None) -> None:
         minor = python_minor_from_maps(maps) if maps else None
-        exe_path = f"{self._proc}/exe"
-        if minor is None:
-            with contextlib.suppress(OSError):
-                m = _EXE_RE.match(os.path.basename(os.readlink(exe_path)))
-                if m:
-                    minor = f"{m.group(1)}.{m.group(2)}"
-        full = self._exe_version(exe_path) if self._run_exe else None
+        exe = read_link(self.target_pid, "exe")
+        if minor is None and exe is not None:
+            m = _EXE_RE.match(os.path.basename(exe))
+            if m:
+                minor = f"{m.group(1)}.{m.group(2)}"
+        full = self._exe_version(exe) if self._run_exe else None
         if full is not None and (minor is None or full.startswith(minor + ".")):
             self._python = full
         elif minor is not None:
@@ -290,15 +259,14 @@ class EnvironmentProbe:
         From another mount namespace (target in a container) the binary would load
         *our* libpython, or none, and could report a version it is not running.
         """
-        try:
-            return os.readlink("/proc/self/ns/mnt") == os.readlink(f"{self._proc}/ns/mnt")
-        except OSError:
-            return False
+        return same_namespace(self.target_pid, "mnt") is True
 
-    def _exe_version(self, exe_path: str) -> str | None:
-        with contextlib.suppress(OSError):
-            if not os.path.basename(os.readlink(exe_path)).startswith("python"):
-                return None
+    def _exe_version(self, exe: str | None) -> str | None:
+        """``--version`` of the binary the target runs (``/proc/PID/exe``, the one it
+        started from even if replaced on disk since), where safe (module docstring)."""
+        if exe is not None and not os.path.basename(exe).startswith("python"):
+            return None
+        exe_path = process_path(self.target_pid, "exe")
         if not _safe_to_execute(exe_path) or not self._same_mount_namespace():
             return None
         try:

@@ -36,12 +36,12 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pynvml
 
+from .kernel.procfs import PROC, list_pids, read_comm, read_nspid
 from .nvml_guard import DeviceGuard, DeviceLostError
 from .samples import GpuDevice, GpuProcess, GpuSample
 
@@ -125,39 +125,19 @@ def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
     return tuple(words)
 
 
-def parse_nspid(status_text: str) -> tuple[int, ...] | None:
-    """PIDs from the ``NSpid:`` line of a ``/proc/PID/status`` text, or ``None``."""
-    for line in status_text.splitlines():
-        if line.startswith("NSpid:"):
-            try:
-                pids = tuple(int(tok) for tok in line.split()[1:])
-            except ValueError:
-                return None
-            return pids or None
-    return None
-
-
-def _read_nspid(proc_root: Path, entry: str) -> tuple[int, ...] | None:
-    try:
-        text = (proc_root / entry / "status").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return parse_nspid(text)
-
-
-def nspid_depth(proc_root: str | os.PathLike[str] = "/proc") -> int:
+def nspid_depth(proc_root: str | os.PathLike[str] = PROC) -> int:
     """How many PID namespaces deep we are, counted from ``proc_root``'s own.
 
     1 means ``proc_root`` numbers processes as we do (the usual case: a procfs
     mounted in our own namespace); 2 or more means it is an outer view, such as
     the host's ``/proc`` bind-mounted into our container.
     """
-    nspid = _read_nspid(Path(proc_root), "self")
+    nspid = read_nspid("self", os.fspath(proc_root))
     return len(nspid) if nspid else 1
 
 
 def nspid_pid_map(
-    proc_root: str | os.PathLike[str] = "/proc", depth: int | None = None
+    proc_root: str | os.PathLike[str] = PROC, depth: int | None = None
 ) -> dict[int, int]:
     """Map PIDs as ``proc_root`` numbers them to PIDs in our namespace.
 
@@ -171,18 +151,14 @@ def nspid_pid_map(
     sibling one (another container) cannot be told apart from ours by
     ``NSpid`` alone; they would map onto PIDs that may collide with ours.
     """
-    root = Path(proc_root)
+    root = os.fspath(proc_root)
     if depth is None:
         depth = nspid_depth(root)
     if depth < 2:
         return {}
     mapping: dict[int, int] = {}
-    try:
-        entries = [e.name for e in os.scandir(root) if e.name.isdigit()]
-    except OSError:
-        return {}
-    for entry in entries:
-        nspid = _read_nspid(root, entry)
+    for pid in list_pids(root):
+        nspid = read_nspid(pid, root)
         if nspid is not None and len(nspid) >= depth:
             mapping[nspid[0]] = nspid[depth - 1]
     return mapping
@@ -297,11 +273,11 @@ class GpuProbe:
         self,
         nvml: ModuleType | None = None,
         *,
-        proc_root: str | os.PathLike[str] = "/proc",
+        proc_root: str | os.PathLike[str] = PROC,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._nvml: ModuleType = nvml if nvml is not None else pynvml
-        self._proc_root = Path(proc_root)
+        self._proc_root = os.fspath(proc_root)
         self._clock = clock
         self._initialised = False
         self._devices: list[_DeviceState] = []
@@ -545,10 +521,7 @@ class GpuProbe:
         return {p: float(sm) for p, (_, sm) in dev.sm_by_pid.items() if 0 <= sm <= 100}
 
     def _process_name(self, nvml_pid: int) -> str | None:
-        try:
-            return (self._proc_root / str(nvml_pid) / "comm").read_text().strip() or None
-        except OSError:
-            return None
+        return (read_comm(nvml_pid, proc_root=self._proc_root) or "").strip() or None
 
     def _current_pid_map(self, t: float) -> dict[int, int]:
         """The host→our PID map, rebuilt at most every few seconds and only if nested."""

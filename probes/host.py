@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from .cgroup_memory import memory_limit
+from .kernel.cgroups import memory_limit
 from .neighbours import NeighbourScanner
 from .samples import HostSample
 

@@ -28,8 +28,9 @@ import re
 import socket
 from dataclasses import dataclass
 
-from .environment import parse_environ
-from .procfs import PROC, read_cmdline, read_text
+from .kernel.cgroups import read_cgroup_lines
+from .kernel.process_files import in_root, read_bounded
+from .kernel.procfs import PROC, read_cmdline, read_environ
 
 #: The label names, in the order series carry them.
 LABELS = ("job_id", "hostname", "rank", "local_rank", "node_rank", "pod", "namespace",
@@ -91,26 +92,17 @@ def job_id_from_env(env: dict[str, str], launcher_command: tuple[str, ...]) -> s
     return command_digest(launcher_command)
 
 
-def read_environ(pid: int, proc_root: str = PROC) -> dict[str, str]:
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as fh:
-            return parse_environ(fh.read())
-    except OSError:
-        return {}
-
-
 def kubernetes_placement(pid: int, env: dict[str, str],
                          proc_root: str = PROC) -> tuple[str, str, str]:
     """(pod, namespace, container) when the process runs in a Kubernetes pod, else empty."""
-    cgroup = read_text(f"{proc_root}/{pid}/cgroup") or ""
+    cgroup = "\n".join(line.path for line in read_cgroup_lines(pid, proc_root))
     if "kubepods" not in cgroup:
         return "", "", ""
     pod = env.get("HOSTNAME", "")
     if not pod:
         uid = _POD_UID.search(cgroup)
         pod = uid.group(1).replace("_", "-") if uid else ""
-    namespace = env.get("POD_NAMESPACE", "") or (
-        read_text(f"{proc_root}/{pid}/root{_SERVICE_ACCOUNT_NAMESPACE}") or "").strip()
+    namespace = env.get("POD_NAMESPACE", "") or _service_account_namespace(pid, proc_root)
     container = env.get("CONTAINER_NAME", "")
     if not container:
         ids = _CONTAINER_ID.findall(cgroup)
@@ -118,10 +110,16 @@ def kubernetes_placement(pid: int, env: dict[str, str],
     return pod, namespace, container
 
 
+def _service_account_namespace(pid: int, proc_root: str) -> str:
+    """The namespace Kubernetes mounts into the pod's container, read in its filesystem."""
+    found = read_bounded(in_root(pid, _SERVICE_ACCOUNT_NAMESPACE, proc_root), 4096, whole=True)
+    return found.data.decode("utf-8", "replace").strip() if found else ""
+
+
 def identify(pid: int, launcher_pid: int | None = None, proc_root: str = PROC,
              hostname: str | None = None) -> Identity:
     """The identity of the process ``pid``, in the job that ``launcher_pid`` (or it) started."""
-    env = read_environ(pid, proc_root)
+    env = read_environ(pid, proc_root) or {}
     launcher = read_cmdline(launcher_pid if launcher_pid is not None else pid, proc_root)
     pod, namespace, container = kubernetes_placement(pid, env, proc_root)
     return Identity(

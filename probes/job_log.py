@@ -24,14 +24,14 @@ never candidates; labels that count something else per step (``tokens``,
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import stat
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .kernel.process_files import of_fd, read_bounded
+from .kernel.procfs import PROC, fd_is_regular_file, read_link
 from .redact import redact_text
 from .samples import LogEvent, StepCounterSample
 
@@ -77,20 +77,16 @@ _DIGITS = re.compile(r"\d+")
 _WORD = re.compile(r"[A-Za-z_]+")
 
 
-def find_log(pid: int, proc_root: Path = Path("/proc")) -> tuple[Path, str] | None:
+def find_log(pid: int, proc_root: str = PROC) -> tuple[Path, str] | None:
     """The job's stdout (else stderr) when it is a regular file: ``/proc`` link, its name.
 
     Reading through ``/proc/PID/fd/N`` opens the file the job writes, in the
     job's own mount namespace, even when it has been deleted or renamed.
     """
     for fd in (1, 2):
-        link = proc_root / str(pid) / "fd" / str(fd)
-        try:
-            name = os.readlink(link)
-            if stat.S_ISREG(os.stat(link).st_mode):
-                return link, name
-        except OSError:
-            continue
+        name = read_link(pid, "fd", str(fd), proc_root=proc_root)
+        if name is not None and fd_is_regular_file(pid, fd, proc_root):
+            return Path(of_fd(pid, fd, proc_root)), name
     return None
 
 
@@ -253,39 +249,34 @@ class JobLog:
         self._stamped: float | None = None
 
     @classmethod
-    def of(cls, pid: int, proc_root: Path = Path("/proc")) -> JobLog | None:
+    def of(cls, pid: int, proc_root: str = PROC) -> JobLog | None:
         found = find_log(pid, proc_root)
         return cls(*found) if found else None
 
     def read(self) -> StepCounterSample | None:
         """The newest step the log shows, stamped with its write; None if nothing new."""
-        try:
-            with open(self.link, "rb") as fh:
-                info = os.fstat(fh.fileno())
-                size = info.st_size
-                if self._offset is None or size < self._offset:
-                    self._offset = max(0, size - TAIL_BYTES) if self._offset is None else 0
-                    self._partial = ""
-                start = max(self._offset, size - MAX_READ_BYTES)
-                fh.seek(start)
-                data = fh.read(size - start)
-        except OSError:
+        found = read_bounded(str(self.link), TAIL_BYTES if self._offset is None
+                             else MAX_READ_BYTES, offset=self._offset)
+        if found is None:
             return None
-        self._offset = start + len(data)
-        text = self._partial + data.decode("utf-8", errors="replace")
+        if self._offset is not None and found.start < self._offset:
+            self._partial = ""  # cut short (rotated, truncated): read again from its start
+        self._offset = found.start + len(found.data)
+        mtime = found.mtime
+        text = self._partial + found.data.decode("utf-8", errors="replace")
         lines = re.split(r"[\r\n]", text)
         self._partial = lines.pop()
-        self._events.extend(self.deaths.feed(lines, info.st_mtime))
+        self._events.extend(self.deaths.feed(lines, mtime))
         fed = self.finder.feed(lines)
         where = self.finder.step_line()
         # Only a step line in what was just read is as new as the file's mtime.
-        if where is None or where.shape not in fed or info.st_mtime == self._stamped:
+        if where is None or where.shape not in fed or mtime == self._stamped:
             return None
         value = self.finder.newest(where)
         if value is None:
             return None
-        self._stamped = info.st_mtime
-        return StepCounterSample(info.st_mtime, f"{where.label} (job log)", value,
+        self._stamped = mtime
+        return StepCounterSample(mtime, f"{where.label} (job log)", value,
                                  frame=self.name, source=LOG_SOURCE)
 
     def take_events(self) -> list[LogEvent]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import re
 
+from .kernel.process_files import in_root
+from .kernel.procfs import PROC, read_link
 from .source_lines import read_lines
 
 #: Larger files are not read (a generated module, a data file).
@@ -52,7 +54,7 @@ def settings_files(cmdline: tuple[str, ...], cwd: str | None) -> list[str]:
 
 
 def mixed_precision_in_source(pid: int, cmdline: tuple[str, ...],
-                              proc_root: str = "/proc") -> bool | None:
+                              proc_root: str = PROC) -> bool | None:
     """Whether the job's command line or the files it names ask for mixed precision.
 
     None when there was nothing to read (no script on the command line, files
@@ -60,13 +62,10 @@ def mixed_precision_in_source(pid: int, cmdline: tuple[str, ...],
     """
     if uses_mixed_precision(" ".join(cmdline)):
         return True
-    try:
-        cwd: str | None = os.readlink(f"{proc_root}/{pid}/cwd")
-    except OSError:
-        cwd = None
+    cwd = read_link(pid, "cwd", proc_root=proc_root)
     read_any = False
     for path in settings_files(cmdline, cwd):
-        lines = read_lines(f"{proc_root}/{pid}/root{path}", MAX_FILE_BYTES)
+        lines = read_lines(in_root(pid, path, proc_root), MAX_FILE_BYTES)
         if lines is None:
             continue
         read_any = True

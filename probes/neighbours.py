@@ -27,7 +27,7 @@ import time
 
 import psutil
 
-from .job_identity import read_environ
+from .kernel.procfs import list_fds, read_environ, read_fdinfo, read_link
 from .redact import redact_argv
 from .samples import OtherProcess
 
@@ -59,22 +59,15 @@ def pipe_ends(pid: int) -> set[tuple[str, int]]:
     without the rights to it, a process that has exited).
     """
     ends: set[tuple[str, int]] = set()
-    base = f"/proc/{pid}"
-    try:
-        fds = os.listdir(f"{base}/fd")
-    except OSError:
-        return ends
-    for fd in fds:
-        try:
-            target = os.readlink(f"{base}/fd/{fd}")
-            if not target.startswith("pipe:"):
-                continue
-            with open(f"{base}/fdinfo/{fd}") as info:
-                flags = next((line.split()[1] for line in info if line.startswith("flags:")), None)
-        except (OSError, IndexError):
+    for fd in list_fds(pid) or ():
+        target = read_link(pid, "fd", str(fd))
+        if target is None or not target.startswith("pipe:"):
             continue
-        if flags is not None:
-            ends.add((target, int(flags, 8) & _ACCESS_MODE))
+        flags = (read_fdinfo(pid, fd) or {}).get("flags")
+        try:
+            ends.add((target, int(flags or "", 8) & _ACCESS_MODE))
+        except ValueError:
+            continue
     return ends
 
 
@@ -93,7 +86,7 @@ def pipe_partner(job_ends: set[tuple[str, int]], pid: int) -> bool:
 
 def _run_id(pid: int) -> str | None:
     """A process's ``TORCHELASTIC_RUN_ID`` (None: none, or not readable)."""
-    return read_environ(pid).get("TORCHELASTIC_RUN_ID")
+    return (read_environ(pid) or {}).get("TORCHELASTIC_RUN_ID")
 
 
 def _kernel_thread(proc: psutil.Process) -> bool:

@@ -31,14 +31,14 @@ from typing import TypeVar
 
 import psutil
 
-from .procfs import (
+from .kernel.procfs import (
     PROC,
     list_tids,
-    parse_stat,
+    read_children,
     read_cmdline,
     read_runqueue_wait_ns,
+    read_stat,
     read_task_stat,
-    read_text,
 )
 from .redact import redact_argv
 from .samples import ProcessInfo, ProcessTreeSample, ThreadInfo
@@ -91,11 +91,11 @@ def direct_children(
     out: set[int] = set()
     seen_file = False
     for tid in tids:
-        text = read_text(f"{proc_root}/{pid}/task/{tid}/children")
-        if text is None:
+        kids = read_children(pid, tid, proc_root)
+        if kids is None:
             continue
         seen_file = True
-        out.update(int(c) for c in text.split() if c.isdigit())
+        out.update(kids)
     return out if seen_file else None
 
 
@@ -231,14 +231,13 @@ def count_workers(target_pid: int, proc_root: str = PROC) -> int | None:
     nodes: dict[int, Node] = {}
     zombies: set[int] = set()
     for pid, parent in edges:
-        stat = read_text(f"{proc_root}/{pid}/stat")
-        parsed = parse_stat(stat) if stat else None
-        if parsed is None:
+        stat = read_stat(pid, proc_root=proc_root)
+        if stat is None:
             if pid == target_pid:
                 return None
             continue
-        nodes[pid] = Node(pid, parent, parsed[0], read_cmdline(pid, proc_root))
-        if parsed[1][:1] == ["Z"]:
+        nodes[pid] = Node(pid, parent, stat.comm, read_cmdline(pid, proc_root))
+        if stat.state == "Z":
             zombies.add(pid)
     roles = classify_roles(target_pid, nodes)
     # A worker that died but is not yet reaped still bears the name; it is not

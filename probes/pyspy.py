@@ -15,23 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .kernel.cgroups import read_cgroup_lines
+from .kernel.procfs import PROC, process_uid, read_sysctl
 
-def _in_container(proc_root: Path = Path("/proc")) -> bool:
+
+def _in_container(proc_root: str = PROC) -> bool:
     """Whether we run inside a container (Docker/Podman markers or a container cgroup)."""
     if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
         return True
-    try:
-        cgroup = (proc_root / "1" / "cgroup").read_text()
-    except OSError:
-        return False
-    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "lxc"))
-
-
-def _target_uid(pid: int, proc_root: Path = Path("/proc")) -> int | None:
-    try:
-        return (proc_root / str(pid)).stat().st_uid
-    except OSError:
-        return None
+    groups = " ".join(line.path for line in read_cgroup_lines(1, proc_root))
+    return any(word in groups for word in ("docker", "kubepods", "containerd", "lxc"))
 
 
 def ptrace_hint(pid: int) -> str:
@@ -42,13 +35,12 @@ def ptrace_hint(pid: int) -> str:
     container the capability ``SYS_PTRACE`` is needed as well.
     """
     hints: list[str] = []
-    uid = _target_uid(pid)
+    uid = process_uid(pid)
     if uid is not None and uid != os.geteuid():
         hints.append(f"the job runs as another user (uid {uid}): run aitop as that user or as root")
     else:
         hints.append("run aitop as root (sudo)")
-        yama = Path("/proc/sys/kernel/yama/ptrace_scope")
-        if yama.exists():
+        if read_sysctl("kernel/yama/ptrace_scope") is not None:
             hints.append("or allow ptrace with `sudo sysctl kernel.yama.ptrace_scope=0`")
     if _in_container():
         hints.append("and start the container with `--cap-add SYS_PTRACE`")

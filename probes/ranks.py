@@ -27,9 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .environment import parse_environ
+from .kernel.procfs import PROC, read_cmdline, read_comm, read_environ, read_stat
 from .process_tree import WORKER_NAME, direct_children, is_spawn_child
-from .procfs import PROC, parse_stat, read_cmdline, read_text
 
 #: Environment variables that describe a rank, as the launchers set them.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
@@ -119,12 +118,8 @@ def _int(value: str | None) -> int | None:
 
 def read_rank_env(pid: int, proc_root: str = PROC) -> dict[str, str] | None:
     """The rank variables in the process's start environment, or None if unreadable."""
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as fh:
-            env = parse_environ(fh.read())
-    except OSError:
-        return None
-    return {k: env[k] for k in RANK_VARS if k in env}
+    env = read_environ(pid, proc_root)
+    return None if env is None else {k: env[k] for k in RANK_VARS if k in env}
 
 
 def rank_from_env(pid: int, env: dict[str, str]) -> RankProcess | None:
@@ -143,10 +138,8 @@ def rank_from_env(pid: int, env: dict[str, str]) -> RankProcess | None:
 
 def parent_of(pid: int, proc_root: str = PROC) -> int | None:
     """The parent PID (the field after the state in ``/proc/PID/stat``)."""
-    text = read_text(f"{proc_root}/{pid}/stat")
-    parsed = parse_stat(text) if text else None
-    fields = parsed[1] if parsed else []
-    return _int(fields[1]) if len(fields) > 1 else None
+    stat = read_stat(pid, proc_root=proc_root)
+    return None if stat is None else stat.ppid
 
 
 def _env_ranks(parent: int, proc_root: str,
@@ -176,7 +169,7 @@ def _spawn_ranks(parent: int, proc_root: str) -> list[RankProcess]:
         cmdline = read_cmdline(kid, proc_root)
         if (is_spawn_child(cmdline) and "resource_tracker" not in " ".join(cmdline)
                 # A DataLoader's spawn-started workers are not ranks (torch names them).
-                and (read_text(f"{proc_root}/{kid}/comm") or "").strip() != WORKER_NAME):
+                and (read_comm(kid, proc_root=proc_root) or "").strip() != WORKER_NAME):
             kids.append(kid)
     return [RankProcess(pid=k, rank=None, local_rank=None, world_size=None) for k in kids]
 

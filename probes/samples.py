@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .cgroup_memory import MemoryLimit
+from .kernel.cgroups import MemoryLimit
 
 # ---------------------------------------------------------------- processes
 
@@ -107,7 +107,7 @@ class HostSample:
     #: The busiest processes outside the job and aitop (``neighbours.py``),
     #: from the latest scan; None before the first scan has a baseline to compare.
     others: tuple[OtherProcess, ...] | None = None
-    #: The tightest cgroup memory limit over the job (``cgroup_memory.py``);
+    #: The tightest cgroup memory limit over the job (``kernel/cgroups.py``);
     #: None when there is none: RAM is then the limit.
     memory_limit: MemoryLimit | None = None
 

@@ -20,10 +20,11 @@ and a bounded number are kept.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections import OrderedDict
+
+from .kernel.process_files import in_root, read_bounded
+from .kernel.procfs import PROC
 
 #: Larger files are not read (a generated module, not a training script).
 MAX_FILE_BYTES = 2_000_000
@@ -67,8 +68,9 @@ def is_durable_write_line(text: str) -> bool:
 class SourceLines:
     """Lines of the target's source files, read lazily and cached."""
 
-    def __init__(self, pid: int, proc_root: str = "/proc") -> None:
-        self.root = f"{proc_root}/{pid}/root"
+    def __init__(self, pid: int, proc_root: str = PROC) -> None:
+        self.pid = pid
+        self.proc_root = proc_root
         self._files: OrderedDict[str, tuple[str, ...] | None] = OrderedDict()
 
     def line(self, path: str, lineno: int) -> str | None:
@@ -84,35 +86,16 @@ class SourceLines:
         if path in self._files:
             self._files.move_to_end(path)
             return self._files[path]
-        lines = read_lines(self.root + path)
+        lines = read_lines(in_root(self.pid, path, self.proc_root))
         self._files[path] = lines
         if len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
         return lines
 
 
-
 def read_lines(full: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[str, ...] | None:
-    """The lines of a regular file of at most ``max_bytes``, else None.
-
-    Opened non-blocking, so a FIFO or device a job names never stalls the
-    reader; only a regular file is read.
-    """
-    try:
-        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        try:  # a symlinked script (common in venvs): follow it, still a regular file
-            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return tuple(data.decode("utf-8", errors="replace").splitlines())
+    """The lines of a regular file of at most ``max_bytes``, else None (read through
+    ``process_files.read_bounded``: a FIFO or device a job names never stalls it)."""
+    found = read_bounded(full, max_bytes, whole=True)
+    return None if found is None else tuple(
+        found.data.decode("utf-8", errors="replace").splitlines())

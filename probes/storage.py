@@ -16,7 +16,8 @@ one refresh is slow: the interval adapts so that listing stays under
 
 ``proc_root`` and ``sys_root`` default to the real ``/proc`` and ``/sys``; tests
 point them at small fake trees to exercise mount-table, diskstats and scheduler
-parsing. The mount table is parsed here (``PROC/self/mounts``, the same file
+parsing (``/proc`` is read through ``kernel.procfs``, ``/sys/block`` here). The
+mount table is parsed here (``PROC/self/mounts``, the same file
 ``psutil.disk_partitions(all=True)`` reads) rather than through psutil because
 psutil always reads the real ``/proc`` and leaves ``\\040``-style escapes in
 paths. The target's open files always come from psutil and the real ``/proc``.
@@ -33,8 +34,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from .kernel.procfs import PROC, read_diskstats, read_mounts, read_text
 from .process_tree import tree_edges
-from .procfs import read_text
 from .redact import redact_text
 from .samples import MountInfo, StorageSample
 
@@ -302,7 +303,7 @@ class StorageProbe:
         target_pid: int,
         tree_pids_provider: Callable[[], Iterable[int]] | None = None,
         *,
-        proc_root: str = "/proc",
+        proc_root: str = PROC,
         sys_root: str = "/sys",
         open_files_min_interval: float = 2.0,
         open_files_max_interval: float = 30.0,
@@ -355,7 +356,7 @@ class StorageProbe:
             if m is not None and m.fstype not in PSEUDO_FSTYPES:
                 by_mount.setdefault(m, set()).add(f.path)
 
-        stats = parse_diskstats(read_text(os.path.join(self._proc_root, "diskstats")))
+        stats = parse_diskstats(read_diskstats(self._proc_root))
         rates: dict[str, tuple[float | None, float | None, float | None]] = {}
         mounts: list[MountInfo] = []
         for m, paths in by_mount.items():
@@ -390,7 +391,7 @@ class StorageProbe:
         # same (slow, adaptive) pace as the file list, never per tick.
         self._disk_cache.clear()
         self._sched_cache.clear()
-        mounts_text = read_text(os.path.join(self._proc_root, "self", "mounts"))
+        mounts_text = read_mounts("self", self._proc_root)
         if mounts_text is not None:
             self._mounts = parse_mounts(mounts_text)
         try:

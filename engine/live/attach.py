@@ -30,8 +30,8 @@ from aitop.probes.collector import Collector, CollectorConfig
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
+from aitop.probes.kernel.procfs import process_alive
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
-from aitop.probes.procfs import process_alive
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.ranks import Job, find_job, joined_job
 from aitop.probes.session import Session

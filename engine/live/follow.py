@@ -18,7 +18,7 @@ from typing import Protocol
 
 from aitop.engine.live.source import RankPeer
 from aitop.probes.collector import PeriodicTask
-from aitop.probes.procfs import process_alive
+from aitop.probes.kernel.procfs import process_alive
 from aitop.probes.ranks import Job, find_job
 from aitop.probes.session import Session
 from aitop.probes.status import ProbeStatus

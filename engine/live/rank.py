@@ -24,6 +24,7 @@ from aitop.knowledge.metrics.straggler import JobJudgement
 from aitop.probes.cadence import UI
 from aitop.probes.collector import Collector, PeriodicTask
 from aitop.probes.host import HostProbe
+from aitop.probes.kernel.procfs import read_rss_bytes
 from aitop.probes.session import Session
 
 
@@ -36,12 +37,8 @@ def self_cpu_seconds() -> float:
 
 def self_rss_bytes() -> int:
     """aitop's current resident memory."""
-    try:
-        with open("/proc/self/statm") as fh:
-            pages = int(fh.read().split()[1])
-        return pages * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss = read_rss_bytes("self")
+    return rss if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class SharedHost:

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from aitop.probes.cgroup_memory import MemoryLimit
+from aitop.probes.kernel.cgroups import MemoryLimit
 from aitop.probes.samples import (
     GpuDevice,
     GpuSample,

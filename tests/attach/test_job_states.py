@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from aitop.probes.cgroup_memory import memory_limit
+from aitop.probes.kernel.cgroups import memory_limit
 from support.cgroups import MemoryCgroup, memory_cgroup
 from support.jobs import (
     read_truth,

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from aitop.probes.discovery import OTHER_USER
-from aitop.probes.job_identity import read_environ
+from aitop.probes.kernel.procfs import read_environ
 from prometheus_client.parser import text_string_to_metric_families
 from support.jobs import LIGHT_TRAINING
 from support.processes import free_port, start_logged, started, stop_tree, wait_until
@@ -92,7 +92,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
             assert {s["status"] for s in info.values()} == {"watched"}, info
             # The torchrun job is named by its run and watched at rank 0 of node 0.
             ranks = [c.pid for c in psutil.Process(launcher.pid).children()]
-            run_id = {read_environ(pid).get("TORCHELASTIC_RUN_ID") for pid in ranks}
+            run_id = {(read_environ(pid) or {}).get("TORCHELASTIC_RUN_ID") for pid in ranks}
             ddp = info[str(launcher.pid)]
             assert {ddp["job_id"]} == run_id and ddp["job_id"].startswith("agent-test-"), (
                 ddp, run_id)

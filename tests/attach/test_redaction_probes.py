@@ -7,7 +7,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from aitop.probes.environment import EnvironmentProbe, parse_environ
+from aitop.probes.environment import EnvironmentProbe
+from aitop.probes.kernel.procfs import parse_environ
 from aitop.probes.process_tree import ProcessTreeProbe
 from aitop.probes.redact import (
     REDACTED,

@@ -11,8 +11,8 @@ from typing import Any
 
 import psutil
 import pytest
+from aitop.probes.kernel.procfs import read_text
 from aitop.probes.process_tree import ProcessTreeProbe
-from aitop.probes.procfs import read_text
 from aitop.probes.samples import StorageSample
 from aitop.probes.storage import (
     StorageProbe,

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from aitop.engine.prometheus.exporter import stable_title
 from aitop.knowledge.reading.loader import load_knowledge_base
-from aitop.probes.job_identity import read_environ
+from aitop.probes.kernel.procfs import read_environ
 from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.processes import free_port, started, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
@@ -46,7 +46,7 @@ def launcher(port: int, run_id: str, truth: Path) -> list[str]:
 def rank_of(launcher_pid: int) -> tuple[int, int] | None:
     """(global rank, its PID) of the launcher's one rank, once it has started."""
     for child in psutil.Process(launcher_pid).children():
-        rank = read_environ(child.pid).get("RANK")
+        rank = (read_environ(child.pid) or {}).get("RANK")
         if rank is not None:
             return int(rank), child.pid
     return None

@@ -5,68 +5,60 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitop.probes.cgroup_memory import MemoryLimit, memory_limit
+from aitop.probes.kernel.cgroups import MemoryLimit, memory_limit
+from support.kernel_tree import V1_NO_MEMORY_LIMIT, KernelTree
 
 PID = 4242
-UNLIMITED_V1 = "9223372036854771712"
-
-
-def tree(tmp_path: Path, cgroup: str, files: dict[str, str]) -> tuple[str, str]:
-    proc, sys = tmp_path / "proc", tmp_path / "sys"
-    (proc / str(PID)).mkdir(parents=True)
-    (proc / str(PID) / "cgroup").write_text(cgroup)
-    for rel, text in files.items():
-        path = sys / "fs" / "cgroup" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return str(proc), str(sys)
 
 
 def test_v1_the_tightest_headroom_on_the_path_counts_and_page_cache_does_not(
         tmp_path: Path) -> None:
-    roots = tree(tmp_path, "5:cpu:/\n4:memory:/kubepods/pod7/job\n0::/\n", {
-        "memory/memory.limit_in_bytes": UNLIMITED_V1,
-        "memory/memory.usage_in_bytes": "9000000000",
-        "memory/kubepods/pod7/memory.limit_in_bytes": "2000000000",
-        "memory/kubepods/pod7/memory.usage_in_bytes": "1500000000",
-        "memory/kubepods/pod7/memory.stat": "cache 1\ntotal_inactive_file 300000000\n",
-        "memory/kubepods/pod7/job/memory.limit_in_bytes": "3000000000",
-        "memory/kubepods/pod7/job/memory.usage_in_bytes": "1400000000",
+    tree = KernelTree(tmp_path)
+    tree.process(PID, cgroup="5:cpu:/\n4:memory:/kubepods/pod7/job\n0::/\n")
+    tree.v1("memory", "/", {"memory.limit_in_bytes": V1_NO_MEMORY_LIMIT,
+                            "memory.usage_in_bytes": "9000000000"})
+    tree.v1("memory", "/kubepods/pod7", {
+        "memory.limit_in_bytes": "2000000000",
+        "memory.usage_in_bytes": "1500000000",
+        "memory.stat": "cache 1\ntotal_inactive_file 300000000\n",
     })
+    tree.v1("memory", "/kubepods/pod7/job", {"memory.limit_in_bytes": "3000000000",
+                                             "memory.usage_in_bytes": "1400000000"})
     # The pod's 2 GB (0.8 GB left once 0.3 GB of cache is reclaimed) is tighter than
     # the job group's own 3 GB (1.6 GB left); the root's "no limit" limits nothing.
-    assert memory_limit(PID, *roots) == MemoryLimit(2_000_000_000, 1_200_000_000,
-                                                    "/kubepods/pod7")
+    assert memory_limit(PID, *tree.roots) == MemoryLimit(2_000_000_000, 1_200_000_000,
+                                                         "/kubepods/pod7")
 
 
 def test_v2_max_is_no_limit_and_memory_max_is(tmp_path: Path) -> None:
-    roots = tree(tmp_path, "0::/user.slice/job.scope\n", {
-        "user.slice/memory.max": "max",
-        "user.slice/memory.current": "5000000000",
-        "user.slice/job.scope/memory.max": "1000000000",
-        "user.slice/job.scope/memory.current": "600000000",
-        "user.slice/job.scope/memory.stat": "anon 500000000\ninactive_file 100000000\n",
+    tree = KernelTree(tmp_path)
+    tree.process(PID, cgroup="0::/user.slice/job.scope\n")
+    tree.v2("/user.slice", {"memory.max": "max", "memory.current": "5000000000"})
+    tree.v2("/user.slice/job.scope", {
+        "memory.max": "1000000000",
+        "memory.current": "600000000",
+        "memory.stat": "anon 500000000\ninactive_file 100000000\n",
     })
-    assert memory_limit(PID, *roots) == MemoryLimit(1_000_000_000, 500_000_000,
-                                                    "/user.slice/job.scope")
+    assert memory_limit(PID, *tree.roots) == MemoryLimit(1_000_000_000, 500_000_000,
+                                                         "/user.slice/job.scope")
 
 
 def test_no_limit_anywhere_or_nothing_readable_is_none(tmp_path: Path) -> None:
-    unlimited = tree(tmp_path / "a", "4:memory:/job\n", {
-        "memory/job/memory.limit_in_bytes": UNLIMITED_V1,
-        "memory/job/memory.usage_in_bytes": "1000",
-    })
-    assert memory_limit(PID, *unlimited) is None
-    unreadable = tree(tmp_path / "b", "0::/job\n", {})
-    assert memory_limit(PID, *unreadable) is None
-    assert memory_limit(PID + 1, *unreadable) is None   # no such process
+    unlimited = KernelTree(tmp_path / "a")
+    unlimited.process(PID, cgroup="4:memory:/job\n")
+    unlimited.v1("memory", "/job", {"memory.limit_in_bytes": V1_NO_MEMORY_LIMIT,
+                                    "memory.usage_in_bytes": "1000"})
+    assert memory_limit(PID, *unlimited.roots) is None
+    unreadable = KernelTree(tmp_path / "b")
+    unreadable.process(PID, cgroup="0::/job\n")
+    assert memory_limit(PID, *unreadable.roots) is None
+    assert memory_limit(PID + 1, *unreadable.roots) is None   # no such process
 
 
 def test_a_group_outside_the_readers_namespace_is_not_followed(tmp_path: Path) -> None:
     """A sidecar reading a job in another cgroup namespace sees ``/../..`` paths:
     walking them up would land on the reader's own root and report its limit."""
-    roots = tree(tmp_path, "0::/../../kubepods/pod1/ctr\n", {
-        "memory.max": "1000000000",
-        "memory.current": "1000",
-    })
-    assert memory_limit(PID, *roots) is None
+    tree = KernelTree(tmp_path)
+    tree.process(PID, cgroup="0::/../../kubepods/pod1/ctr\n")
+    tree.v2("/", {"memory.max": "1000000000", "memory.current": "1000"})
+    assert memory_limit(PID, *tree.roots) is None

@@ -23,8 +23,8 @@ from aitop.probes.gpu import (
     merge_running_processes,
     nspid_depth,
     nspid_pid_map,
-    parse_nspid,
 )
+from aitop.probes.kernel.procfs import parse_nspid
 from aitop.probes.samples import GpuDevice, GpuSample
 from support.fake_nvml import (
     GIB,
