@@ -6,7 +6,8 @@ certificate, TLS 1.3 only, requires a client certificate the CA signed
 the client certificate and the password, finds the target up and stores aitop's
 series. The same aitop answers a wrong or missing password with 401 and
 ``WWW-Authenticate``, and refuses a client without a certificate, or speaking
-plain HTTP, before any HTTP is spoken.
+plain HTTP, before any HTTP is spoken; a client that connects and says nothing
+holds up no one else's scrape.
 """
 
 from __future__ import annotations
@@ -104,9 +105,11 @@ def test_prometheus_scrapes_aitop_over_tls_with_a_client_certificate_and_a_passw
                   f"a Python client negotiated {negotiated}")
             assert negotiated == "TLSv1.3"
 
-            # The same server, asked without the right credentials.
+            # The same server, asked without the right credentials, while a client that
+            # connected and never began its handshake waits (it holds its own thread only).
             good = pki.client_context()
-            status, _, body = fetch(address, good, PASSWORD)
+            with socket.create_connection((host, int(port))):
+                status, _, body = fetch(address, good, PASSWORD)
             assert status == 200 and "aitop_up" in body
             for password in ("wrong", None):
                 status, headers, _ = fetch(address, good, password)
