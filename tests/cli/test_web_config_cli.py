@@ -43,8 +43,9 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int, *needles
     return lines[0]
 
 
-def get(url: str, context: ssl.SSLContext | None = None, password: str | None = None
-        ) -> tuple[int, str]:
+def get(url: str, context: ssl.SSLContext | None = None, password: str | None = None,
+        header: str = "WWW-Authenticate") -> tuple[int, str]:
+    """The status, and the body of a 200 or the ``header`` of another answer."""
     request = urllib.request.Request(url)
     if password is not None:
         token = base64.b64encode(f"{USER}:{password}".encode()).decode()
@@ -53,7 +54,7 @@ def get(url: str, context: ssl.SSLContext | None = None, password: str | None = 
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("WWW-Authenticate", "")
+        return exc.code, exc.headers.get(header, "")
 
 
 def test_a_key_others_may_read_is_refused_off_loopback(tmp_path: Path) -> None:
@@ -106,6 +107,8 @@ def test_the_node_agent_serves_over_tls_with_basic_auth(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     config = write_web_config(tmp_path / "web.yml", pki, client_auth="VerifyClientCertIfGiven",
                               users={USER: PASSWORD})
+    with config.open("a") as f:
+        f.write("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
     said: list[str] = []
     agent, address = start_serve(None, "--match", str(tmp_path), "--web-config", str(config),
                                  said=said)
@@ -117,6 +120,8 @@ def test_the_node_agent_serves_over_tls_with_basic_auth(tmp_path: Path) -> None:
         # VerifyClientCertIfGiven: no certificate is fine, the password is still needed.
         assert get(url, pki.client_context(with_cert=False), PASSWORD)[0] == 200
         assert get(url, pki.client_context(with_cert=False), "wrong")[0] == 401
+        # The file's headers on every answer, a 401 included.
+        assert get(url, pki.client_context(), "wrong", header="X-Frame-Options") == (401, "deny")
         with pytest.raises(urllib.error.URLError):  # a client that does not trust the CA
             get(url, ssl.create_default_context(), PASSWORD)
     finally:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -146,22 +146,24 @@ def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
         text=True, env=env,
     )
     assert process.stderr is not None
-    deadline = time.time() + timeout
+    # Lines are read until the one that says where it serves; a process silent for
+    # ``timeout`` is killed, which ends the read. (Waiting in select() on the pipe
+    # would miss a line the text buffer already holds: two lines written at once.)
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
     seen = ""
-    while time.time() < deadline:
-        ready, _, _ = select.select([process.stderr], [], [], 0.5)
-        if ready:
-            line = process.stderr.readline()
+    try:
+        for line in iter(process.stderr.readline, ""):
             seen += line
             if "serving Prometheus metrics" in line:
                 if said is not None:
                     said += seen.splitlines()
                 address = line.split("://", 1)[1].split("/metrics", 1)[0]
                 return process, address
-            if not line and process.poll() is not None:
-                break
+    finally:
+        watchdog.cancel()
     stop_process(process)
-    pytest.fail(f"aitop --serve did not start: {seen}")
+    pytest.fail(f"aitop --serve did not start within {timeout:.0f} s: {seen}")
 
 
 def stop_process(process: subprocess.Popen[str]) -> int:
