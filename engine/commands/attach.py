@@ -55,6 +55,10 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no UI: serve Prometheus metrics here until the job ends "
                         "(loopback unless ADDR is given); without --pid, for every PyTorch "
                         "job on this machine (the node agent)")
+    parser.add_argument("--web-config", type=Path, metavar="FILE",
+                        help="--serve with TLS, client certificates and/or basic auth, from "
+                        "a web configuration file in the Prometheus exporter toolkit's "
+                        "format (node_exporter's --web.config.file)")
     parser.add_argument("--budget", type=positive_float, metavar="PERCENT",
                         help="--serve without --pid: keep the agent's own CPU within this "
                         "percent of one core, watching jobs less often when over it")
@@ -88,6 +92,8 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         flag = "--budget" if args.budget is not None else "--match"
         raise CliError(f"{flag} is for the node agent: `aitop --serve PORT {flag} ...` "
                        "without --pid", EXIT_USAGE)
+    if args.serve is None and args.web_config is not None:
+        raise CliError("--web-config is for --serve: add --serve [ADDR:]PORT", EXIT_USAGE)
     if args.serve is not None:
         from aitop.engine.commands.serve import run_serve  # binds a port: only when asked
 

@@ -7,6 +7,9 @@ The port is bound before attaching, so a port in use or a bad address ends at
 once in one line (exit 1, or 2 for a malformed ``--serve``) and the job is never
 touched. Loopback unless an address is given: the metrics describe someone's
 process, and exposing them to the network is a decision, not a default.
+``--web-config FILE`` (the exporter toolkit's format, ``prometheus.webconfig``)
+adds TLS, client certificates and basic auth; off loopback, a TLS key that others
+may read is refused, and metrics served without TLS are said to be (one line).
 
 The loop publishes a frame a second (``exporter.Publisher``); scrapes only read
 the newest frame. It runs until the job exits or aitop is stopped (Ctrl-C,
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -33,8 +37,10 @@ from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.options import options_from, start_source
 from aitop.engine.live.attach import LiveJob, self_cpu_seconds, self_rss_bytes
 from aitop.engine.prometheus.exporter import AitopCollector, Publisher
+from aitop.engine.prometheus.web import Listening, ServeError, resolve, serve, tls_context
+from aitop.engine.prometheus.webconfig import WebConfig, WebConfigError, read_web_config
 from aitop.probes.job_identity import identify
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 #: How often the serve loop publishes a frame (the evaluator's own cadence).
 PUBLISH_EVERY_S = 1.0
@@ -67,28 +73,79 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def url_of(host: str, port: int) -> str:
+def url_of(host: str, port: int, scheme: str = "http") -> str:
     try:
         bracket = ipaddress.ip_address(host).version == 6
     except ValueError:
         bracket = False
-    return f"http://[{host}]:{port}/metrics" if bracket else f"http://{host}:{port}/metrics"
+    return f"{scheme}://[{host}]:{port}/metrics" if bracket else f"{scheme}://{host}:{port}/metrics"
+
+
+def web_config_of(args: argparse.Namespace) -> WebConfig | None:
+    """``--web-config``, read and checked whole: every problem, one line each (exit 2)."""
+    if args.web_config is None:
+        return None
+    try:
+        return read_web_config(args.web_config)
+    except WebConfigError as exc:
+        raise CliError(f"--web-config: {exc}", EXIT_USAGE) from exc
+
+
+def refuse_shared_key(where: Listening, web: WebConfig) -> None:
+    """Off loopback, a TLS key that its group or others may read is no secret: refuse."""
+    if where.loopback or web.tls is None:
+        return
+    key = web.tls.key_file
+    try:
+        mode = key.stat().st_mode
+    except OSError as exc:
+        raise CliError(f"cannot read key_file {key}: {exc.strerror or exc}", EXIT_USAGE) from exc
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        raise CliError(f"refusing to serve on {where.address}: key_file {key} is readable by "
+                       f"its group or others (mode {stat.S_IMODE(mode):04o}): `chmod 600 {key}`, "
+                       "or serve on loopback", EXIT_USAGE)
 
 
 def bind(args: argparse.Namespace) -> tuple[WSGIServer, AitopCollector, str]:
-    """The exporter's port, bound before anything is attached (a port in use is one line)."""
+    """The exporter's port, bound before anything is attached (a port in use is one line).
+
+    With ``--web-config``, its TLS and basic auth; off loopback, a key others may read is
+    refused and serving without TLS is said (one line each).
+    """
     host, port = parse_address(args.serve)
+    web = web_config_of(args)
+    try:
+        where = resolve(host, port)
+    except OSError as exc:
+        raise _bind_error(host, port, exc) from exc
+    if web is not None:
+        refuse_shared_key(where, web)
+    try:
+        tls = tls_context(web.tls) if web is not None and web.tls is not None else None
+    except ServeError as exc:
+        raise CliError(f"--web-config {args.web_config}: {exc}", EXIT_USAGE) from exc
     collector = AitopCollector(self_cpu_seconds=self_cpu_seconds, self_rss_bytes=self_rss_bytes)
     registry = CollectorRegistry()
     registry.register(collector)
     try:
-        server, _thread = start_http_server(port, host, registry)
+        server, _thread = serve(where, registry, web, tls)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        hint = ("another process listens there: pick another port"
-                if "in use" in reason else "give a local address or only a port")
-        raise CliError(f"cannot serve metrics on {host}:{port}: {reason} ({hint})") from exc
-    return server, collector, url_of(host, server.server_port)
+        raise _bind_error(host, port, exc) from exc
+    for note in web.notes if web is not None else ():
+        print(f"aitop: {note}", file=sys.stderr, flush=True)
+    if tls is None and not where.loopback:
+        passwords = "; basic-auth passwords cross it in the clear too" if web and web.users else ""
+        print(f"aitop: serving metrics in the clear (no TLS) on {where.address}: anyone on the "
+              f"network can read them{passwords}; give --web-config FILE with "
+              "tls_server_config to encrypt them", file=sys.stderr, flush=True)
+    return server, collector, url_of(host, server.server_port, "http" if tls is None else "https")
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> CliError:
+    reason = exc.strerror or str(exc)
+    hint = ("another process listens there: pick another port"
+            if "in use" in reason else "give a local address or only a port")
+    return CliError(f"cannot serve metrics on {host}:{port}: {reason} ({hint})")
 
 
 def _refuse_gates(args: argparse.Namespace) -> None:

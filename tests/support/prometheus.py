@@ -10,14 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +46,18 @@ def http_json(url: str, timeout: float = 5.0) -> Any:
 class PrometheusServer:
     """``prometheus`` on a loopback port, scraping ``targets`` every second."""
 
-    def __init__(self, workdir: Path, targets: list[str], rule_files: Sequence[Path] = ()) -> None:
+    def __init__(self, workdir: Path, targets: list[str], rule_files: Sequence[Path] = (),
+                 scrape: Mapping[str, Any] | None = None) -> None:
+        """``scrape``: more of the scrape job's settings (``scheme``, ``tls_config``,
+        ``basic_auth``, ...)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        job = {"job_name": "aitop", "static_configs": [{"targets": targets}], **(scrape or {})}
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                        "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [{"job_name": "aitop", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [job],
         }
         config_path = workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config))
@@ -119,12 +123,14 @@ FAKE_GPU_SITE = Path(__file__).parent / "fake_gpu_site"
 
 def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
                 timeout: float = 60.0, user: str | None = None,
-                fake_gpu: str | None = None) -> tuple[subprocess.Popen[str], str]:
+                fake_gpu: str | None = None, said: list[str] | None = None,
+                ) -> tuple[subprocess.Popen[str], str]:
     """``aitop --pid PID --serve 127.0.0.1:0`` (``pid=None``: the node agent, ``user``:
     run as that user, ``fake_gpu``: with that fake NVML scenario as its GPU): the
     process and its host:port.
 
-    Waits for the line that says where it serves (the port is the kernel's pick).
+    Waits for the line that says where it serves (the port is the kernel's pick);
+    ``said`` gets the lines aitop wrote up to it, that one included.
     """
     target = ["--pid", str(pid)] if pid is not None else []
     command = [sys.executable, "-m", "aitop.tui", *target, "--serve", serve, *extra]
@@ -140,20 +146,24 @@ def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
         text=True, env=env,
     )
     assert process.stderr is not None
-    deadline = time.time() + timeout
+    # Lines are read until the one that says where it serves; a process silent for
+    # ``timeout`` is killed, which ends the read. (Waiting in select() on the pipe
+    # would miss a line the text buffer already holds: two lines written at once.)
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
     seen = ""
-    while time.time() < deadline:
-        ready, _, _ = select.select([process.stderr], [], [], 0.5)
-        if ready:
-            line = process.stderr.readline()
+    try:
+        for line in iter(process.stderr.readline, ""):
             seen += line
             if "serving Prometheus metrics" in line:
-                address = line.split("http://", 1)[1].split("/metrics", 1)[0]
+                if said is not None:
+                    said += seen.splitlines()
+                address = line.split("://", 1)[1].split("/metrics", 1)[0]
                 return process, address
-            if not line and process.poll() is not None:
-                break
+    finally:
+        watchdog.cancel()
     stop_process(process)
-    pytest.fail(f"aitop --serve did not start: {seen}")
+    pytest.fail(f"aitop --serve did not start within {timeout:.0f} s: {seen}")
 
 
 def stop_process(process: subprocess.Popen[str]) -> int:
