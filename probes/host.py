@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from .cgroup_memory import memory_limit
+from .cgroup_memory import cgroup_root_from_env, memory_limit
 from .neighbours import NeighbourScanner
 from .samples import HostSample
 
@@ -107,7 +107,8 @@ class HostProbe:
             load5=load[1],
             load15=load[2],
             others=self.neighbours.others(),
-            memory_limit=None if self._job_pid is None else memory_limit(self._job_pid),
+            memory_limit=None if self._job_pid is None else memory_limit(
+                self._job_pid, cgroup_root=cgroup_root_from_env()),
         )
 
 

@@ -70,3 +70,49 @@ def test_a_group_outside_the_readers_namespace_is_not_followed(tmp_path: Path) -
         "memory.current": "1000",
     })
     assert memory_limit(PID, *roots) is None
+
+
+READER = 777
+
+
+def pod_tree(tmp_path: Path, job: str, reader: str, reader_group: str) -> tuple[str, str]:
+    """A node's v2 tree as a node agent's pod mounts it: the job's pod limited to
+    1 GB, the reader (PID ``READER``) in ``reader_group`` seeing itself at ``reader``."""
+    proc, sys = tree(tmp_path, job, {
+        "kubepods/podB/memory.max": "1000000000",
+        "kubepods/podB/memory.current": "400000000",
+        "kubepods/podB/ctrB/memory.max": "max",
+        "kubepods/podB/ctrB/memory.current": "400000000",
+        f"{reader_group}/cgroup.procs": f"12\n{READER}\n",
+        "kubepods/podA/memory.max": "300000000",
+        "kubepods/podA/memory.current": "1000",
+    })
+    (Path(proc) / str(READER)).mkdir()
+    (Path(proc) / str(READER) / "cgroup").write_text(reader)
+    return proc, f"{sys}/fs/cgroup"
+
+
+def test_a_pod_reads_another_pods_limit_through_the_nodes_tree(tmp_path: Path) -> None:
+    """A node agent in its own cgroup namespace sees ``/../..`` paths; with the node's
+    tree mounted it climbs from its own group, found there by its PID."""
+    proc, root = pod_tree(tmp_path, "0::/../../podB/ctrB\n", "0::/\n", "kubepods/podA/ctrA")
+    expected = MemoryLimit(1_000_000_000, 400_000_000, "/kubepods/podB")
+    assert memory_limit(PID, proc, cgroup_root=root, own_pid=READER) == expected
+    # The reader moved into a subgroup of its namespace: the climb starts at its root.
+    proc, root = pod_tree(tmp_path / "sub", "0::/../../podB/ctrB\n", "0::/agent\n",
+                          "kubepods/podA/ctrA/agent")
+    assert memory_limit(PID, proc, cgroup_root=root, own_pid=READER) == expected
+
+
+def test_a_climb_past_the_mounts_root_is_not_followed(tmp_path: Path) -> None:
+    """The mount shows only the reader's namespace (its group at the mount's root):
+    climbing out would read the reader's own limits, so nothing is read."""
+    proc, root = pod_tree(tmp_path, "0::/../../../podB/ctrB\n", "0::/\n",
+                          "kubepods/podA/ctrA")
+    assert memory_limit(PID, proc, cgroup_root=root, own_pid=READER) is None
+    proc, root = pod_tree(tmp_path / "own", "0::/../podB\n", "0::/\n", "")
+    assert memory_limit(PID, proc, cgroup_root=root, own_pid=READER) is None
+    # The reader is nowhere in the tree: nothing to climb from.
+    proc, root = pod_tree(tmp_path / "gone", "0::/../podB\n", "0::/\n", "kubepods/podA")
+    (Path(root) / "kubepods" / "podA" / "cgroup.procs").write_text("12\n")
+    assert memory_limit(PID, proc, cgroup_root=root, own_pid=READER) is None
