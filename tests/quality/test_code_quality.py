@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -175,3 +176,17 @@ def test_headless_export_run_loads_no_ui(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "LOADED=\n" in result.stderr, result.stderr
     assert '"schema": "aitop.report/2"' in result.stdout
+
+
+def test_every_package_of_the_rooms_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages by hand: a folder missing there is missing
+    from the wheel, and an installed aitop fails where it imports it."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    found = set()
+    for name, folder in setup["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *rel)))
+    assert found == listed, f"missing from pyproject.toml: {sorted(found - listed)}; " \
+                            f"listed without a folder: {sorted(listed - found)}"
