@@ -24,6 +24,7 @@ the container ID from the cgroup path (all that ``/proc`` knows of it).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -40,6 +41,16 @@ _POD_UID = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER_ID = re.compile(r"(?:docker-|cri-containerd-|crio-|containerd-)?([0-9a-f]{64})")
 _SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+#: The ``hostname`` label's value where aitop's own hostname is not the node's: a
+#: DaemonSet's pod is named after itself, so it sets this from ``spec.nodeName``
+#: (as dcgm-exporter's manifests give it the node's name), and ``on(hostname)``
+#: joins with dcgm-exporter's series hold.
+NODE_NAME_ENV = "AITOP_NODE_NAME"
+
+
+def node_name() -> str:
+    """The node's name for the ``hostname`` label: ``AITOP_NODE_NAME``, else ours."""
+    return os.environ.get(NODE_NAME_ENV, "").strip() or socket.gethostname()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +135,7 @@ def identify(pid: int, launcher_pid: int | None = None, proc_root: str = PROC,
     pod, namespace, container = kubernetes_placement(pid, env, proc_root)
     return Identity(
         job_id=job_id_from_env(env, launcher),
-        hostname=hostname or socket.gethostname(),
+        hostname=hostname or node_name(),
         rank=env.get("RANK", env.get("SLURM_PROCID", "")),
         local_rank=env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "")),
         node_rank=env.get("GROUP_RANK", env.get("SLURM_NODEID", "")),

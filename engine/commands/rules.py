@@ -1,4 +1,5 @@
-"""``aitop rules --format prometheus``: the knowledge base as Prometheus alerting rules."""
+"""``aitop rules --format prometheus``: the knowledge base as Prometheus alerting rules
+(``--format prometheus-operator``: the same groups as a ``PrometheusRule`` object)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.files import FileError, write_atomic
-from aitop.engine.prometheus.alerts import render, translate
+from aitop.engine.prometheus.alerts import FORMATS, render, translate
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.knowledge.reading.yamlio import KnowledgeError
 
@@ -19,8 +20,10 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "rules", help="write the knowledge base's rules in another format (Prometheus alerts)"
     )
-    parser.add_argument("--format", choices=("prometheus",), default="prometheus",
-                        help="output format (default prometheus: an alerting-rules file)")
+    parser.add_argument("--format", choices=FORMATS, default="prometheus",
+                        help="output format (default prometheus: an alerting-rules file; "
+                             "prometheus-operator: the same groups as a PrometheusRule "
+                             "object, monitoring.coreos.com/v1)")
     parser.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
                         help="extra rule file to include (repeatable), as with --pid")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE",
@@ -28,7 +31,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``aitop rules --format prometheus [--rules FILE] [-o FILE]``."""
+    """``aitop rules --format prometheus|prometheus-operator [--rules FILE] [-o FILE]``."""
     for path in args.rules:
         if not path.is_file():
             raise CliError(f"rule file not found: {path}", EXIT_USAGE)
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     alerts, skipped = translate(ruleset)
     for s in skipped:
         print(f"aitop: rule {s.rule} ({s.where}) not translated: {s.reason}", file=sys.stderr)
-    text = render(ruleset, alerts, skipped)
+    text = render(ruleset, alerts, skipped, args.format)
     if args.output is None:
         sys.stdout.write(text)
     else:

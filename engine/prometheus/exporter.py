@@ -23,7 +23,6 @@ label value passes through :mod:`aitop.probes.redact` first.
 from __future__ import annotations
 
 import math
-import socket
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -33,6 +32,7 @@ from aitop.engine.prometheus.names import PHASE_LABEL, base_value, exported_metr
 from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.metrics.window import STEPS_WINDOW_S
+from aitop.probes.job_identity import node_name
 from aitop.probes.own_version import aitop_version
 from aitop.probes.redact import redact_argv, redact_text
 from aitop.probes.samples import EnvironmentInfo, GpuDevice, GpuSample, StepCounterSample
@@ -253,7 +253,7 @@ class AitopCollector(Collector):
         self._frames: tuple[Frame, ...] = ()
         self._infos: tuple[WatchInfo, ...] | None = None
         self._agent: tuple[tuple[str, float], ...] = ()
-        self._hostname = socket.gethostname()
+        self._hostname = node_name()
 
     def publish(self, frame: Frame) -> None:
         """Make ``frame`` what scrapes show (an atomic reference swap)."""

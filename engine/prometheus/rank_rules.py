@@ -11,6 +11,10 @@ recording rules can do what aitop's own straggler judgement
 * ``aitop:rank_straggler_score``: the fastest rank's own work over this rank's,
   within its ``job_id`` (DDP ranks step in lockstep, so shares compare as work
   per step), for jobs with two ranks or more;
+* ``aitop:job_steps_per_second``: the job's steps per second, one series per
+  ``job_id`` from whichever of its ranks' aitops read a rate (DDP ranks step in
+  lockstep, so each rank's rate is the job's; the lowest reading, as a counter
+  misread upwards would otherwise lead);
 * the alert ``AitopStragglerRank`` where the knowledge base's named condition
   ``holds_back_job`` holds for a rank's score (its cut is said once, in
   rules.yaml), naming the rank, its node and its own bottleneck.
@@ -26,6 +30,7 @@ from aitop.knowledge.base.rules import RuleSet
 GROUP = "aitop-ranks"
 OWN_WORK = "aitop:rank_own_work_ratio"
 SCORE = "aitop:rank_straggler_score"
+JOB_STEPS = "aitop:job_steps_per_second"
 ALERT = "AitopStragglerRank"
 #: The named condition (rules.yaml) whose cut flags a straggler.
 HOLDS_BACK = "holds_back_job"
@@ -72,5 +77,6 @@ def rank_group(ruleset: RuleSet, translator: Translator | None = None) -> dict[s
     return {"name": GROUP, "rules": [
         {"record": OWN_WORK, "expr": own},
         {"record": SCORE, "expr": score},
+        {"record": JOB_STEPS, "expr": "min by (job_id) (aitop_steps_per_second)"},
         alert,
     ]}

@@ -39,17 +39,22 @@ set, usage less the inactive file pages of ``memory.stat``, as the kubelet count
 it for its evictions.
 
 Paths are read as ``/proc/PID/cgroup`` gives them, relative to the reader's
-cgroup namespace, and looked up under the reader's mounts: right when the
-mount's root is the namespace's root (the host, a container with its own cgroup
+cgroup namespace, and looked up under the cgroup mount: right when the mount's
+root is the namespace's root (the host, a container with its own cgroup
 namespace). A path that climbs out of the namespace (``/../..``: the job's
-group is not under the reader's) is not followed: its limits are not the ones
-the mount shows, and its fields stay blank.
+group is not under the reader's, as a node agent's pod sees other pods' groups)
+is followed only where the mount shows the whole tree (the node's, mounted
+read-only into the pod and named by ``AITOP_CGROUP_ROOT``): the reader finds
+its own group there by its PID and climbs from it. Under a mount of the
+reader's namespace alone the climb would land on the reader's own root and read
+its limits, so there it is not followed and the fields stay blank.
 
 Missing files blank their fields, never raise.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -57,6 +62,17 @@ from pathlib import PurePosixPath
 from .procfs import PROC, Pid, read_file, read_text
 
 CGROUP = "/sys/fs/cgroup"
+#: Where the node's cgroup tree is mounted when it is not /sys/fs/cgroup: a pod's
+#: own /sys/fs/cgroup shows only its own group.
+CGROUP_ROOT_ENV = "AITOP_CGROUP_ROOT"
+#: The most directories searched for the reader's own group (a node's tree has a
+#: few hundred to a few thousand).
+MAX_GROUPS_SEARCHED = 20_000
+
+
+def cgroup_root() -> str:
+    """The cgroup mount to read: ``AITOP_CGROUP_ROOT`` where set, else /sys/fs/cgroup."""
+    return os.environ.get(CGROUP_ROOT_ENV, "").strip() or CGROUP
 
 #: v1 reports "no limit" as the largest page-aligned signed 64-bit value;
 #: anything above this many bytes (1 EiB) is no limit.
@@ -219,11 +235,18 @@ class _Place:
 
 
 class _Hierarchies:
-    """The process's hierarchies, and where each controller is found among them."""
+    """The process's hierarchies, and where each controller is found among them.
 
-    def __init__(self, lines: tuple[CgroupLine, ...], cgroup_root: str) -> None:
+    ``reader``: the PID whose ``/proc/PID/cgroup`` says where the reader itself
+    sits (its own, unless a test says otherwise), for paths outside its namespace.
+    """
+
+    def __init__(self, lines: tuple[CgroupLine, ...], cgroup_root: str,
+                 proc_root: str = PROC, reader: int | None = None) -> None:
         self.lines = lines
         self.root = cgroup_root
+        self.proc_root = proc_root
+        self.reader = os.getpid() if reader is None else reader
 
     def unified_base(self) -> str:
         """The v2 mount: the root on a v2-only machine, ``unified/`` on a hybrid one."""
@@ -238,12 +261,11 @@ class _Hierarchies:
         missing there: no limit of its own, though an ancestor's may still apply)."""
         v1 = next((line for line in self.lines if controller in line.controllers), None)
         if v1 is not None:
-            if v1.outside_namespace:
-                return None
             for name in (controller, ",".join(v1.controllers)):
-                place = _Place(f"{self.root}/{name}", v1.path, 1)
-                if os.path.isdir(place.directory):
-                    return place
+                base = f"{self.root}/{name}"
+                group = self._group(v1, base)
+                if group is not None and os.path.isdir(_directory(base, group)):
+                    return _Place(base, group, 1)
             return None
         return self.unified(controller)
 
@@ -251,13 +273,58 @@ class _Hierarchies:
         """The process's v2 group; with ``controller``, only in a hierarchy that has it
         (the root's ``cgroup.controllers``: empty on a hybrid node's ``unified``)."""
         line = next((line for line in self.lines if line.unified), None)
-        if line is None or line.outside_namespace:
+        base = self.unified_base()
+        group = None if line is None else self._group(line, base)
+        if group is None:
             return None
-        place = _Place(self.unified_base(), line.path, 2)
+        place = _Place(base, group, 2)
         if controller is not None and controller not in (
                 place.read("cgroup.controllers", "/") or "").split():
             return None
         return place if os.path.isdir(place.directory) else None
+
+    def _group(self, line: CgroupLine, base: str) -> str | None:
+        """``line``'s group as a path from the root of the mount ``base``."""
+        if not line.outside_namespace:
+            return line.path
+        own = next((o for o in read_cgroup_lines(self.reader, self.proc_root)
+                    if o.hierarchy == line.hierarchy), None)
+        return None if own is None else _from_outside(line.path, base, own.path, self.reader)
+
+
+@functools.lru_cache(maxsize=16)
+def _group_of(base: str, pid: int) -> str | None:
+    """The group under the mount ``base`` whose ``cgroup.procs`` lists ``pid``, as a
+    path from the mount's root; None if not found (or not readable). A process does
+    not change groups while aitop watches, so the search is done once."""
+    for seen, (directory, _dirs, files) in enumerate(os.walk(base)):
+        if seen >= MAX_GROUPS_SEARCHED:
+            break
+        if "cgroup.procs" in files and str(pid) in (
+                read_text(f"{directory}/cgroup.procs") or "").split():
+            relative = os.path.relpath(directory, base)
+            return "/" if relative == "." else f"/{relative}"
+    return None
+
+
+def _from_outside(path: str, base: str, own_path: str, own_pid: int) -> str | None:
+    """``path`` (``/../../pod/ctr``, relative to the reader's namespace) as a path
+    from the root of the mount ``base``, climbing from where the reader's own group
+    sits there; None when the climb leaves the mount (it shows only the reader's
+    namespace) or the reader is not found in it."""
+    own = _group_of(base, own_pid)
+    if own is None:
+        return None
+    own_parts = PurePosixPath(own).parts[1:]
+    relative_parts = PurePosixPath(own_path).parts[1:]
+    if tuple(own_parts[len(own_parts) - len(relative_parts):]) != relative_parts:
+        return None
+    root = list(own_parts[:len(own_parts) - len(relative_parts)])  # the namespace's root
+    parts = PurePosixPath(path).parts[1:]
+    ups = next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+    if ups > len(root) or ".." in parts[ups:]:
+        return None
+    return "/" + "/".join([*root[:len(root) - ups], *parts[ups:]])
 
 
 def _quota(place: _Place, group: str | None = None) -> tuple[int | None, int | None]:
@@ -337,26 +404,36 @@ def _ns_to_us(ns: int | None) -> int | None:
     return None if ns is None else ns // 1000
 
 
-def memory_limit(pid: Pid, proc_root: str = PROC,
-                 cgroup_root: str = CGROUP) -> MemoryLimit | None:
+def memory_limit(pid: Pid, proc_root: str = PROC, cgroup_root: str | None = None,
+                 reader: int | None = None) -> MemoryLimit | None:
     """The tightest cgroup memory limit over ``pid``, None when there is none (or
-    the files cannot be read, or the group is outside the reader's namespace):
+    the files cannot be read, or the group is outside what the mount shows):
     then RAM is the limit."""
-    place = _Hierarchies(read_cgroup_lines(pid, proc_root), cgroup_root).place("memory")
+    place = _hierarchies(pid, proc_root, cgroup_root, reader).place("memory")
     return None if place is None else _memory(place)
 
 
-def cpu_limit(pid: Pid, proc_root: str = PROC, cgroup_root: str = CGROUP) -> float | None:
+def cpu_limit(pid: Pid, proc_root: str = PROC, cgroup_root: str | None = None,
+              reader: int | None = None) -> float | None:
     """CPUs the tightest quota over ``pid``'s group allows ("200000 100000" -> 2.0),
     None when no quota applies or none can be read."""
-    place = _Hierarchies(read_cgroup_lines(pid, proc_root), cgroup_root).place("cpu")
+    place = _hierarchies(pid, proc_root, cgroup_root, reader).place("cpu")
     best = None if place is None else _tightest_quota(place)
     return None if best is None else best[0]
 
 
-def read_cgroup(pid: Pid, proc_root: str = PROC, cgroup_root: str = CGROUP) -> Cgroup:
-    """Every limit and counter of ``pid``'s cgroup that can be read."""
-    hierarchies = _Hierarchies(read_cgroup_lines(pid, proc_root), cgroup_root)
+def _hierarchies(pid: Pid, proc_root: str, root: str | None,
+                 reader: int | None) -> _Hierarchies:
+    return _Hierarchies(read_cgroup_lines(pid, proc_root), root or cgroup_root(), proc_root,
+                        reader)
+
+
+def read_cgroup(pid: Pid, proc_root: str = PROC, cgroup_root: str | None = None,
+                reader: int | None = None) -> Cgroup:
+    """Every limit and counter of ``pid``'s cgroup that can be read (``cgroup_root``:
+    the mount, ``AITOP_CGROUP_ROOT`` or /sys/fs/cgroup by default; ``reader``: the
+    PID that stands for aitop in that mount, for paths outside its namespace)."""
+    hierarchies = _hierarchies(pid, proc_root, cgroup_root, reader)
     cpu, cpuset = hierarchies.place("cpu"), hierarchies.place("cpuset")
     memory, pids = hierarchies.place("memory"), hierarchies.place("pids")
     usage, usage_place = _usage_us(hierarchies)

@@ -1,6 +1,7 @@
 """The node agent (``aitop --serve PORT`` without ``--pid``) on real jobs, scraped by a
 real Prometheus: jobs are attached as they start and their series leave when they end,
-and every query of the shipped Grafana dashboard is valid and returns data.
+and every query of the shipped Grafana dashboard is valid and returns data (the
+generated rules loaded: some panels read the recording rules).
 
 The agent's GPU is the fake NVML's "healthy" scenario (no GPU here; the only fake).
 
@@ -10,7 +11,6 @@ test's directory): the suite runs other tests' jobs beside it on the same machin
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import urllib.request
@@ -21,35 +21,22 @@ import pytest
 from aitop.probes.discovery import OTHER_USER
 from aitop.probes.kernel.procfs import read_environ
 from prometheus_client.parser import text_string_to_metric_families
-from support.jobs import LIGHT_TRAINING
+from support.dashboard import dashboard_panels, panel_results
+from support.jobs import LIGHT_TRAINING, run_aitop
 from support.processes import free_port, start_logged, started, stop_tree, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
-
-from benchmarks.dashboard_preview import DASHBOARD, panel_exprs
 
 pytestmark = pytest.mark.attach
 
 Samples = dict[str, list[dict[str, str]]]
 
 
-def dashboard_panels() -> dict[str, list[str]]:
-    """Each panel's PromQL queries, the dashboard's variables set to "All"."""
-    board = json.loads(DASHBOARD.read_text())
-    return {panel["title"]: panel_exprs(panel)
-            for panel in board["panels"] if panel.get("targets")}
-
-
 def check_dashboard(prometheus: PrometheusServer, timeout: float = 60.0) -> None:
     """Every query is valid (the API accepts it, else this raises) and every panel shows
     data (one of its queries has some: a job's own GPU memory needs it on the GPU)."""
-    pending = dashboard_panels()
-    deadline = time.time() + timeout
-    while True:
-        pending = {title: exprs for title, exprs in pending.items()
-                   if not any([prometheus.query(e) for e in exprs])}
-        if not pending or time.time() > deadline:
-            break
-        time.sleep(2)
+    panels = dashboard_panels()
+    results = panel_results(prometheus, panels, timeout)
+    pending = {title: panels[title] for title, series in results.items() if not series}
     assert not pending, f"panels without data: {pending}"
 
 
@@ -75,8 +62,12 @@ def torchrun(port: int, marker: Path) -> list[str]:
 
 
 def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) -> None:
+    # The dashboard's steps/s and cross-node straggler panels read the recording rules.
+    rules = tmp_path / "aitop-rules.yml"
+    made = run_aitop("rules", "--format", "prometheus", "-o", str(rules), timeout=60)
+    assert made.returncode == 0, made.stderr
     agent, address = start_serve(None, "--match", str(tmp_path), fake_gpu="healthy")
-    prometheus = PrometheusServer(tmp_path, [address])
+    prometheus = PrometheusServer(tmp_path, [address], [rules])
     single = None
     try:
         assert job_ids(scrape(address)) == set()  # nothing of this test's runs yet

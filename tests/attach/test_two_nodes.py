@@ -18,12 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from aitop.engine.prometheus.exporter import stable_title
 from aitop.knowledge.reading.loader import load_knowledge_base
-from aitop.probes.kernel.procfs import read_environ
-from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
+from support.jobs import STRAGGLER_OWN_CAUSES, rank_of, run_aitop, two_node_launcher
 from support.processes import free_port, started, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
 
@@ -36,22 +34,6 @@ THREAD_ADVICE = {"cpu_compute_underthreaded", "cpu_threads_oversubscribed",
                  "cpu_compute_contended", "cpu_compute_bound"}
 
 
-def launcher(port: int, run_id: str, truth: Path) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-            "-m", "aitop.demo.ddp", "--duration", "120", "--slow-rank", "1",
-            "--slow-ms", SLOW_MS, "--truth", str(truth)]
-
-
-def rank_of(launcher_pid: int) -> tuple[int, int] | None:
-    """(global rank, its PID) of the launcher's one rank, once it has started."""
-    for child in psutil.Process(launcher_pid).children():
-        rank = (read_environ(child.pid) or {}).get("RANK")
-        if rank is not None:
-            return int(rank), child.pid
-    return None
-
-
 def test_a_job_across_two_nodes_is_judged_per_rank_and_across_nodes(tmp_path: Path) -> None:
     port = free_port()
     run_id = f"two-nodes-{port}"
@@ -62,8 +44,8 @@ def test_a_job_across_two_nodes_is_judged_per_rank_and_across_nodes(tmp_path: Pa
     agents = [start_serve(None, "--match", str(d)) for d in node_dirs]
     prometheus = PrometheusServer(tmp_path, [address for _, address in agents], [rules])
     try:
-        with started(launcher(port, run_id, node_dirs[0])) as node_a, \
-                started(launcher(port, run_id, node_dirs[1])) as node_b:
+        with started(two_node_launcher(port, run_id, node_dirs[0], slow_ms=SLOW_MS)) as node_a, \
+                started(two_node_launcher(port, run_id, node_dirs[1], slow_ms=SLOW_MS)) as node_b:
             assert wait_until(lambda: rank_of(node_a.pid) and rank_of(node_b.pid), timeout=60)
             ranks = {rank_of(node.pid): node.pid for node in (node_a, node_b)}
             waiting = next(pid for (rank, _), pid in ranks.items() if rank == 0)

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -176,3 +178,34 @@ def test_headless_export_run_loads_no_ui(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "LOADED=\n" in result.stderr, result.stderr
     assert '"schema": "aitop.report/2"' in result.stdout
+
+
+def setup_arguments(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What setup.py hands setuptools, captured instead of built."""
+    import runpy
+
+    import setuptools
+
+    captured: dict[str, Any] = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    return captured
+
+
+def test_every_package_of_the_rooms_is_in_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py finds the packages in the tree: every folder holding an __init__.py
+    under a room is a package of the wheel (a folder missing there is missing from
+    the wheel, and an installed aitop fails where it imports it), and the rooms are
+    the import contracts' root packages."""
+    setup = setup_arguments(monkeypatch)
+    found = set()
+    for name, folder in setup["package_dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *rel)))
+    listed = set(setup["packages"])
+    assert found == listed, f"missing from the wheel: {sorted(found - listed)}; " \
+                            f"listed without a folder: {sorted(listed - found)}"
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert set(contracts["root_packages"]) == set(setup["package_dir"])

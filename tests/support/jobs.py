@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+from aitop.probes.job_identity import read_environ
+
 from benchmarks.agent import LIGHT_JOB
 
 #: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
@@ -198,3 +201,23 @@ LIGHT_TRAINING = LIGHT_JOB
 #: free on the 2-core box (then moving the work to workers helps).
 STRAGGLER_OWN_CAUSES = frozenset(
     {"loading_in_training_process", "data_wait_dominant", "host_cpu_saturated"})
+
+
+def two_node_launcher(port: int, run_id: str, truth: Path, *, duration_s: float = 120,
+                      slow_ms: str = "40") -> list[str]:
+    """One "node" of a 2-node torchrun job on this machine: ``--nnodes=2``, one rank
+    per node, a c10d rendezvous on loopback; rank 1 builds its batches with
+    ``slow_ms`` of CPU in its training thread (a straggler)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+            "-m", "aitop.demo.ddp", "--duration", f"{duration_s:g}", "--slow-rank", "1",
+            "--slow-ms", slow_ms, "--truth", str(truth)]
+
+
+def rank_of(launcher_pid: int) -> tuple[int, int] | None:
+    """(global rank, its PID) of a launcher's one rank, once it has started."""
+    for child in psutil.Process(launcher_pid).children():
+        rank = read_environ(child.pid).get("RANK")
+        if rank is not None:
+            return int(rank), child.pid
+    return None

@@ -124,10 +124,12 @@ FAKE_GPU_SITE = Path(__file__).parent / "fake_gpu_site"
 def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
                 timeout: float = 60.0, user: str | None = None,
                 fake_gpu: str | None = None, said: list[str] | None = None,
+                capabilities: Sequence[str] | None = None,
                 ) -> tuple[subprocess.Popen[str], str]:
     """``aitop --pid PID --serve 127.0.0.1:0`` (``pid=None``: the node agent, ``user``:
-    run as that user, ``fake_gpu``: with that fake NVML scenario as its GPU): the
-    process and its host:port.
+    run as that user, ``fake_gpu``: with that fake NVML scenario as its GPU,
+    ``capabilities``: root holding only these, e.g. ``SYS_PTRACE``): the process
+    and its host:port.
 
     Waits for the line that says where it serves (the port is the kernel's pick);
     ``said`` gets the lines aitop wrote up to it, that one included.
@@ -137,6 +139,9 @@ def start_serve(pid: int | None, *extra: str, serve: str = "127.0.0.1:0",
     if user is not None:
         command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
                    *command]
+    if capabilities is not None:
+        kept = ",".join(["-all", *(f"+{c.lower()}" for c in capabilities)])
+        command = ["setpriv", f"--bounding-set={kept}", "--inh-caps=-all", *command]
     env = None
     if fake_gpu is not None:
         path = os.pathsep.join((str(FAKE_GPU_SITE), str(FAKE_GPU_SITE.parent.parent)))

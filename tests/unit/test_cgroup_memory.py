@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from aitop.probes.kernel.cgroups import MemoryLimit, memory_limit
 from support.kernel_tree import V1_NO_MEMORY_LIMIT, KernelTree
 
@@ -62,3 +63,52 @@ def test_a_group_outside_the_readers_namespace_is_not_followed(tmp_path: Path) -
     tree.process(PID, cgroup="0::/../../kubepods/pod1/ctr\n")
     tree.v2("/", {"memory.max": "1000000000", "memory.current": "1000"})
     assert memory_limit(PID, *tree.roots) is None
+
+
+READER = 777
+
+
+def pod_tree(base: Path, job: str, reader: str, reader_group: str) -> KernelTree:
+    """A node's v2 tree as a node agent's pod mounts it: the job's pod limited to
+    1 GB, the reader (PID ``READER``) in ``reader_group`` seeing itself at ``reader``."""
+    tree = KernelTree(base)
+    tree.process(PID, cgroup=job)
+    tree.process(READER, cgroup=reader)
+    tree.v2("/kubepods/podB", {"memory.max": "1000000000", "memory.current": "400000000"})
+    tree.v2("/kubepods/podB/ctrB", {"memory.max": "max", "memory.current": "400000000"})
+    tree.v2("/kubepods/podA", {"memory.max": "300000000", "memory.current": "1000"})
+    tree.v2(f"/{reader_group}", {"cgroup.procs": f"12\n{READER}\n"})
+    return tree
+
+
+def test_a_pod_reads_another_pods_limit_through_the_nodes_tree(tmp_path: Path) -> None:
+    """A node agent in its own cgroup namespace sees ``/../..`` paths; with the node's
+    tree mounted it climbs from its own group, found there by its PID."""
+    tree = pod_tree(tmp_path, "0::/../../podB/ctrB\n", "0::/\n", "kubepods/podA/ctrA")
+    expected = MemoryLimit(1_000_000_000, 400_000_000, "/kubepods/podB")
+    assert memory_limit(PID, *tree.roots, reader=READER) == expected
+    # The reader moved into a subgroup of its namespace: the climb starts at its root.
+    tree = pod_tree(tmp_path / "sub", "0::/../../podB/ctrB\n", "0::/agent\n",
+                    "kubepods/podA/ctrA/agent")
+    assert memory_limit(PID, *tree.roots, reader=READER) == expected
+
+
+def test_the_node_tree_is_named_by_aitop_cgroup_root(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = pod_tree(tmp_path, "0::/../../podB/ctrB\n", "0::/\n", "kubepods/podA/ctrA")
+    monkeypatch.setenv("AITOP_CGROUP_ROOT", tree.roots[1])
+    assert memory_limit(PID, tree.roots[0], reader=READER) == MemoryLimit(
+        1_000_000_000, 400_000_000, "/kubepods/podB")
+
+
+def test_a_climb_past_the_mounts_root_is_not_followed(tmp_path: Path) -> None:
+    """The mount shows only the reader's namespace (its group at the mount's root):
+    climbing out would read the reader's own limits, so nothing is read."""
+    tree = pod_tree(tmp_path, "0::/../../../podB/ctrB\n", "0::/\n", "kubepods/podA/ctrA")
+    assert memory_limit(PID, *tree.roots, reader=READER) is None
+    tree = pod_tree(tmp_path / "own", "0::/../podB\n", "0::/\n", "")
+    assert memory_limit(PID, *tree.roots, reader=READER) is None
+    # The reader is nowhere in the tree: nothing to climb from.
+    tree = pod_tree(tmp_path / "gone", "0::/../podB\n", "0::/\n", "kubepods/podA")
+    (tree.cgroup / "kubepods" / "podA" / "cgroup.procs").write_text("12\n")
+    assert memory_limit(PID, *tree.roots, reader=READER) is None

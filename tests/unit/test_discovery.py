@@ -8,11 +8,17 @@ the real /proc is read by the node agent's attach tests.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
 from aitop.probes.discovery import NOT_PYTHON, OTHER_USER, Discovery, is_launcher, job_groups
-from aitop.probes.job_identity import command_digest, identify, job_id_from_env
+from aitop.probes.job_identity import (
+    NODE_NAME_ENV,
+    command_digest,
+    identify,
+    job_id_from_env,
+)
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 TORCH_MAPS = (f"7f01-7f02 r-xp 00000000 08:01 42 {SITE}/torch/lib/libtorch_cpu.so\n"
@@ -132,6 +138,18 @@ def test_a_pod_is_named_as_dcgm_exporter_names_it(proc: Path) -> None:
     # Outside Kubernetes there is no pod, whatever HOSTNAME says.
     process(proc, 200, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, env={"HOSTNAME": "box"})
     assert identify(200, proc_root=str(proc)).pod == ""
+
+
+def test_a_daemonset_pod_labels_its_series_with_the_nodes_name(
+        proc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a pod, aitop's own hostname is its pod's name: ``AITOP_NODE_NAME`` (the
+    DaemonSet's ``spec.nodeName``) names the node instead, as dcgm-exporter does."""
+    process(proc, 100, 1, [PYTHON, "train.py"], maps=TORCH_MAPS, env={"RANK": "0"})
+    monkeypatch.delenv(NODE_NAME_ENV, raising=False)
+    assert identify(100, proc_root=str(proc)).hostname == socket.gethostname()
+    monkeypatch.setenv(NODE_NAME_ENV, "gpu-node-7")
+    assert identify(100, proc_root=str(proc)).hostname == "gpu-node-7"
+    assert identify(100, proc_root=str(proc), hostname="given").hostname == "given"
 
 
 @pytest.mark.parametrize("command,launcher", [
