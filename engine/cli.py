@@ -10,6 +10,7 @@ status; never a Python traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ from types import FrameType
 from aitop.engine.commands import demo, diff, metrics, replay, report, rules, selftest
 from aitop.engine.commands.attach import add_attach_arguments, check_pids, run_attached
 from aitop.engine.commands.ui import UiRunner
-from aitop.engine.errors import EXIT_INTERRUPTED, STOP_SIGNALS, CliError
+from aitop.engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, STOP_SIGNALS, CliError
 from aitop.probes.own_version import DISTRIBUTION, aitop_version
 
 
@@ -94,3 +95,19 @@ def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> i
         return exc.code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _output_closed() -> int:
+    """The reader of aitop's output left (``aitop diff A B | head``): stop quietly.
+
+    Python's own SIGPIPE handling is kept (a scraper that hangs up must not kill
+    ``--serve``), so the closed pipe arrives here as an exception; stdout then goes
+    to /dev/null so that the flush at exit does not raise it again.
+    """
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_FAILED

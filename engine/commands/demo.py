@@ -15,6 +15,7 @@ from aitop.demo import BEFORE_FIRST_STEP, SCENARIOS
 from aitop.engine.commands.attach import add_attach_arguments, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import CliError
+from aitop.probes.own_version import DISTRIBUTION
 
 #: How long the job may take to import torch and reach its first steps.
 READY_TIMEOUT_S = 120.0
@@ -31,7 +32,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     """Start the bundled workload as a child, attach, and stop it afterwards."""
     if importlib.util.find_spec("torch") is None:
-        raise CliError("the demo needs PyTorch: pip install 'aitop[demo]' (or torch==2.13.0)")
+        raise CliError(f"the demo needs PyTorch beside aitop: pip install '{DISTRIBUTION}[demo]' "
+                       f"(installed with pipx: pipx inject {DISTRIBUTION} torch==2.13.0)")
     # The job's output goes to a log file so it cannot scribble over the UI.
     log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in the finally below
         prefix="aitop-demo-", suffix=".log", delete=False

@@ -224,6 +224,21 @@ def test_replay_of_a_file_that_is_not_a_snapshot(tmp_path: Path) -> None:
     assert_one_line_error(missing)
 
 
+def test_output_whose_reader_left_ends_quietly() -> None:
+    """``aitop rules | head -1``: the reader gone before aitop writes is a quiet exit 1,
+    neither a traceback nor "Exception ignored" at the flush on exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: every write to the pipe fails
+    try:
+        result = subprocess.run([sys.executable, "-m", "aitop.tui", "rules"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1
+    assert result.stderr == "", result.stderr
+
+
 def test_report_html_refuses_what_would_lose_the_recording(tmp_path: Path) -> None:
     """``aitop report``: a non-snapshot, --output without --html, or the page over the
     snapshot itself are one line each, and the snapshot is left as it was."""
