@@ -4,11 +4,6 @@
 one declaration of the format: engine/reports/schema.py); ``render_text`` is
 the human-readable form ``--headless`` prints without ``--json``. Numbers are
 rounded here, once, so the JSON, the text and ``aitop diff`` read the same.
-
-The knowledge base types severities, categories and statuses as plain strings;
-the report's ``Literal`` types name the values it emits, and
-tests/test_report_schema.py keeps the two lists equal (a cast here, not a
-check: a report must never fail to be written at the end of a run).
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 from aitop.engine.reports import schema as s
@@ -67,7 +62,7 @@ def _num(value: float | None, digits: int = 4) -> float | None:
 def evidence_of(items: Sequence[Evidence]) -> dict[str, s.Evidence]:
     return {
         e.metric: s.Evidence(value=_num(e.value), display=e.display, target=e.target,
-                             status=cast(s.EvidenceStatus, e.status))
+                             status=e.status)
         for e in items
     }
 
@@ -77,8 +72,8 @@ def finding_of(f: Finding, started_at: float | None) -> s.Finding:
         else f.source.document
     return s.Finding(
         id=f.id,
-        severity=cast(s.Severity, f.severity),
-        category=cast(s.Category, f.category),
+        severity=f.severity,
+        category=f.category,
         title=f.title,
         why=f.why,
         evidence=evidence_of(f.evidence),
@@ -86,7 +81,7 @@ def finding_of(f: Finding, started_at: float | None) -> s.Finding:
         snippet=f.snippet,
         est_speedup=_num(f.gain.speedup, 3),
         est_speedup_range=(_num(f.gain.low, 3), _num(f.gain.high, 3)),
-        gain_method=cast(s.GainMethod, f.gain.method),
+        gain_method=f.gain.method,
         gain_ceiling=_num(f.gain.ceiling, 3),
         gain_explanation=f.gain.explanation,
         explains=list(f.explains),
@@ -103,7 +98,7 @@ def job_of(job: Job | None) -> s.Job | None:
     return s.Job(
         given_pid=job.given_pid,
         launcher_pid=job.launcher_pid,
-        kind=cast(s.JobKind, job.kind),
+        kind=job.kind,
         ranks=[
             s.JobRank(pid=r.pid, rank=r.rank, local_rank=r.local_rank,
                       world_size=r.world_size, group_rank=r.group_rank)
@@ -120,7 +115,7 @@ def timeline(history: Sequence[Diagnosis], started_at: float | None) -> list[s.C
         if d.category != last:
             out.append(s.Change(
                 after_s=_num(d.t - started_at, 2) if started_at else None,
-                category=cast(s.BottleneckCategory, d.category),
+                category=d.category,
                 summary=d.summary,
             ))
             last = d.category
@@ -234,12 +229,12 @@ def _target(session: Session, attached_at: float) -> s.Target:
 
 def _bottleneck(diagnosis: Diagnosis | None) -> s.Bottleneck:
     if diagnosis is None:
-        return s.Bottleneck(category=cast(s.BottleneckCategory, COLLECTING), judged=False,
+        return s.Bottleneck(category=COLLECTING, judged=False,
                             summary="no diagnosis was made")
     top = diagnosis.top
     named = top is not None and diagnosis.category not in ("none", *NOT_JUDGED)
     return s.Bottleneck(
-        category=cast(s.BottleneckCategory, diagnosis.category),
+        category=diagnosis.category,
         judged=diagnosis.category not in NOT_JUDGED,
         summary=diagnosis.summary,
         lead_finding=top.id if named and top else None,
@@ -275,7 +270,7 @@ def build_report(
         attached_at=_num(attached_at, 3),
         evaluated_at=_num(d.t, 3) if d else None,
         window_s=d.window_s if d else None,
-        compute_device=cast(s.ComputeDevice, d.compute_device) if d else None,
+        compute_device=d.compute_device if d else None,
         phases=normalised_phases(d.phases if d else None),
         phase_span=phase_span(session, d),
         steps_per_s=_num(d.steps_per_s, 3) if d else None,

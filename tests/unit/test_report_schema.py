@@ -22,10 +22,17 @@ from aitop.engine.headless.report import report_of
 from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
 from aitop.engine.reports import schema
 from aitop.engine.reports.report import RunFacts
-from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
+from aitop.knowledge.base.findings import (
+    CATEGORIES,
+    COLLECTING,
+    SEVERITIES,
+    UNKNOWN,
+    GainMethod,
+)
 from aitop.knowledge.judging import gains
 from aitop.knowledge.metrics.straggler import judge_ranks, rank_view
 from aitop.probes import ranks as probe_ranks
+from aitop.probes.status import PROBE_STATES
 from support.report_schema import errors_of, shipped_schema
 from support.tui_session import replay_source
 
@@ -73,15 +80,19 @@ def test_the_schema_pins_the_version_and_requires_what_every_report_2_has() -> N
 
 
 def test_the_fixed_value_sets_are_the_ones_the_code_emits() -> None:
-    """A severity, category, gain method or job kind added in the code, not here,
-    would write reports their own schema rejects."""
-    assert get_args(schema.Severity) == SEVERITIES
-    assert get_args(schema.Category) == CATEGORIES
-    assert get_args(schema.BottleneckCategory) == (*CATEGORIES, COLLECTING, UNKNOWN)
+    """The schema restates no vocabulary: its enums are the rooms' own ``Literal``
+    types, and the values the code writes are among them."""
+    defs = shipped_schema()["$defs"]
+    assert defs["Finding"]["properties"]["category"] == {"enum": sorted(CATEGORIES)}
+    assert defs["Bottleneck"]["properties"]["category"] == {
+        "enum": sorted((*CATEGORIES, COLLECTING, UNKNOWN))}
+    assert defs["Change"]["properties"]["category"] == defs["Bottleneck"]["properties"]["category"]
+    assert defs["Job"]["properties"]["kind"] == {"enum": sorted(get_args(probe_ranks.JobKind))}
+    assert defs["ProbeReading"]["properties"]["state"] == {"enum": sorted(PROBE_STATES)}
     made = set(re.findall(r'method="(\w+)"', inspect.getsource(gains)))
-    assert made and made <= set(get_args(schema.GainMethod)), made
+    assert made and made <= set(get_args(GainMethod)), made
     kinds = set(re.findall(r'Job\(pid, \w+, "(\w+)"', inspect.getsource(probe_ranks)))
-    assert kinds == set(get_args(schema.JobKind)), kinds
+    assert kinds == set(get_args(probe_ranks.JobKind)), kinds
 
 
 def test_the_rank_sections_engine_live_writes_have_exactly_the_declared_fields() -> None:
