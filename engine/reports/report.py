@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
+from aitop.engine.live.job import Rank
 from aitop.engine.reports import schema as s
 from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.schema import SCHEMA, Report
@@ -26,6 +26,7 @@ from aitop.knowledge.base.findings import (
     Evidence,
     Finding,
 )
+from aitop.knowledge.metrics.straggler import JobJudgement
 from aitop.knowledge.metrics.window import STEPS_WINDOW_S
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
@@ -104,6 +105,37 @@ def job_of(job: Job | None) -> s.Job | None:
                       world_size=r.world_size, group_rank=r.group_rank)
             for r in job.ranks
         ],
+    )
+
+
+def rank_of(row: Rank) -> Rank:
+    """A rank's row as the report writes it: rounded like every other number."""
+    return msgspec.structs.replace(
+        row,
+        phases={k: round(v, 4) for k, v in row.phases.items()} if row.phases else None,
+        comm_share=_num(row.comm_share), steps_per_s=_num(row.steps_per_s),
+        cpu_percent=_num(row.cpu_percent), gpu_mem_percent=_num(row.gpu_mem_percent),
+        gpu_util_percent=_num(row.gpu_util_percent),
+        straggler_score=_num(row.straggler_score),
+    )
+
+
+def job_verdict_of(judgement: JobJudgement | None) -> s.JobVerdict | None:
+    """The job-level verdict: the straggler (or none), its score and cause, the waits."""
+    if judgement is None:
+        return None
+    metrics = judgement.metrics()
+    words = judgement.words()
+    score = metrics.get("straggler_score")
+    flagged = score is not None and judgement.flagged
+    return s.JobVerdict(
+        ranks_watched=int(metrics.get("ranks_watched") or 0),
+        straggler=words.get("straggler") if flagged else None,
+        straggler_pid=judgement.straggler.pid if flagged and judgement.straggler else None,
+        straggler_score=_num(score),
+        straggler_cause=words.get("straggler_cause") if flagged else None,
+        others_wait_share=_num(metrics.get("job_wait_share")),
+        comm_share=_num(metrics.get("job_comm_share")),
     )
 
 
@@ -251,12 +283,11 @@ def build_report(
     run: RunFacts,
     attached_at: float,
     *,
-    ranks: Sequence[dict[str, Any]] = (),
-    job_verdict: dict[str, Any] | None = None,
+    ranks: Sequence[Rank] = (),
+    judgement: JobJudgement | None = None,
 ) -> Report:
-    """The report of one run; ``ranks`` and ``job_verdict`` for a multi-rank job
-    (engine/live/job.py's ``ranks_json`` / ``job_verdict_json``: each rank's own
-    view, and the job-level judgement)."""
+    """The report of one run; for a multi-rank job, each rank's own view
+    (engine/live/job.py's ``rank_rows``) and the job's ``judgement``."""
     d = diagnosis
     current_state = d.states[0] if d and d.states else None
     return Report(
@@ -264,8 +295,8 @@ def build_report(
         aitop_version=aitop_version() or "unknown",
         target=_target(session, attached_at),
         job=job_of(session.job),
-        ranks=msgspec.convert(list(ranks), list[s.Rank]),
-        job_verdict=msgspec.convert(job_verdict, s.JobVerdict) if job_verdict else None,
+        ranks=[rank_of(r) for r in ranks],
+        job_verdict=job_verdict_of(judgement),
         duration_s=_num(run.duration_s, 2),
         attached_at=_num(attached_at, 3),
         evaluated_at=_num(d.t, 3) if d else None,

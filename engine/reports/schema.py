@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import msgspec
+from aitop.engine.live.job import Rank
 from aitop.knowledge.base.findings import (
     BottleneckCategory,
     Category,
@@ -92,27 +93,6 @@ class Job(msgspec.Struct, kw_only=True):
     launcher_pid: int | None = None
     kind: JobKind = "single"
     ranks: list[JobRank] = []
-
-
-class Rank(msgspec.Struct, kw_only=True):
-    """One rank of a multi-rank job as the report judges it (engine/live/job.py)."""
-
-    label: str
-    pid: int
-    #: ``watched``, ``exited``, or why the rank could not be watched.
-    status: str = "watched"
-    phases: dict[str, float] | None = None
-    comm_share: float | None = None
-    steps_per_s: float | None = None
-    cpu_percent: float | None = None
-    gpu_mem_percent: float | None = None
-    gpu_util_percent: float | None = None
-    #: The GPUs the rank's processes hold memory on, ``"0,1"``.
-    gpus: str | None = None
-    straggler_score: float | None = None
-    straggler: bool = False
-    lead_finding: str | None = None
-    cause: str | None = None
 
 
 class JobVerdict(msgspec.Struct, kw_only=True):

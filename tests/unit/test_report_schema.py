@@ -19,9 +19,9 @@ from aitop.engine.compare.gates import findings_gate
 from aitop.engine.compare.runs import RunError, run_of_report
 from aitop.engine.errors import EXIT_GATE
 from aitop.engine.headless.report import report_of
-from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
+from aitop.engine.live.job import Rank
 from aitop.engine.reports import schema
-from aitop.engine.reports.report import RunFacts
+from aitop.engine.reports.report import RunFacts, build_report
 from aitop.knowledge.base.findings import (
     CATEGORIES,
     COLLECTING,
@@ -30,7 +30,7 @@ from aitop.knowledge.base.findings import (
     GainMethod,
 )
 from aitop.knowledge.judging import gains
-from aitop.knowledge.metrics.straggler import judge_ranks, rank_view
+from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.probes import ranks as probe_ranks
 from aitop.probes.status import PROBE_STATES
 from support.report_schema import errors_of, shipped_schema
@@ -95,17 +95,31 @@ def test_the_fixed_value_sets_are_the_ones_the_code_emits() -> None:
     assert kinds == set(get_args(probe_ranks.JobKind)), kinds
 
 
-def test_the_rank_sections_engine_live_writes_have_exactly_the_declared_fields() -> None:
-    """build_report converts these dicts; a key the structs lack would vanish."""
-    row = RankRow(label="rank 0", pid=1, status="watched", phases={"forward": 1.0},
-                  comm_share=0.1, steps_per_s=2.0, cpu_percent=90.0, gpu_mem_percent=None,
-                  gpu_util_percent=None, gpus="0", straggler_score=1.0, straggler=False,
-                  lead_finding=None, cause=None)
-    assert list(ranks_json([row])[0]) == list(schema.Rank.__struct_fields__)
-    judgement = judge_ranks([rank_view("rank 0", 1, None), rank_view("rank 1", 2, None)])
-    verdict = job_verdict_json(judgement)
-    assert verdict is not None
-    assert list(verdict) == list(schema.JobVerdict.__struct_fields__)
+def test_a_rank_row_is_written_as_the_report_rank_rounded() -> None:
+    """One declaration: the row the Ranks panel draws is the report's rank, rounded
+    like every other number, and a report with ranks and a verdict validates."""
+    row = Rank(label="rank 0", pid=1, phases={"forward": 0.123456, "comm": 0.876544},
+               comm_share=0.876544, steps_per_s=2.00004, cpu_percent=90.12345, gpus=None,
+               straggler_score=float("nan"))
+    source = replay_source()
+    now = source.session.latest_time() or 0.0
+    started = source.session.started_at or now
+    diagnosis = source.at(now).diagnosis
+    judgement = judge_ranks([RankView("rank 0", 1, 0.123456, 2.0, None, None),
+                             RankView("rank 1", 2, 0.6, 2.0, None, "data wait 47%")])
+    report = build_report(source.session, diagnosis, source.history(),
+                          RunFacts(now - started, None, None), started, ranks=[row],
+                          judgement=judgement)
+    assert report.ranks == [Rank(label="rank 0", pid=1, phases={"forward": 0.1235,
+                                                                  "comm": 0.8765},
+                                 comm_share=0.8765, steps_per_s=2.0, cpu_percent=90.1235)]
+    verdict = report.job_verdict
+    assert verdict is not None and verdict.ranks_watched == 2
+    assert verdict.others_wait_share is not None and verdict.comm_share == round(
+        (0.123456 + 0.6) / 2, 4)
+    doc = json.loads(schema.report_json(report))
+    assert errors_of(doc) == []
+    assert schema.decode_report(doc).ranks == report.ranks
 
 
 # ------------------------------------------------------------- the writer
