@@ -30,6 +30,7 @@ from aitop.engine.live.source import (
     rank_label,
 )
 from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.evaluator import Evaluator
 from aitop.knowledge.metrics.straggler import rank_view
 from aitop.probes.ranks import Job
@@ -85,6 +86,11 @@ class LiveJob:
     def evaluator(self) -> Evaluator:
         """The lead rank's evaluator (it judges the job as a whole)."""
         return self.lead.evaluator
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules the job is judged with (the packaged ones plus --rules files)."""
+        return self.lead.evaluator.knowledge.rules.rules
 
     def latest(self) -> Conclusion:
         return self.lead.latest()
