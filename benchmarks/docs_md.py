@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import SCENARIOS
-from .report import DATA_MARKER, all_rows, md_table
+from .results import DATA_MARKER, all_rows, md_table
 from .stats import Summary, fmt_summary
 from .tui_latency import IDLE_S
 

@@ -22,7 +22,7 @@ from aitop.engine.compare.runs import Run
 from aitop.engine.errors import CliError
 from aitop.engine.files import FileError, write_all
 from aitop.engine.headless.html_report import html_of
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.source_report import report_of
 from aitop.engine.live.source import DataSource
 from aitop.engine.records.snapshot import (
     COMPANION_SUFFIXES,
@@ -32,8 +32,8 @@ from aitop.engine.records.snapshot import (
     latest_before,
     snapshot_of,
 )
+from aitop.engine.reports.build import RunFacts
 from aitop.engine.reports.markdown import render_markdown, wording_of
-from aitop.engine.reports.report import RunFacts
 from aitop.engine.reports.schema import Report
 from aitop.knowledge.base.findings import Diagnosis
 

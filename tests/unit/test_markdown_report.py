@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from aitop.engine.headless.export import write_snapshot
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.source_report import report_of
 from aitop.engine.reports import humanize as fmt
+from aitop.engine.reports.build import RunFacts
 from aitop.engine.reports.markdown import Wording, render_markdown, wording_of
-from aitop.engine.reports.report import RunFacts
 from aitop.knowledge.base.catalogue import CATALOGUE
 from support.tui_session import DATA_SOURCE, NOW, T0, replay_source
 

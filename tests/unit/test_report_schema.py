@@ -18,10 +18,10 @@ import pytest
 from aitop.engine.compare.gates import findings_gate
 from aitop.engine.compare.runs import RunError, run_of_report
 from aitop.engine.errors import EXIT_GATE
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.source_report import report_of
 from aitop.engine.live.job import Rank
 from aitop.engine.reports import schema
-from aitop.engine.reports.report import RunFacts, build_report
+from aitop.engine.reports.build import RunFacts, build_report
 from aitop.knowledge.base.findings import (
     CATEGORIES,
     COLLECTING,

@@ -6,7 +6,7 @@ import time
 
 from aitop.engine.live.job import rank_rows
 from aitop.engine.live.source import Conclusion, DataSource
-from aitop.engine.reports.report import RunFacts, build_report
+from aitop.engine.reports.build import RunFacts, build_report
 from aitop.engine.reports.schema import Report
 
 
