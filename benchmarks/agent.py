@@ -26,26 +26,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .jobs import LIGHT_JOB
 from .stats import Summary
 
 JOB_COUNTS = (1, 2, 4)
-
-#: A small training loop: a few ms of compute per step, then a short sleep.
-LIGHT_JOB = """
-import sys, time, torch
-model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-def train():
-    step = 0
-    while True:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(); loss.backward(); opt.step()
-        step += 1
-        time.sleep(0.03)
-train()
-"""
-
 
 def _metrics(address: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:

@@ -28,6 +28,8 @@ from typing import Any
 from aitop.engine.html.charts import Chart, Line
 from aitop.engine.html.svg import chart_svg, legend
 
+from .jobs import LIGHT_JOB
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "aitop-dashboard.json"
 #: Pixels per grid unit of height (Grafana's rows are about 30 px).
@@ -122,7 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
     from support.browser import headless
-    from support.jobs import LIGHT_TRAINING
     from support.processes import free_port, started, stop_tree
     from support.prometheus import PrometheusServer, start_serve, stop_process
 
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "-o", str(rules)], check=True, capture_output=True)
         agent, address = start_serve(None, "--match", str(work), fake_gpu="healthy")
         prometheus = PrometheusServer(work, [address], [rules])
-        single = subprocess.Popen([sys.executable, "-c", LIGHT_TRAINING, str(work)])
+        single = subprocess.Popen([sys.executable, "-c", LIGHT_JOB, str(work)])
         ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                f"--master_port={free_port()}", "--rdzv-id=preview", "-m", "aitop.demo.ddp",
                "--duration", str(args.seconds + 60), "--slow-rank", "1", "--slow-ms", "30",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import SCENARIOS
-from .report import DATA_MARKER, all_rows, md_table
+from .results import DATA_MARKER, all_rows, md_table
 from .stats import Summary, fmt_summary
 from .tui_latency import IDLE_S
 
@@ -96,7 +96,7 @@ it exists): launch / window + rate × threads × per-sample, plus one
 * Accuracy: each headless report's `phases` against the job's own timers over
   exactly the report's `phase_span`, and its `steps_per_s` against the job's own
   step count over exactly its `steps_span` (the counter readings behind it; the
-  phase span in reports without it), with `tests/demo_jobs.truth_between`; errors in
+  phase span in reports without it), with `benchmarks/jobs.py`'s `truth_between`; errors in
   percentage points (phases) and % (steps/s).
 * Speed of diagnosis: seconds from attach (the report's `attached_at`) to the first
   evaluation whose category is the expected one (data→data_loading,

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import aitop.engine.cli as cli
-import aitop.engine.headless.report as headless_report
+import aitop.engine.headless.source_report as source_report
 from aitop.tui.entry import run_ui
 
 
@@ -33,7 +33,7 @@ def main(argv: Sequence[str]) -> int:
         history_path, args = args[1], args[2:]
     if args[:1] == ["--"]:
         args = args[1:]
-    real_build_report = headless_report.build_report
+    real_build_report = source_report.build_report
 
     signature = inspect.signature(real_build_report)
 
@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
             os.replace(tmp, history_path)
         return real_build_report(*args, **kwargs)
 
-    headless_report.build_report = build_report  # report_of looks it up at call time
+    source_report.build_report = build_report  # report_of looks it up at call time
     return cli.main(args, run_ui=run_ui)
 
 

@@ -1,19 +1,21 @@
-"""The demo training jobs the benchmarks attach to, and their ground truth.
+"""The demo training jobs, started and read the same way by the benchmarks and the tests.
 
-The jobs are started and read through ``tests/support/jobs.py`` (the same helpers
-the end-to-end tests use), so the benchmarks and the tests agree on what "the
-workload's own measurement over a span" means. Each job writes cumulative
-per-phase seconds and a step counter every 0.5 s (``--truth``).
+The jobs time their own DataLoader, forward, backward, optimizer, checkpoint and
+evaluation code (``--truth FILE``: cumulative seconds per phase, a JSON line
+every 0.5 s), so a benchmark or a test can compare aitop's estimate with what
+the job itself measured over exactly the span of aitop's stack samples. The
+tests import these from here (``tests/support/jobs.py`` adds what only tests
+need); nothing here imports the tests.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from .procs import tree_cpu_seconds
@@ -29,19 +31,96 @@ EXPECTED: dict[str, str] = {
 }
 SCENARIOS: tuple[str, ...] = tuple(EXPECTED)
 
+#: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
+PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 
-def _demo_jobs() -> ModuleType:
-    path = REPO / "tests" / "support" / "jobs.py"
-    spec = importlib.util.spec_from_file_location("demo_jobs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered first: its dataclasses look their module up in sys.modules.
-    sys.modules.setdefault("demo_jobs", module)
-    spec.loader.exec_module(module)
-    return module
+#: A small PyTorch training loop that leaves most of a core idle: a few ms of
+#: compute per step, then a short sleep (``python -c LIGHT_JOB MARKER``). For
+#: what needs a job to find, not to judge: the node agent's cost, its tests.
+LIGHT_JOB = """
+import sys, time, torch
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+def train():
+    step = 0
+    while True:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        step += 1
+        time.sleep(0.03)
+train()
+"""
 
 
-demo_jobs = _demo_jobs()
+def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
+              extra_args: Sequence[str] = (), *, training: bool = True,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a demo job and wait until it is training (its first truth record).
+
+    ``extra_args`` go to the workload's command line, e.g. ``("--num-workers", "2")``.
+    ``training=False`` returns once the process runs, before its first step.
+    """
+    log = truth.with_suffix(".log").open("wb")
+    job = subprocess.Popen(
+        [sys.executable, "-m", "aitop.demo.workload", "--scenario", scenario,
+         "--truth", str(truth), "--duration", str(duration_s),
+         "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+    )
+    if not training:
+        return job
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if job.poll() is not None:
+            raise AssertionError(f"demo job {scenario} exited with {job.returncode}: "
+                                 + truth.with_suffix(".log").read_text()[-2000:])
+        if truth.exists() and truth.read_text().count("\n") >= 1:
+            return job
+        time.sleep(0.2)
+    job.kill()
+    raise AssertionError(f"demo job {scenario} did not start training within 60 s")
+
+
+def stop_job(job: subprocess.Popen[bytes]) -> None:
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
+def read_truth(truth: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
+
+
+def _at(records: list[dict[str, float]], t: float) -> dict[str, float]:
+    """Cumulative counters at time t, interpolated between the two records around it."""
+    before = [r for r in records if r["t"] <= t]
+    after = [r for r in records if r["t"] >= t]
+    if not before:
+        return records[0]
+    if not after:
+        return records[-1]
+    a, b = before[-1], after[0]
+    if b["t"] == a["t"]:
+        return a
+    w = (t - a["t"]) / (b["t"] - a["t"])
+    return {k: a[k] + w * (b[k] - a[k]) for k in a}
+
+
+def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
+    """Phase fractions of wall time, and steps/s, that the job measured in [t0, t1]."""
+    records = read_truth(truth)
+    a, b = _at(records, t0), _at(records, t1)
+    elapsed = b["elapsed"] - a["elapsed"]
+    assert elapsed > 1.0, f"ground truth covers only {elapsed:.2f} s"
+    # .get: a phase a job's records lack (an older job) took no time.
+    out = {p: (b.get(p, 0.0) - a.get(p, 0.0)) / elapsed for p in PHASES}
+    out["steps_per_s"] = (b["steps"] - a["steps"]) / elapsed
+    return out
 
 
 class DemoJob:
@@ -56,7 +135,7 @@ class DemoJob:
         workdir.mkdir(parents=True, exist_ok=True)
         self.truth = workdir / f"{scenario}.jsonl"
         self.truth.unlink(missing_ok=True)
-        self.proc: subprocess.Popen[bytes] = demo_jobs.start_job(
+        self.proc: subprocess.Popen[bytes] = start_job(
             scenario, self.truth, duration_s=duration_s
         )
         self.pid = self.proc.pid
@@ -75,7 +154,7 @@ class DemoJob:
         """Wait until the truth file has a record at or after ``t``."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            records = demo_jobs.read_truth(self.truth)
+            records = read_truth(self.truth)
             if records and records[-1]["t"] >= t:
                 return
             time.sleep(0.1)
@@ -83,11 +162,11 @@ class DemoJob:
     def between(self, t0: float, t1: float) -> dict[str, float]:
         """Phase fractions and steps/s the job measured itself over [t0, t1]."""
         self.wait_for_truth(t1)
-        result: dict[str, Any] = demo_jobs.truth_between(self.truth, t0, t1)
+        result: dict[str, Any] = truth_between(self.truth, t0, t1)
         return {k: float(v) for k, v in result.items()}
 
     def stop(self) -> None:
-        demo_jobs.stop_job(self.proc)
+        stop_job(self.proc)
 
     def __enter__(self) -> DemoJob:
         return self

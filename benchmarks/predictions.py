@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .jobs import REPO, demo_jobs
+from .jobs import REPO, start_job, stop_job, truth_between
 
 #: Seconds aitop watches the job as it is.
 ATTACH_S = 20.0
@@ -123,7 +123,7 @@ def fixed_rate(applied: Applied, workdir: Path) -> float:
     """
     truth = workdir / f"{applied.scenario}-fixed.jsonl"
     truth.unlink(missing_ok=True)
-    job = demo_jobs.start_job(applied.scenario, truth, duration_s=120.0,
+    job = start_job(applied.scenario, truth, duration_s=120.0,
                               extra_args=applied.args)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "aitop.tui", "--pid", str(job.pid), "--headless", "--json",
@@ -133,25 +133,25 @@ def fixed_rate(applied: Applied, workdir: Path) -> float:
     try:
         start = time.time() + FIXED_WARMUP_S
         time.sleep(FIXED_WARMUP_S + FIXED_MEASURE_S + 0.6)
-        return float(demo_jobs.truth_between(truth, start, start + FIXED_MEASURE_S)
+        return float(truth_between(truth, start, start + FIXED_MEASURE_S)
                      ["steps_per_s"])
     finally:
         watcher.terminate()
         watcher.wait(timeout=30)
-        demo_jobs.stop_job(job)
+        stop_job(job)
 
 
 def run_round(base: str, workdir: Path, attach_s: float = ATTACH_S) -> Outcome:
     """Diagnose the job as it is, apply the lead action, measure both by the job's count."""
     truth = workdir / f"{base}.jsonl"
     truth.unlink(missing_ok=True)
-    job = demo_jobs.start_job(base, truth, duration_s=120.0)
+    job = start_job(base, truth, duration_s=120.0)
     try:
         report = headless_report(job.pid, attach_s)
     finally:
-        demo_jobs.stop_job(job)
+        stop_job(job)
     t0, t1 = report["phase_span"]
-    base_rate = float(demo_jobs.truth_between(truth, t0, t1)["steps_per_s"])
+    base_rate = float(truth_between(truth, t0, t1)["steps_per_s"])
     lead = report["findings"][0] if report["findings"] else None
     applied = apply_lead(base, report)
     gain_low = gain_high = ceiling = None

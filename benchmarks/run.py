@@ -38,7 +38,7 @@ from .machine import load_average, machine_info
 from .overhead import OverheadConfig, run_scenario
 from .pyspy_cost import run_pyspy_cost
 from .ranks import run_ranks
-from .report import all_rows, load_previous, text_table
+from .results import all_rows, load_previous, text_table
 from .session import run_session
 from .tui_latency import run_tui_latency
 

@@ -4,33 +4,14 @@ Kept apart from ``workload.py`` (and free of torch) so that tests and benchmarks
 can read what a scenario is, and what its "fixed" variant changes, without
 importing PyTorch.
 
-Measured on the 2-core, GPU-less development VM, one job at a time, steps/s
-and shares from the job's own truth file over 20 s, 3 runs (median first),
-while other processes used < 0.1 core:
-
-  cpu_saturated  2 workers (= usable cores) 18.75 steps/s (18.75, 18.72,
-                 19.45), data wait 89-91 %; 3 workers 19.20 (19.20, 18.88,
-                 19.43), +2.4 %; 4 workers 19.13 (19.11, 19.13, 19.19), +2.0 %.
-                 Both cores are busy (job 1.93-1.99 cores): workers cannot help.
-  storage        20.7 steps/s (20.2, 22.9, 20.7), data wait 93-95 %; host
-                 iowait 23-25 % of all CPU time, vda busy (io_ticks) 67-68 %,
-                 15.6-17.6 k reads/s of 4 KiB; the job uses ~0.55 core.
-  producer       34.1 steps/s (33.7, 34.1, 34.3), data wait (q.get) 90-91 %.
-  validation     8.9 steps/s (8.7, 9.5, 8.9), eval 56-61 % of wall time.
-  generator      29.8 steps/s, data wait 29 % (decode 0.9 ms; at 0.55 ms this
-                 box ran it at 38-40 steps/s with its worker keeping up: 9 %).
-
-  data_fixed       1.95x data: 29.05 (28.99, 29.05, 29.12) vs 14.91 (14.86,
-                   14.91, 14.98) steps/s
-  checkpoint_fixed 1.61x checkpoint: 32.10 (34.12, 32.10, 31.62) vs 19.92
-                   (19.28, 19.92, 20.65); checkpoint share 45-48 % -> 19-21 %
-  compute_fixed    1.72x compute: 17.41 (17.03, 19.37, 17.41) vs 10.13 (10.04,
-                   10.13, 10.70)
-
-The same fixes while other jobs used 0.5-1 of the two cores: data_fixed
-0.83-1.47x, checkpoint_fixed 0.65-2.4x, compute_fixed 0.14-0.27x (two libgomp
-threads spin-wait at every parallel op for a core that is not free). A
-predicted speed-up holds only where the cores it needs are idle.
+Each scenario is sized so that its one bottleneck dominates on a small machine
+(the 2-core, GPU-less development VM) while nothing else runs, and each fix in
+``FIXES`` changes only the setting its lead finding's action names. A fix's
+speed-up holds only where the cores it needs are idle (beside other jobs the
+same fixes measured anything from a slow-down to more than the quiet figure),
+so they are measured one job at a time: docs/predictions.md and
+docs/predictions-check.md hold the measured speed-ups against aitop's
+predictions, docs/benchmarks.md the scenarios' rates with and without aitop.
 """
 
 from __future__ import annotations
@@ -104,11 +85,10 @@ CONFIGS: dict[str, Config] = {
         checkpoint_every=0, threads=0, gpu_scale=True,
     ),
     # One worker per usable core, each decoding with real CPU time, while the
-    # main process trains too: the CPU is the limit. The main process keeps one
-    # torch thread: with torch's default (2) the job's shape depended on the
-    # neighbours' load: 15.9 steps/s and 78 % data wait on an idle box, but
-    # 4.7-5.4 steps/s and 9-10 % data wait (libgomp spin-waits) when other jobs
-    # used a core, i.e. a different bottleneck (oversubscription).
+    # main process trains too: the CPU is the limit, and more workers cannot
+    # help. The main process keeps one torch thread: with torch's default the
+    # job's bottleneck would depend on the neighbours' load (libgomp threads
+    # spin-wait for a core another job holds: oversubscription, not data).
     "cpu_saturated": Config(
         width=512, depth=2, batch_size=32, num_workers=USABLE_CORES, decode_ms=3.0,
         checkpoint_every=0, threads=1, decode_clock="cpu",

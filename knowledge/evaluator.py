@@ -23,7 +23,7 @@ DEFAULT_WINDOW_S = 20.0
 #: Diagnoses made this close before the target's exit was seen are not kept as
 #: its verdict: the exit is seen up to one process-tree interval (2 s headless)
 #: late, and the workers stop about a second before the main process.
-EXIT_GRACE_S = 3.0
+DISCARD_BEFORE_EXIT_S = 3.0
 #: Full diagnoses kept beside the compact history: more than the grace period's.
 RECENT_FULL = 16
 #: Diagnoses kept for export (one every 2 s: two hours).
@@ -125,13 +125,13 @@ class Evaluator:
         A job's last seconds are not its training: its DataLoader workers stop
         first (the window then reads "0 workers"), its stacks go quiet, and a new
         diagnosis would blame a job that had workers all along. After the exit
-        the verdict stays the one made before ``EXIT_GRACE_S`` ahead of it, and
+        the verdict stays the one made ``DISCARD_BEFORE_EXIT_S`` before it, and
         the history drops what came after, so exports carry that verdict.
         """
         exited = self.session.target_exited_at
         if exited is None or now <= exited:
             return None
-        cutoff = exited - EXIT_GRACE_S
+        cutoff = exited - DISCARD_BEFORE_EXIT_S
         while len(self._history) > 1 and self._history[-1].t > cutoff:
             self._history.pop()
         if not self._history:

@@ -26,10 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from .kernel.procfs import PROC, read_cmdline, read_comm, read_environ, read_stat
 from .process_tree import WORKER_NAME, direct_children, is_spawn_child
 
+#: How a job's ranks were found: ``env`` (launcher variables), ``lightning``
+#: (rank 0 spawned the others), ``spawn`` (mp.spawn, numbered by start order) or
+#: ``single`` (no ranks: a one-process job).
+JobKind = Literal["env", "lightning", "spawn", "single"]
 #: Environment variables that describe a rank, as the launchers set them.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
@@ -54,10 +59,8 @@ class Job:
     #: The process that started the ranks (torchrun's agent, the mp.spawn
     #: parent), or None when the given PID is a single process or rank 0 itself.
     launcher_pid: int | None
-    #: How the ranks were found: "env" (launcher variables), "lightning" (rank 0
-    #: spawned the others), "spawn" (mp.spawn, numbered by start order) or
-    #: "single" (no ranks: a one-process job).
-    kind: str
+    #: How the ranks were found (see ``JobKind``).
+    kind: JobKind
     ranks: tuple[RankProcess, ...]
     #: The other PIDs the user named as part of this job (``aitop --pid A --pid B``).
     joined: tuple[int, ...] = ()
@@ -187,7 +190,7 @@ def joined_job(first: Job, others: Sequence[Job]) -> Job:
         for rank in job.ranks or (RankProcess(job.given_pid, None, None, None),):
             ranks.setdefault(rank.pid, rank)
     joined = tuple(dict.fromkeys(j.given_pid for j in others if j.given_pid != first.given_pid))
-    kind = first.kind if first.kind != "single" else next(
+    kind: JobKind = first.kind if first.kind != "single" else next(
         (j.kind for j in others if j.kind != "single"), "single")
     return Job(first.given_pid, None, kind, _ordered(list(ranks.values())), joined)
 

@@ -51,8 +51,11 @@ CHECKPOINT = "checkpoint"
 HOT_FRAMES_PER_PHASE = 8
 #: Other threads kept per window (the busiest).
 OTHER_THREADS_KEPT = 3
-#: Phases that only the training loop's own step runs.
-COMPUTE_PHASES = frozenset({"forward", "backward", "optimizer"})
+#: The step's compute, which only the training loop's own step runs (torch ops
+#: beneath a dataset's item method build samples instead): the training thread
+#: is the one found in them. (The phases in which torch's intra-op threads work,
+#: which knowledge/metrics reads, add ``eval``: another set, another name.)
+STEP_COMPUTE_PHASES = frozenset({"forward", "backward", "optimizer"})
 #: Phases whose samples define the training loop frame (evaluation, checkpoint
 #: and sync are called from it but may live elsewhere).
 STEP_PHASES = frozenset({"data_wait", "forward", "backward", "optimizer"})
@@ -108,11 +111,11 @@ def pick_training_thread(
             continue
         seen.add(stack.thread_id)
         phase = classifier.classify(stack.frames).phase
-        if phase in COMPUTE_PHASES and makes_samples(stack.frames):
+        if phase in STEP_COMPUTE_PHASES and makes_samples(stack.frames):
             continue
         if phase != OTHER:
             any_phase[stack.thread_id] += stack.count
-        if phase in COMPUTE_PHASES:
+        if phase in STEP_COMPUTE_PHASES:
             compute[stack.thread_id] += stack.count
         if phase in ("backward", "optimizer"):
             training[stack.thread_id] += stack.count
@@ -313,10 +316,10 @@ def _dedicated_savers(
     Everything such a function does, called from beneath the loop
     (``_beneath_loop_in``), is the checkpoint: building the state dict
     (``{k: v.clone() ...}``), opening the file (``open(path, "wb")`` truncates
-    the last one), saving, ``fsync``. An unseen job's ``persist()`` read 10
-    points short of its own timer while only its save and fsync counted. A step
-    function that also saves now and then is not one: its other time is the
-    step's; nor is a library's dispatcher (a callback hook) that calls a
+    the last one), saving, ``fsync``: a save costs the job all of it, so
+    counting only the save and the ``fsync`` would read the checkpoint short.
+    A step function that also saves now and then is not one: its other time is
+    the step's; nor is a library's dispatcher (a callback hook) that calls a
     checkpoint callback among others.
     """
     stepping: set[tuple[str, str]] = set()
@@ -338,8 +341,8 @@ def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) 
 
     Only samples through such a function count: the loop's own forward line
     (``model(x)``, torch's frame right beneath the loop) never leads into
-    backward either, and one stray queue sample placed on it made an unseen
-    job read "Evaluation takes 31 %" while it trained. A window may hold one
+    backward either, and a stray sample placed on it must not turn a training
+    loop's forward passes into evaluation. A window may hold one
     long evaluation pass and no training: the window cannot tell it from a
     server, so the metrics do, over a longer look back (``forward_only``: a
     server's "evaluation" is its forward passes).

@@ -199,8 +199,8 @@ class StepProbe:
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )
         if found is None:
-            # Said as what was looked for: an unseen job counting in `n` read
-            # "no integer step counter" with its counter right there.
+            # Said as what was looked for (the names tried), so that a loop
+            # counting in another name shows why its counter was not read.
             known = ", ".join(self.counter_names[:4])
             return StepCounterSample(
                 t, None, None, frame=loop_frame,

@@ -529,12 +529,12 @@ class AitopApp(App[int]):
 
 
 #: How long a signalled shutdown may take before the process exits regardless.
-EXIT_GRACE_S = 5.0
+SHUTDOWN_LIMIT_S = 5.0
 
 
 def _exit_unless_done(done: threading.Event, code: int) -> None:
     """Exit the process if the UI has not finished shutting down in time."""
-    if not done.wait(EXIT_GRACE_S):
+    if not done.wait(SHUTDOWN_LIMIT_S):
         os._exit(code)
 
 
@@ -560,7 +560,7 @@ def run_app(
         result = app.run()
     finally:
         app.shut_down.set()
-        app.export_flow.finish(EXIT_GRACE_S)  # an export on its way lands first
+        app.export_flow.finish(SHUTDOWN_LIMIT_S)  # an export on its way lands first
         source.close()
     for line in app.exit_messages:
         print(line)

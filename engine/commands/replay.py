@@ -9,10 +9,10 @@ from typing import Any
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.headless.options import require_terminal
-from aitop.engine.headless.report import recorded_report
+from aitop.engine.headless.source_report import recorded_report
 from aitop.engine.records.snapshot import SnapshotError, load_snapshot
-from aitop.engine.reports.report import render_text
 from aitop.engine.reports.schema import report_json
+from aitop.engine.reports.text import render_text
 
 #: A replay steps through recorded samples, not a live clock: one frame a second.
 REPLAY_REFRESH_S = 1.0

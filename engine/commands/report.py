@@ -10,10 +10,10 @@ from aitop.engine.compare.diff import baseline_of, baseline_report
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.files import FileError, write_atomic
 from aitop.engine.headless.html_report import html_of
-from aitop.engine.headless.report import recorded_report
+from aitop.engine.headless.source_report import recorded_report
 from aitop.engine.records.snapshot import SnapshotError, companion_paths, load_snapshot
-from aitop.engine.reports.report import render_text
 from aitop.engine.reports.schema import report_json
+from aitop.engine.reports.text import render_text
 
 
 def add_parser(sub: Any) -> None:

@@ -231,10 +231,7 @@ def _publish_until_done(
     session = source.session
     launcher = source.follower.launcher_pid if source.follower is not None else None
     identity = identify(session.target_pid, launcher)
-    publisher = Publisher(
-        session, lambda: source.latest().diagnosis, source.started_at,
-        tuple(source.evaluator.diagnoser.ruleset.rules), identity.labels(),
-    )
+    publisher = Publisher(source, source.rules, source.started_at, identity.labels())
     collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job
     print(f"aitop: serving Prometheus metrics for PID {session.target_pid} at {url} "
           "(Ctrl-C stops)", file=sys.stderr, flush=True)

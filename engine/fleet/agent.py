@@ -25,9 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
 from aitop.engine.live.rank import self_cpu_seconds
-from aitop.engine.live.source import DataSource
 from aitop.engine.prometheus.exporter import Frame, Publisher, WatchInfo
-from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes import cadence
 from aitop.probes.discovery import Discovery, Found, JobGroup, is_launcher, job_groups
@@ -186,9 +184,7 @@ class NodeAgent:
                 identity = self._unique(identity, root.pid, watch)
                 watch.identity = identity
                 watch.job = job
-                watch.publisher = Publisher(
-                    job.session, lambda: job.latest().diagnosis, job.started_at,
-                    tuple(job.evaluator.diagnoser.ruleset.rules), identity.labels())
+                watch.publisher = Publisher(job, job.rules, job.started_at, identity.labels())
                 watch.status = "watched"
         if dropped:
             job.close()
@@ -233,8 +229,7 @@ class NodeAgent:
             if publisher is None:
                 placement = identify(peer.pid, watch.root.pid)
                 identity = replace(placement, job_id=watch.identity.job_id)
-                publisher = Publisher(source.session, _latest_of(source), job.started_at,
-                                      watch.publisher.rules, identity.labels())
+                publisher = Publisher(source, job.rules, job.started_at, identity.labels())
             current[peer.pid] = publisher
         watch.peer_publishers = current
         return list(current.values())
@@ -300,11 +295,6 @@ class NodeAgent:
             thread.start()
         for thread in closing:
             thread.join(timeout=10.0)
-
-
-def _latest_of(source: DataSource) -> Callable[[], Diagnosis | None]:
-    """The newest diagnosis ``source`` has published, read afresh at each call."""
-    return lambda: source.latest().diagnosis
 
 
 def _short(command: tuple[str, ...], limit: int = 60) -> str:

@@ -22,7 +22,7 @@ from aitop.engine.compare.runs import Run
 from aitop.engine.errors import CliError
 from aitop.engine.files import FileError, write_all
 from aitop.engine.headless.html_report import html_of
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.source_report import report_of
 from aitop.engine.live.source import DataSource
 from aitop.engine.records.snapshot import (
     COMPANION_SUFFIXES,
@@ -32,8 +32,8 @@ from aitop.engine.records.snapshot import (
     latest_before,
     snapshot_of,
 )
-from aitop.engine.reports.markdown import render_report
-from aitop.engine.reports.report import RunFacts
+from aitop.engine.reports.build import RunFacts
+from aitop.engine.reports.markdown import render_markdown, wording_of
 from aitop.engine.reports.schema import Report
 from aitop.knowledge.base.findings import Diagnosis
 
@@ -62,8 +62,9 @@ def write_snapshot(
     newest sample) and ``diagnosis`` the conclusion it reports (default: the
     last one in the history at or before ``now``; the rules are never re-run
     just to write a report). ``report`` is the typed report a headless run
-    already made (default: built here for ``now``), drawn in the HTML page with
-    ``baseline``'s comparison if given. Returns the paths written, JSON first
+    already made (default: built here for ``now``): the Markdown and HTML
+    reports are both rendered from it, the HTML page with ``baseline``'s
+    comparison if given. Returns the paths written, JSON first
     (then Markdown, HTML, SVG). The set
     lands whole (see ``write_all``): everything is rendered in memory, then
     staged, then renamed, the JSON last so that a snapshot on disk means its
@@ -81,15 +82,11 @@ def write_snapshot(
     if diagnosis is None:
         diagnosis = latest_before(snapshot.diagnoses, report_now)
     md_path, svg_path, html_path = companion_paths(path)
-    markdown = render_report(
-        source.session,
-        diagnosis,
-        report_now,
-        aitop_version=snapshot.aitop_version,
-        snapshot_name=path.name,
-    )
     if report is None:
         report = report_at(source, report_now, diagnosis)
+    said = [diagnosis] if diagnosis is not None else []
+    wording = wording_of(report, [*said, *reversed(snapshot.diagnoses)])
+    markdown = render_markdown(report, source.session, wording, snapshot_name=path.name)
     files = [(md_path, markdown.encode("utf-8")),
              (html_path, html_of(report, source, baseline).encode("utf-8"))]
     if screenshot_svg is not None:

@@ -14,11 +14,12 @@ from aitop.engine.compare.diff import baseline_report
 from aitop.engine.compare.runs import Run
 from aitop.engine.errors import EXIT_OK, STOP_SIGNALS
 from aitop.engine.headless.export import export_snapshot
-from aitop.engine.headless.report import report_of
+from aitop.engine.headless.source_report import report_of
 from aitop.engine.live.job import LiveJob
 from aitop.engine.live.rank import self_rss_bytes
-from aitop.engine.reports.report import RunFacts, render_text
+from aitop.engine.reports.build import RunFacts
 from aitop.engine.reports.schema import report_json
+from aitop.engine.reports.text import render_text
 
 
 def run_headless(

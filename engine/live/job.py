@@ -8,7 +8,8 @@ A live job is a :class:`LiveJob`: the lead's source, the peers, and the
 follower that keeps both up to date with the launcher. The job's judgement
 (straggler, scores) is made once per evaluation by the lead's evaluator and
 published with its diagnosis (a replay's, once per time asked); the rows here
-only read it.
+only read it. A row (:class:`Rank`) is declared once: the UI draws it and the
+report writes it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
+import msgspec
 from aitop.engine.live.follow import JobFollower
 from aitop.engine.live.rank import LiveSource, self_cpu_seconds
 from aitop.engine.live.source import (
@@ -30,8 +30,9 @@ from aitop.engine.live.source import (
     rank_label,
 )
 from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.metrics.straggler import JobJudgement, rank_view
+from aitop.knowledge.metrics.straggler import rank_view
 from aitop.probes.ranks import Job
 from aitop.probes.session import Session
 
@@ -85,6 +86,11 @@ class LiveJob:
     def evaluator(self) -> Evaluator:
         """The lead rank's evaluator (it judges the job as a whole)."""
         return self.lead.evaluator
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules the job is judged with (the packaged ones plus --rules files)."""
+        return self.lead.evaluator.knowledge.rules.rules
 
     def latest(self) -> Conclusion:
         return self.lead.latest()
@@ -154,29 +160,33 @@ class LiveJob:
             thread.join()
 
 
-@dataclass(frozen=True)
-class RankRow:
-    """One line of the Ranks panel and one entry of the report's ``ranks``."""
+class Rank(msgspec.Struct, frozen=True, kw_only=True):
+    """One rank of a multi-rank job as the report judges it (engine/live/job.py)."""
 
+    # The one declaration of a rank's row: the Ranks panel draws it, the report's
+    # ``ranks`` is a list of them (rounded), and the JSON Schema is generated from
+    # it (engine/reports/schema.py). A field's default is what a reader assumes
+    # when a file leaves it out.
     label: str
     pid: int
-    status: str
-    phases: dict[str, float] | None
-    comm_share: float | None
-    steps_per_s: float | None
-    cpu_percent: float | None
-    gpu_mem_percent: float | None
-    gpu_util_percent: float | None
-    #: The GPUs the rank's processes hold memory on (NVML's per-process list), "0,1".
-    gpus: str
-    straggler_score: float | None
-    straggler: bool
-    lead_finding: str | None
-    cause: str | None
+    #: ``watched``, ``exited``, or why the rank could not be watched.
+    status: str = "watched"
+    phases: dict[str, float] | None = None
+    comm_share: float | None = None
+    steps_per_s: float | None = None
+    cpu_percent: float | None = None
+    gpu_mem_percent: float | None = None
+    gpu_util_percent: float | None = None
+    #: The GPUs the rank's processes hold memory on, ``"0,1"``.
+    gpus: str | None = None
+    straggler_score: float | None = None
+    straggler: bool = False
+    lead_finding: str | None = None
+    cause: str | None = None
 
 
 def rank_rows(source: DataSource, conclusion: Conclusion,
-              t: float | None = None) -> list[RankRow]:
+              t: float | None = None) -> list[Rank]:
     """Every rank of the job, the lead rank first (empty for one process).
 
     ``conclusion`` is the lead's (its judgement names the straggler); each
@@ -201,14 +211,14 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
         # An exited rank keeps its last diagnosis for its own view, not for the job's.
         view = rank_view(label, pid, d if status == "watched" else None)
         m = d.metrics if d is not None else {}
-        rows.append(RankRow(
+        rows.append(Rank(
             label=label, pid=pid, status=status,
             phases=d.phases if d is not None else None,
             comm_share=view.comm_share, steps_per_s=view.steps_per_s,
             cpu_percent=m.get("proc_cpu_mean"),
             gpu_mem_percent=m.get("gpu_mem_used_mean"),
             gpu_util_percent=m.get("gpu_util_mean"),
-            gpus=_gpus_used(session),
+            gpus=_gpus_used(session) or None,
             straggler_score=scores.get(pid),
             straggler=flagged and straggler is not None and pid == straggler.pid,
             lead_finding=view.cause.id if view.cause is not None else None,
@@ -224,39 +234,3 @@ def _gpus_used(session: Session | None) -> str:
         return ""
     return ",".join(str(d.index) for d in sample.devices
                     if any(p.in_target for p in d.processes))
-
-
-def ranks_json(rows: Sequence[RankRow]) -> list[dict[str, Any]]:
-    """The report's per-rank section."""
-    return [{
-        "label": r.label, "pid": r.pid, "status": r.status,
-        "phases": {k: round(v, 4) for k, v in r.phases.items()} if r.phases else None,
-        "comm_share": _round(r.comm_share), "steps_per_s": _round(r.steps_per_s),
-        "cpu_percent": _round(r.cpu_percent), "gpu_mem_percent": _round(r.gpu_mem_percent),
-        "gpu_util_percent": _round(r.gpu_util_percent), "gpus": r.gpus or None,
-        "straggler_score": _round(r.straggler_score), "straggler": r.straggler,
-        "lead_finding": r.lead_finding, "cause": r.cause,
-    } for r in rows]
-
-
-def job_verdict_json(judgement: JobJudgement | None) -> dict[str, Any] | None:
-    """The job-level verdict: the straggler (or none), its score and cause, the waits."""
-    if judgement is None:
-        return None
-    metrics = judgement.metrics()
-    words = judgement.words()
-    score = metrics.get("straggler_score")
-    flagged = score is not None and judgement.flagged
-    return {
-        "ranks_watched": int(metrics.get("ranks_watched") or 0),
-        "straggler": words.get("straggler") if flagged else None,
-        "straggler_pid": judgement.straggler.pid if flagged and judgement.straggler else None,
-        "straggler_score": _round(score),
-        "straggler_cause": words.get("straggler_cause") if flagged else None,
-        "others_wait_share": _round(metrics.get("job_wait_share")),
-        "comm_share": _round(metrics.get("job_comm_share")),
-    }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

@@ -3,9 +3,11 @@
 Two halves, so that a scrape can never slow a probe down:
 
 * :class:`Publisher` runs on the serve loop's thread. Once a second it reads the
-  evaluator's already-published diagnosis (an immutable value, swapped whole)
-  and the newest samples, keeps the counters (stack samples per phase, training
-  steps, rule firings), and builds a frozen :class:`Frame`.
+  watched rank's already-published diagnosis (an immutable value, swapped whole)
+  and newest samples (a :class:`Watched`: a live job, or one of its ranks), keeps
+  the counters (stack samples per phase, training steps, rule firings), and
+  builds a frozen :class:`Frame`. What it exports is passed in explicitly: the
+  rank, the rules in force, when aitop attached, the job's identity.
 * :class:`AitopCollector` is the custom ``prometheus_client`` collector. A scrape
   takes the current frame reference (one attribute read: no lock, no
   evaluation) and builds the metric families from it at scrape time, adding
@@ -27,7 +29,9 @@ import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from aitop.engine.live.source import Conclusion
 from aitop.engine.prometheus.names import PHASE_LABEL, base_value, exported_metrics
 from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.base.rules import Rule
@@ -84,18 +88,34 @@ class Frame:
     identity: tuple[tuple[str, str], ...] = ()
 
 
+class Watched(Protocol):
+    """What a :class:`Publisher` reads of the rank it exports, afresh at each frame
+    (any DataSource: a live job, follows its lead through a restart; a peer rank)."""
+
+    @property
+    def session(self) -> Session:
+        """The rank's samples."""
+        ...
+
+    def latest(self) -> Conclusion:
+        """Its newest published conclusion (never waits for an evaluation)."""
+        ...
+
+
 @dataclass
 class Publisher:
-    """Builds frames from a live session and its evaluator's published diagnosis.
+    """Builds frames from a watched rank's samples and its published diagnosis.
 
     Runs on one thread (the serve loop). It reads rings the way every other
     reader does (each ring's short append lock), never the scrape thread.
     """
 
-    session: Session
-    latest: Callable[[], Diagnosis | None]
+    watched: Watched
+    #: The rules in force (packaged plus --rules files): each gets a firing series.
+    rules: tuple[Rule, ...]
+    #: When aitop attached to the job (``aitop_attach_time_seconds``).
     attached_at: float
-    rules: tuple[Rule, ...] = ()
+    #: The job's identity and the rank's placement (``probes.job_identity.LABELS``).
     identity: tuple[tuple[str, str], ...] = ()
     _stack_counts: dict[str, int] = field(default_factory=dict)
     _stacks_seen_to: float = -math.inf
@@ -105,11 +125,11 @@ class Publisher:
     _fired_total: dict[str, int] = field(default_factory=dict)
 
     def frame(self, now: float) -> Frame:
-        diagnosis = self.latest()
-        self._count_stacks(now)
-        self._count_steps(now)
+        session = self.watched.session
+        diagnosis = self.watched.latest().diagnosis
+        self._count_stacks(session, now)
+        self._count_steps(session, now)
         self._count_firings(diagnosis)
-        session = self.session
         return Frame(
             published_at=now,
             attached_at=self.attached_at,
@@ -129,8 +149,8 @@ class Publisher:
             identity=self.identity,
         )
 
-    def _count_stacks(self, now: float) -> None:
-        for window in self.session.stacks.window(self._stacks_seen_to, now):
+    def _count_stacks(self, session: Session, now: float) -> None:
+        for window in session.stacks.window(self._stacks_seen_to, now):
             self._stacks_seen_to = max(self._stacks_seen_to, window.t_end)
             if window.error is not None:
                 continue
@@ -139,12 +159,12 @@ class Publisher:
         for phase in PHASES:
             self._stack_counts.setdefault(phase, 0)
 
-    def _count_steps(self, now: float) -> None:
+    def _count_steps(self, session: Session, now: float) -> None:
         # The chosen source's readings (loop counter or the job's printed step)
         # since the last one counted, chosen over at least the half minute that
         # steps/s is judged on; a change of source starts from its first.
         since = self._last_reading.t if self._last_reading is not None else -math.inf
-        chosen = self.session.step_readings(min(since, now - STEPS_WINDOW_S), now).readings
+        chosen = session.step_readings(min(since, now - STEPS_WINDOW_S), now).readings
         new = [s for s in chosen if s.value is not None and s.t > since]
         if not new:
             return

@@ -8,18 +8,26 @@ prints them, so both say the same thing. Ids are those of ``metrics:`` in
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 from aitop.engine.live.series import latest, recent
 from aitop.engine.reports import humanize as fmt
-from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.judging import verdicts
 from aitop.knowledge.metrics.window import gpu_util_over
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates
+
+
+class Judged(Protocol):
+    """What a key metric reads of a verdict: its metrics (a Diagnosis, or the typed
+    report, whose rounded metrics the Markdown report reads)."""
+
+    @property
+    def metrics(self) -> Mapping[str, float | None]: ...
 
 
 @dataclass(frozen=True)
@@ -48,14 +56,14 @@ FALLBACK_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _metric(d: Diagnosis | None, key: str) -> float | None:
+def _metric(d: Judged | None, key: str) -> float | None:
     if d is None:
         return None
     v = d.metrics.get(key)
     return None if v is None else float(v)
 
 
-def gpu_utilization(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def gpu_utilization(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     # Before the first diagnosis, the same definition over the same window.
     util = _metric(d, "gpu_util_mean")
     if util is None:
@@ -65,7 +73,7 @@ def gpu_utilization(s: Session, d: Diagnosis | None, now: float, w: float) -> Re
     return Reading(f"{util:.0f}% mean", verdicts.gpu_util(util))
 
 
-def gpu_memory_usage(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def gpu_memory_usage(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     used = _metric(d, "gpu_mem_used_mean")
     if used is None:
         g = latest(s.gpu, now)
@@ -78,7 +86,7 @@ def gpu_memory_usage(s: Session, d: Diagnosis | None, now: float, w: float) -> R
     return Reading(f"{used:.0f}% of capacity", verdicts.gpu_memory(used / 100))
 
 
-def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def data_loading_time(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     frac = _metric(d, "phase_data_wait")
     if frac is None:
         fr = s.phase_fractions(now, w)
@@ -88,7 +96,7 @@ def data_loading_time(s: Session, d: Diagnosis | None, now: float, w: float) -> 
     return Reading(f"{frac * 100:.1f}% of step time", verdicts.data_wait(frac))
 
 
-def training_step_time(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def training_step_time(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     readings = s.step_readings(now - max(w, 10.0), now).readings
     rates = [r for _, r in step_rates(readings) if r > 0]
     step = _metric(d, "step_time")
@@ -109,7 +117,7 @@ def training_step_time(s: Session, d: Diagnosis | None, now: float, w: float) ->
     return Reading(f"{step:.3g} s/step, steady", "within")
 
 
-def gpu_temperature(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def gpu_temperature(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     g = latest(s.gpu, now)
     devs = [x for x in (g.devices if g is not None and g.available else ())
             if x.temperature_c is not None]
@@ -121,7 +129,7 @@ def gpu_temperature(s: Session, d: Diagnosis | None, now: float, w: float) -> Re
                    verdicts.gpu_temperature(hot.temperature_c, hot.temperature_slowdown_c))
 
 
-def interconnect_bandwidth(s: Session, d: Diagnosis | None, now: float, w: float) -> Reading:
+def interconnect_bandwidth(s: Session, d: Judged | None, now: float, w: float) -> Reading:
     g = latest(s.gpu, now)
     devs = g.devices if g is not None and g.available else ()
     rx = [x.pcie_rx_bps for x in devs if x.pcie_rx_bps is not None]
@@ -138,7 +146,7 @@ def _no_gpu(s: Session, now: float) -> bool:
     return g is not None and not g.available
 
 
-READERS: dict[str, Callable[[Session, Diagnosis | None, float, float], Reading]] = {
+READERS: dict[str, Callable[[Session, Judged | None, float, float], Reading]] = {
     "gpu_utilization": gpu_utilization,
     "gpu_memory_usage": gpu_memory_usage,
     "data_loading_time": data_loading_time,
@@ -148,7 +156,7 @@ READERS: dict[str, Callable[[Session, Diagnosis | None, float, float], Reading]]
 }
 
 
-def read_key_metric(metric_id: str, session: Session, diagnosis: Diagnosis | None,
+def read_key_metric(metric_id: str, session: Session, diagnosis: Judged | None,
                     now: float, window_s: float) -> Reading:
     """The current reading of one key metric (unknown ids read as a dash)."""
     reader = READERS.get(metric_id)

@@ -3,22 +3,66 @@
 Plain text a reviewer can read without aitop: what ran, over which window, what
 limits it, which optimisations the documents rank first for that state, each
 finding with its evidence, estimated gain and source, the step phases and the
-key metrics. Pure function of a session and a diagnosis, no Textual.
+key metrics. It is rendered from the typed report (engine/reports/schema.py),
+the one the JSON and HTML reports are, so the three cannot disagree; the
+session adds only what the report does not hold (the documents' key-metrics
+table and the other measurements read from the samples, as the HTML page draws
+its charts from them), and :class:`Wording` the words the report names without
+quoting (a finding's passage, an evidence metric's label). No Textual.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from aitop.engine.live.series import latest, recent, tree_cpu, values
 from aitop.engine.reports import humanize as fmt
 from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.key_metrics import key_metric_rows, read_key_metric
-from aitop.engine.reports.report import normalised_phases, steps_source
-from aitop.knowledge.base.findings import Diagnosis, Evidence
+from aitop.engine.reports.schema import Evidence, Finding, Report, StepsSource
+from aitop.knowledge.base.catalogue import CATALOGUE
+from aitop.knowledge.base.findings import COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
-from aitop.probes.session import PHASES, Session
+from aitop.probes.session import Session
+
+#: What a finding's ``source`` reads as in the typed report: ``document, § section``.
+SECTION_MARK = ", \u00a7 "
+
+
+@dataclass(frozen=True)
+class Wording:
+    """The words the typed report names but does not hold, as the diagnoses said them."""
+
+    #: The passage each finding cites, by finding id.
+    quotes: Mapping[str, str] = field(default_factory=dict)
+    #: Each evidence metric's label, by (finding id, metric).
+    labels: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    def label(self, finding: str, metric: str) -> str:
+        """The label the finding gave the metric, else the catalogue's description."""
+        said = self.labels.get((finding, metric))
+        if said is not None:
+            return said
+        spec = CATALOGUE.get(metric)
+        return spec.description if spec else metric
+
+
+def wording_of(report: Report, diagnoses: Iterable[Diagnosis]) -> Wording:
+    """The report's findings' words, from the first of ``diagnoses`` holding each
+    (give the newest first: the search stops once every finding is found)."""
+    wanted = {f.id for f in report.findings}
+    quotes: dict[str, str] = {}
+    labels: dict[tuple[str, str], str] = {}
+    for diagnosis in diagnoses:
+        if len(quotes) == len(wanted):
+            break
+        for finding in diagnosis.findings:
+            if finding.id in wanted and finding.id not in quotes:
+                quotes[finding.id] = finding.source.quote
+                labels.update(((finding.id, e.metric), e.label) for e in finding.evidence)
+    return Wording(quotes, labels)
 
 
 def cell(value: object) -> str:
@@ -33,168 +77,182 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]
     return lines
 
 
-def command_line(session: Session) -> str:
-    """The target's (already redacted) command line as one shell-quoted string."""
-    env = session.environment
-    if env is not None and env.cmdline:
-        return shlex.join(env.cmdline)
-    proc = latest(session.processes, float("inf"))
-    main = proc.main if proc is not None else None
-    return shlex.join(main.cmdline) if main is not None and main.cmdline else "?"
+def _status(status: str) -> str:
+    return f"{fmt.STATUS_SYMBOL.get(status, '?')} {status}"
 
 
-def evidence_rows(evidence: Sequence[Evidence]) -> list[list[str]]:
-    return [
-        [
-            e.label,
-            e.display,
-            e.target or "—",
-            f"{fmt.STATUS_SYMBOL.get(e.status, '?')} {e.status}",
-        ]
-        for e in evidence
-    ]
+def _time(report: Report, session: Session) -> float:
+    """The time the report describes: its attach time plus its duration."""
+    if report.attached_at is None or report.duration_s is None:
+        return session.latest_time() or 0.0
+    return report.attached_at + report.duration_s
 
 
-def render_report(
+def _after(report: Report, seconds: float | None) -> float | None:
+    """The epoch time ``seconds`` after the report's attach (None: unknown)."""
+    if seconds is None or report.attached_at is None:
+        return None
+    return report.attached_at + seconds
+
+
+def render_markdown(
+    report: Report,
     session: Session,
-    diagnosis: Diagnosis | None,
-    now: float,
+    wording: Wording | None = None,
     *,
-    aitop_version: str | None = None,
     snapshot_name: str | None = None,
 ) -> str:
-    """The whole report as Markdown text."""
-    window = diagnosis.window_s if diagnosis is not None else DEFAULT_WINDOW_S
+    """The whole report as Markdown text; ``session`` is the one it was built from."""
+    wording = wording or Wording()
+    now = _time(report, session)
+    window = report.window_s or DEFAULT_WINDOW_S
     out: list[str] = []
-    out += _target(session, now, window)
-    out += _bottleneck(diagnosis)
-    out += _states(diagnosis)
-    out += _findings(diagnosis)
-    out += _phases(session, diagnosis)
-    out += _metrics(session, diagnosis, now, window)
-    out += _probes(session)
-    tail = f"Generated by aitop {aitop_version or '(development)'}"
+    out += _target(report, now, window)
+    out += _bottleneck(report)
+    out += _states(report)
+    out += _findings(report, wording)
+    out += _phases(report)
+    out += _metrics(report, session, now, window)
+    out += _probes(report)
+    version = "(development)" if report.aitop_version == "unknown" else report.aitop_version
+    tail = f"Generated by aitop {version}"
     if snapshot_name:
         tail += f" from snapshot `{snapshot_name}` (replay it with `aitop replay {snapshot_name}`)"
     out += ["", f"_{tail}._", ""]
     return "\n".join(out)
 
 
-def _target(session: Session, now: float, window: float) -> list[str]:
-    env = session.environment
-    out = [f"# aitop report: PID {session.target_pid}", ""]
-    out.append(f"- **Command:** `{command_line(session)}`")
+def _target(report: Report, now: float, window: float) -> list[str]:
+    target, env = report.target, report.environment
+    out = [f"# aitop report: PID {target.pid}", ""]
+    command = shlex.join(target.cmdline) if target.cmdline else "?"
+    out.append(f"- **Command:** `{command}`")
     if env is not None:
         versions = [
-            f"Python {env.python_version}" if env.python_version else None,
-            f"PyTorch {env.torch_version}" if env.torch_version else None,
+            f"Python {env.python}" if env.python else None,
+            f"PyTorch {env.torch}" if env.torch else None,
             f"host {env.hostname}" if env.hostname else None,
         ]
         known = [v for v in versions if v]
         if known:
             out.append(f"- **Environment:** {', '.join(known)}")
-    started = session.started_at
-    if started is not None:
+    if report.attached_at is not None:
         out.append(
-            f"- **Recorded:** {fmt.stamp(started)} to {fmt.stamp(now)} "
-            f"({fmt.duration(now - started)})"
+            f"- **Recorded:** {fmt.stamp(report.attached_at)} to {fmt.stamp(now)} "
+            f"({fmt.duration(now - report.attached_at)})"
         )
+    # The window the verdict was judged over ends when it was made.
+    end = report.evaluated_at if report.evaluated_at is not None else now
     out.append(
-        f"- **Window:** the {fmt.duration(window)} ending {fmt.stamp(now)} "
-        f"({fmt.stamp(now - window)} to {fmt.clock(now)})"
+        f"- **Window:** the {fmt.duration(window)} ending {fmt.stamp(end)} "
+        f"({fmt.stamp(end - window)} to {fmt.clock(end)})"
     )
-    if session.target_exited_at is not None and session.target_exited_at <= now:
-        status = session.target_exit_status
+    exited = _after(report, target.exited_after_s)
+    # A replay's report at a cursor knows of an exit still to come: not said here.
+    if not target.alive and exited is not None and exited <= now:
+        status = target.exit_status
         out.append(
-            f"- **Target exited** at {fmt.stamp(session.target_exited_at)}"
+            f"- **Target exited** at {fmt.stamp(exited)}"
             f" with status {status if status is not None else 'unknown'}"
         )
     return [*out, ""]
 
 
-def _bottleneck(diagnosis: Diagnosis | None) -> list[str]:
-    if diagnosis is None:
+def _bottleneck(report: Report) -> list[str]:
+    if report.evaluated_at is None:
         return ["## Bottleneck", "", "No diagnosis yet (not enough samples).", ""]
+    b = report.bottleneck
     out = [
         "## Bottleneck",
         "",
-        f"**{diagnosis.category}** on {diagnosis.compute_device}: {diagnosis.summary}",
+        f"**{b.category}** on {report.compute_device}: {b.summary}",
         "",
     ]
-    if diagnosis.waiting_for and diagnosis.category not in ("collecting", "unknown"):
-        out += [f"Rules still missing a metric: {', '.join(diagnosis.waiting_for)}", ""]
+    if report.waiting_for and b.category not in (COLLECTING, UNKNOWN):
+        out += [f"Rules still missing a metric: {', '.join(report.waiting_for)}", ""]
     return out
 
 
-def _states(diagnosis: Diagnosis | None) -> list[str]:
-    if diagnosis is None or not diagnosis.states:
+def _states(report: Report) -> list[str]:
+    if not report.states:
         return []
     out = ["## Current state (optimization priority framework)", ""]
     rows = []
-    for state in diagnosis.states:
+    for state in report.states:
         prios = list(state.priorities) + ["—"] * (3 - len(state.priorities))
-        rows.append([state.name, *prios[:3]])
+        rows.append([state.name or state.id, *prios[:3]])
     out += table(["Current state", "Priority 1", "Priority 2", "Priority 3"], rows)
     return [*out, ""]
 
 
-def _findings(diagnosis: Diagnosis | None) -> list[str]:
-    if diagnosis is None:
+def _findings(report: Report, wording: Wording) -> list[str]:
+    if report.evaluated_at is None:
         return []
-    if not diagnosis.findings and diagnosis.category in ("collecting", "unknown"):
+    if not report.findings and report.bottleneck.category in (COLLECTING, UNKNOWN):
         return ["## Findings", "", "Nothing judged yet (see the bottleneck above).", ""]
-    if not diagnosis.findings:
+    if not report.findings:
         return ["## Findings", "", "No rule is firing.", ""]
     out = ["## Findings (the culprit first, then by estimated gain)", ""]
-    for i, f in enumerate(diagnosis.findings, 1):
-        out += [
-            f"### {i}. {f.title}",
-            "",
-            f"**Severity:** {f.severity} · **Category:** {f.category} · "
-            f"**Estimated gain:** {gain_text(f.gain)} · **Fired at:** {fmt.stamp(f.fired_at)}",
-            "",
-            f.why,
-            "",
-        ]
-        if f.explains:
-            out += [f"*Explains:* {'; '.join(f.explains)}", ""]
-        if f.evidence:
-            out += table(["Evidence", "Value", "Target", "Status"], evidence_rows(f.evidence))
-            out.append("")
-        if f.actions:
-            out += ["**What to change:**", ""]
-            out += [f"- {a}" for a in f.actions]
-            out.append("")
-        if f.snippet:
-            out += ["```python", f.snippet.rstrip("\n"), "```", ""]
-        if f.gain.explanation:
-            out += [f"**How the gain was estimated ({f.gain.method}):** {f.gain.explanation}", ""]
-        src = f.source
-        out.append(f"**Source:** {src.document}, “{src.section}”")
-        if src.quote:
-            out += ["", *[f"> {line}" for line in src.quote.strip().splitlines()]]
-        out += ["", f"Rule: `{f.expr}`", ""]
+    for i, f in enumerate(report.findings, 1):
+        out += _finding(i, f, report, wording)
     return out
 
 
-def _phases(session: Session, diagnosis: Diagnosis | None) -> list[str]:
-    # The diagnosis's shares, rounded as in the JSON report: one export, one set
-    # of numbers.
-    fractions = normalised_phases(diagnosis.phases if diagnosis is not None else None)
+def _finding(i: int, f: Finding, report: Report, wording: Wording) -> list[str]:
+    fired = fmt.stamp(_after(report, f.fired_after_s))
+    out = [
+        f"### {i}. {f.title}",
+        "",
+        f"**Severity:** {f.severity} · **Category:** {f.category} · "
+        f"**Estimated gain:** {gain_text(f.gain)} · **Fired at:** {fired}",
+        "",
+        f.why,
+        "",
+    ]
+    if f.explains:
+        out += [f"*Explains:* {'; '.join(f.explains)}", ""]
+    if f.evidence:
+        out += table(["Evidence", "Value", "Target", "Status"],
+                     _evidence_rows(f.id, f.evidence, wording))
+        out.append("")
+    if f.actions:
+        out += ["**What to change:**", ""]
+        out += [f"- {a}" for a in f.actions]
+        out.append("")
+    if f.snippet:
+        out += ["```python", f.snippet.rstrip("\n"), "```", ""]
+    if f.gain_explanation:
+        out += [f"**How the gain was estimated ({f.gain_method}):** {f.gain_explanation}", ""]
+    document, _mark, section = f.source.partition(SECTION_MARK)
+    out.append(f"**Source:** {document}, “{section}”" if section else f"**Source:** {document}")
+    quote = wording.quotes.get(f.id, "")
+    if quote:
+        out += ["", *[f"> {line}" for line in quote.strip().splitlines()]]
+    out += ["", f"Rule: `{f.rule}`", ""]
+    return out
+
+
+def _evidence_rows(finding: str, evidence: Mapping[str, Evidence],
+                   wording: Wording) -> list[list[str]]:
+    return [[wording.label(finding, metric), e.display, e.target or "—", _status(e.status)]
+            for metric, e in evidence.items()]
+
+
+def _phases(report: Report) -> list[str]:
     out = ["## Step phases", ""]
-    if not fractions:
+    if not report.phases:
         return [*out, "No stack samples in the window (py-spy unavailable or no steps).", ""]
-    rows = [[fmt.PHASE_LABEL.get(p, p), fmt.pct(fractions[p] * 100, digits=1)] for p in PHASES]
+    rows = [[fmt.PHASE_LABEL.get(p, p), fmt.pct(share * 100, digits=1)]
+            for p, share in report.phases.items()]
     out += table(["Phase", "Share of the training thread's time"], rows)
-    if diagnosis is not None and diagnosis.steps_per_s is not None:
-        rate = f"{diagnosis.steps_per_s:.2f}{_steps_from(session, diagnosis)}"
+    if report.steps_per_s is not None:
+        rate = f"{report.steps_per_s:.2f}{_steps_from(report.steps_source)}"
         out += ["", f"Steps per second: {rate}"]
     return [*out, ""]
 
 
-def _steps_from(session: Session, diagnosis: Diagnosis) -> str:
+def _steps_from(source: StepsSource | None) -> str:
     """Where the rate was read, and the counter set aside for it if one was."""
-    source = steps_source(session, diagnosis)
     if source is None or source.counter is None:
         return ""
     where = f" in `{source.frame}`" if source.frame else ""
@@ -202,14 +260,12 @@ def _steps_from(session: Session, diagnosis: Diagnosis) -> str:
     return text + (f"; {source.rejected})" if source.rejected else ")")
 
 
-def _metrics(
-    session: Session, diagnosis: Diagnosis | None, now: float, window: float
-) -> list[str]:
+def _metrics(report: Report, session: Session, now: float, window: float) -> list[str]:
+    judged = report if report.evaluated_at is not None else None
     key_rows = []
     for metric_id, name, target in key_metric_rows():
-        reading = read_key_metric(metric_id, session, diagnosis, now, window)
-        status = f"{fmt.STATUS_SYMBOL.get(reading.status, '?')} {reading.status}"
-        key_rows.append([name, target, reading.display, status])
+        reading = read_key_metric(metric_id, session, judged, now, window)
+        key_rows.append([name, target, reading.display, _status(reading.status)])
     out = ["## Key metrics (the documents' table, this job now)", ""]
     out += table(["Metric", "Target range", "This job", "Status"], key_rows)
     rows: list[list[str]] = []
@@ -229,8 +285,8 @@ def _metrics(
         rows.append(["DataLoader workers", str(len(tree.workers))])
         pin = tree.pin_memory_thread
         rows.append(["Pin-memory thread", "unknown" if pin is None else ("yes" if pin else "no")])
-    if diagnosis is not None and diagnosis.steps_per_s is not None:
-        rows.append(["Steps per second", f"{diagnosis.steps_per_s:.2f}"])
+    if report.steps_per_s is not None:
+        rows.append(["Steps per second", f"{report.steps_per_s:.2f}"])
     storage = latest(session.storage, now)
     if storage is not None:
         for m in storage.mounts:
@@ -242,8 +298,8 @@ def _metrics(
     return [*out, ""]
 
 
-def _probes(session: Session) -> list[str]:
-    if not session.probe_status:
+def _probes(report: Report) -> list[str]:
+    if not report.probes:
         return []
-    rows = [[name, status.text] for name, status in sorted(session.probe_status.items())]
+    rows = [[name, status] for name, status in sorted(report.probes.items())]
     return ["## Probes", "", *table(["Probe", "Status"], rows), ""]

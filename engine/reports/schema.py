@@ -10,6 +10,12 @@ together, and the staleness test fails until the schema file is regenerated::
     python -m aitop.engine.reports.schema          # rewrite the shipped schema
     python -m aitop.engine.reports.schema --check  # exit 1 if it is stale
 
+The fixed sets of values (severities, categories, evidence statuses, gain
+methods, compute devices, job kinds, probe states) are not restated here: they
+are the ``Literal`` types of the rooms that make the values
+(``knowledge/base/findings.py``, ``probes/ranks.py``, ``probes/status.py``), so
+the schema accepts exactly what the code can write.
+
 Fields are only ever added; a change of meaning bumps the version. A field's
 default is what a reader assumes when a file leaves it out (``aitop.report/1``
 files, reports of an older /2 aitop, trimmed hand-written ones); aitop itself
@@ -36,36 +42,23 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import msgspec
-from aitop.knowledge.base.findings import Gain
+from aitop.engine.live.job import Rank
+from aitop.knowledge.base.findings import (
+    BottleneckCategory,
+    Category,
+    ComputeDevice,
+    Gain,
+    GainMethod,
+    Severity,
+)
+from aitop.knowledge.base.findings import Status as EvidenceStatus
+from aitop.probes.ranks import JobKind
 from aitop.probes.status import ProbeState
 
 SCHEMA: Final = "aitop.report/2"
 #: The versions this declaration reads: /2 only added fields and categories to /1.
 ReportVersion = Literal["aitop.report/1", "aitop.report/2"]
 READS: tuple[str, ...] = get_args(ReportVersion)
-
-#: knowledge.model.SEVERITIES, mildest first.
-Severity = Literal["info", "low", "medium", "high", "critical"]
-#: knowledge.model.CATEGORIES: what a finding (and a judged verdict) blames.
-Category = Literal[
-    "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "warming_up", "stalled", "none",
-]
-#: A verdict's category: a Category, or not judged (yet): ``collecting`` / ``unknown``.
-#: ``warming_up`` and ``stalled`` are job states (compiling before the first steps;
-#: no progress), not bottlenecks.
-BottleneckCategory = Literal[
-    "data_loading", "compute", "memory", "io", "host", "sync", "communication", "evaluation",
-    "warming_up", "stalled", "none", "collecting", "unknown",
-]
-#: An evidence value against its target range (knowledge/base/targets.py).
-EvidenceStatus = Literal["within", "near", "outside", "unknown"]
-#: How a gain was worked out: a range for this machine, an Amdahl ceiling, the
-#: documents' figure, or no speed figure at all.
-GainMethod = Literal["predicted", "amdahl", "document", "none"]
-ComputeDevice = Literal["gpu", "cpu"]
-#: How the ranks of the job were found (probes/ranks.py).
-JobKind = Literal["env", "lightning", "spawn", "single"]
 
 #: The schema file shipped as package data, beside this module.
 SCHEMA_FILE = Path(__file__).with_name("aitop.report-2.schema.json")
@@ -100,27 +93,6 @@ class Job(msgspec.Struct, kw_only=True):
     launcher_pid: int | None = None
     kind: JobKind = "single"
     ranks: list[JobRank] = []
-
-
-class Rank(msgspec.Struct, kw_only=True):
-    """One rank of a multi-rank job as the report judges it (engine/live/job.py)."""
-
-    label: str
-    pid: int
-    #: ``watched``, ``exited``, or why the rank could not be watched.
-    status: str = "watched"
-    phases: dict[str, float] | None = None
-    comm_share: float | None = None
-    steps_per_s: float | None = None
-    cpu_percent: float | None = None
-    gpu_mem_percent: float | None = None
-    gpu_util_percent: float | None = None
-    #: The GPUs the rank's processes hold memory on, ``"0,1"``.
-    gpus: str | None = None
-    straggler_score: float | None = None
-    straggler: bool = False
-    lead_finding: str | None = None
-    cause: str | None = None
 
 
 class JobVerdict(msgspec.Struct, kw_only=True):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
 
 #: The bottleneck categories, after the documents' bottleneck-location table
 #: (data loading, GPU computation, GPU memory, system RAM/CPU) plus the checklist's
@@ -21,14 +21,18 @@ Category = Literal[
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
 #: still held for its ``for:``): not a verdict.
-COLLECTING = "collecting"
+COLLECTING: Final = "collecting"
 #: What it says when it cannot judge at all (no stacks: py-spy missing or denied).
-UNKNOWN = "unknown"
+UNKNOWN: Final = "unknown"
+#: What a diagnosis names: a finding's category, or not judged (yet).
+BottleneckCategory = Literal[Category, "collecting", "unknown"]
 #: A job state, not a bottleneck: compiling before its first steps. While a
 #: ``job_state`` rule of this category fires, steady-state findings are held back.
-WARMING_UP = "warming_up"
+WARMING_UP: Final = "warming_up"
 #: A job state: no progress, the training thread standing in one frame.
-STALLED = "stalled"
+STALLED: Final = "stalled"
+#: What computes the job's steps: ``gpu`` when NVML sees a GPU, else ``cpu``.
+ComputeDevice = Literal["gpu", "cpu"]
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
@@ -115,11 +119,11 @@ class Diagnosis:
 
     t: float
     window_s: float
-    category: str
+    category: BottleneckCategory
     #: One line saying why this category: the top finding's title, or why none.
     summary: str
-    #: ``gpu`` when NVML sees a GPU, else ``cpu`` (compute then means the CPU).
-    compute_device: str
+    #: ``cpu``: no GPU, and compute then means the CPU.
+    compute_device: ComputeDevice
     states: tuple[StateMatch, ...] = ()
     findings: tuple[Finding, ...] = ()
     phases: dict[str, float] | None = None

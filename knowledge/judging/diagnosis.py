@@ -19,6 +19,7 @@ from ..base.facts import Facts
 from ..base.findings import (
     COLLECTING,
     SEVERITIES,
+    BottleneckCategory,
     Citation,
     Diagnosis,
     Evidence,
@@ -343,7 +344,7 @@ class Diagnoser:
             f"{render(rule.title, metrics, words)} (held {held:.0f} s of its {rule.for_s:g} s)"
             for rule, held in self.engine.pending(now) if rule.bottleneck
         )
-        category: str  # a Category, or what a diagnosis says before it can judge
+        category: BottleneckCategory
         if top is not None:
             category, summary = top.category, top.title
         elif pending:

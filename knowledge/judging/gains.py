@@ -114,7 +114,7 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
 
     The training thread loads a share p of the time, and its compute threads
     (T of them) hold every core while the step computes, so a worker would only
-    compete with them (an unseen job: x0.97 with a worker alone). With T - 1
+    compete with them, and one added alone gains next to nothing. With T - 1
     compute threads, the worker loads on the freed core while the step computes:
     the step takes the longer of the two, the loading (p, as now) and the
     compute (1 - p, slower by up to T / (T - 1) where it scaled perfectly over

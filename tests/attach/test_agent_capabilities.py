@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from support.jobs import LIGHT_TRAINING
 from support.processes import start_logged, stop_tree, wait_until
 from support.prometheus import start_serve, stop_process
+
+from benchmarks.jobs import LIGHT_JOB
 
 pytestmark = pytest.mark.attach
 
@@ -47,7 +48,7 @@ def test_the_manifests_capabilities_watch_another_users_job(tmp_path: Path) -> N
     env = {**os.environ, "TORCHELASTIC_RUN_ID": f"caps-{tmp_path.name}", "RANK": "3",
            "LOCAL_RANK": "1", "GROUP_RANK": "1"}
     job = start_logged(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                        sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)], env=env)
+                        sys.executable, "-c", LIGHT_JOB, str(tmp_path)], env=env)
     agent = None
     try:
         agent, address = start_serve(None, "--match", str(tmp_path), capabilities=capabilities)

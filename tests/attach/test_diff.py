@@ -1,7 +1,7 @@
 """``aitop diff`` and the CI gates, on real runs of the demo jobs.
 
 * The data demo before and after its fix (``--num-workers 2``), the runs the
-  scenario and prediction tests watch too (``demo_jobs.watched``): steps/s
+  scenario and prediction tests watch too (``support.jobs.watched``): steps/s
   compared with intervals and checked against the jobs' own step counts, the
   change attributed, findings resolved / still firing / new, next steps from
   the priority framework; ``--fail-on`` (on every watched run) and

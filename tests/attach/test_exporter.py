@@ -230,8 +230,7 @@ def test_gpu_labels_redaction_and_scrapes_that_never_wait() -> None:
         stack.callback(server.server_close)
         stack.callback(server.shutdown)
         address = f"127.0.0.1:{server.server_port}"
-        publisher = Publisher(source.session, source.evaluator.latest, source.started_at,
-                              tuple(source.evaluator.diagnoser.ruleset.rules))
+        publisher = Publisher(source, source.rules, source.started_at)
         deadline = time.time() + 30
         while time.time() < deadline:
             collector.publish(publisher.frame(time.time()))

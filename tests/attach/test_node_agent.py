@@ -22,9 +22,11 @@ from aitop.probes.discovery import OTHER_USER
 from aitop.probes.kernel.procfs import read_environ
 from prometheus_client.parser import text_string_to_metric_families
 from support.dashboard import dashboard_panels, panel_results
-from support.jobs import LIGHT_TRAINING, run_aitop
+from support.jobs import run_aitop
 from support.processes import free_port, start_logged, started, stop_tree, wait_until
 from support.prometheus import PrometheusServer, start_serve, stop_process
+
+from benchmarks.jobs import LIGHT_JOB
 
 pytestmark = pytest.mark.attach
 
@@ -71,7 +73,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
     single = None
     try:
         assert job_ids(scrape(address)) == set()  # nothing of this test's runs yet
-        single = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+        single = start_logged([sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
         with started(torchrun(free_port(), tmp_path)) as launcher:
             # Two jobs: the single loop, and the torchrun job's two ranks under one job_id.
             up = prometheus.wait_for('count(count by (job_id) (aitop_up == 1)) == 2',
@@ -124,7 +126,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
 
 def test_another_users_job_is_listed_with_the_reason(tmp_path: Path) -> None:
     """An agent run as ``nobody`` cannot read root's job: it says so, and keeps serving."""
-    job = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+    job = start_logged([sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
     agent = None
     try:
         agent, address = start_serve(None, "--match", str(tmp_path), user="65534")

@@ -41,7 +41,7 @@ def _limit_memory() -> None:
 
 
 def run_aitop_limited(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """``demo_jobs.run_aitop`` with the address space capped (it has no such option)."""
+    """``support.jobs.run_aitop`` with the address space capped (it has no such option)."""
     return subprocess.run(
         [sys.executable, "-m", "aitop.tui", *args],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,

@@ -32,9 +32,10 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.jobs import LIGHT_TRAINING
 from support.processes import started, wait_until
 from support.prometheus import tool
+
+from benchmarks.jobs import LIGHT_JOB
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The product's rooms: each top-level folder is installed as ``aitop.<room>``.
@@ -192,7 +193,7 @@ def training(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, st
     """A small PyTorch training loop (this suite's Python), once torch is loaded: its
     PID and the marker on its command line (for the node agent's ``--match``)."""
     marker = str(tmp_path_factory.mktemp("training"))
-    with started([sys.executable, "-c", LIGHT_TRAINING, marker]) as job:
+    with started([sys.executable, "-c", LIGHT_JOB, marker]) as job:
         maps = Path(f"/proc/{job.pid}/maps")
         assert wait_until(lambda: job.poll() is not None or "libtorch" in maps.read_text(),
                           90), "the training loop did not import torch within 90 s"

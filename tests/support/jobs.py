@@ -1,10 +1,8 @@
-"""Starting the bundled training jobs for tests, and reading their ground truth.
+"""The bundled training jobs as tests use them: watched by the real CLI, checked on every run.
 
-The jobs time their own DataLoader, forward, backward, optimizer, checkpoint and
-evaluation code (``--truth FILE``: cumulative seconds per phase, a JSON line
-every 0.5 s),
-so a test can compare aitop's estimate with what the job itself measured over
-exactly the span of aitop's stack samples.
+Starting a demo job and reading its ground truth (``start_job``,
+``truth_between``, ...) is shared with the benchmarks, which own it
+(``benchmarks/jobs.py``): tests import it from there, through this module.
 """
 
 from __future__ import annotations
@@ -19,42 +17,28 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from aitop.probes.job_identity import read_environ
+from aitop.probes.kernel.procfs import read_environ
 
-from benchmarks.agent import LIGHT_JOB
+from benchmarks.jobs import read_truth, start_job, stop_job, truth_between
 
-#: The phases the jobs time (``eval``: inside ``evaluate()``; 0 for most jobs).
-PHASES = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
-
-
-def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
-              extra_args: Sequence[str] = (), *, training: bool = True,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a demo job and wait until it is training (its first truth record).
-
-    ``extra_args`` go to the workload's command line, e.g. ``("--num-workers", "2")``.
-    ``training=False`` returns once the process runs, before its first step.
-    """
-    log = truth.with_suffix(".log").open("wb")
-    job = subprocess.Popen(
-        [sys.executable, "-m", "aitop.demo.workload", "--scenario", scenario,
-         "--truth", str(truth), "--duration", str(duration_s),
-         "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-    )
-    if not training:
-        return job
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if job.poll() is not None:
-            raise AssertionError(f"demo job {scenario} exited with {job.returncode}: "
-                                 + truth.with_suffix(".log").read_text()[-2000:])
-        if truth.exists() and truth.read_text().count("\n") >= 1:
-            return job
-        time.sleep(0.2)
-    job.kill()
-    raise AssertionError(f"demo job {scenario} did not start training within 60 s")
-
+__all__ = [
+    "EXIT_GATE",
+    "GATE",
+    "PACED_LOOP",
+    "STRAGGLER_OWN_CAUSES",
+    "WATCH_S",
+    "Watched",
+    "WatchedRun",
+    "rank_of",
+    "read_truth",
+    "run_aitop",
+    "start_job",
+    "start_paced_loop",
+    "stop_job",
+    "truth_between",
+    "two_node_launcher",
+    "watched",
+]
 
 #: A loop that sleeps ``--pause`` seconds after each step (``--pause 0``: its fix).
 PACED_LOOP = Path(__file__).resolve().parent / "workloads" / "paced_loop.py"
@@ -74,47 +58,6 @@ def start_paced_loop(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
                                  + truth.with_suffix(".log").read_text()[-2000:])
         time.sleep(0.2)
     return job
-
-
-def stop_job(job: subprocess.Popen[bytes]) -> None:
-    if job.poll() is None:
-        job.terminate()
-        try:
-            job.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-
-
-def read_truth(truth: Path) -> list[dict[str, float]]:
-    return [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
-
-
-def _at(records: list[dict[str, float]], t: float) -> dict[str, float]:
-    """Cumulative counters at time t, interpolated between the two records around it."""
-    before = [r for r in records if r["t"] <= t]
-    after = [r for r in records if r["t"] >= t]
-    if not before:
-        return records[0]
-    if not after:
-        return records[-1]
-    a, b = before[-1], after[0]
-    if b["t"] == a["t"]:
-        return a
-    w = (t - a["t"]) / (b["t"] - a["t"])
-    return {k: a[k] + w * (b[k] - a[k]) for k in a}
-
-
-def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
-    """Phase fractions of wall time, and steps/s, that the job measured in [t0, t1]."""
-    records = read_truth(truth)
-    a, b = _at(records, t0), _at(records, t1)
-    elapsed = b["elapsed"] - a["elapsed"]
-    assert elapsed > 1.0, f"ground truth covers only {elapsed:.2f} s"
-    # .get: a phase a job's records lack (an older job) took no time.
-    out = {p: (b.get(p, 0.0) - a.get(p, 0.0)) / elapsed for p in PHASES}
-    out["steps_per_s"] = (b["steps"] - a["steps"]) / elapsed
-    return out
 
 
 def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
@@ -189,13 +132,6 @@ def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
 WatchedRun = Callable[..., Watched]
 
 
-
-#: A small PyTorch training loop that leaves most of a core idle: for tests that need
-#: a job to find, not to judge (``python -c LIGHT_TRAINING MARKER``; the benchmark of
-#: the node agent's cost runs the same loop).
-LIGHT_TRAINING = LIGHT_JOB
-
-
 #: The straggler demo's slow rank builds its batches in its training thread: its lead
 #: is one of these data-loading findings, which one depending on whether half a core is
 #: free on the 2-core box (then moving the work to workers helps).
@@ -217,7 +153,7 @@ def two_node_launcher(port: int, run_id: str, truth: Path, *, duration_s: float 
 def rank_of(launcher_pid: int) -> tuple[int, int] | None:
     """(global rank, its PID) of a launcher's one rank, once it has started."""
     for child in psutil.Process(launcher_pid).children():
-        rank = read_environ(child.pid).get("RANK")
+        rank = (read_environ(child.pid) or {}).get("RANK")
         if rank is not None:
             return int(rank), child.pid
     return None

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import msgspec
 from aitop.engine.compare.diff import compare
 from aitop.engine.compare.runs import run_of_report
-from aitop.engine.headless.report import recorded_report
+from aitop.engine.headless.source_report import recorded_report
 from aitop.engine.html.page import CONTENT_SECURITY_POLICY, render_html
 from aitop.engine.html.svg import nice_ceiling
 from support.tui_session import replay_source

@@ -18,14 +18,21 @@ import pytest
 from aitop.engine.compare.gates import findings_gate
 from aitop.engine.compare.runs import RunError, run_of_report
 from aitop.engine.errors import EXIT_GATE
-from aitop.engine.headless.report import report_of
-from aitop.engine.live.job import RankRow, job_verdict_json, ranks_json
+from aitop.engine.headless.source_report import report_of
+from aitop.engine.live.job import Rank
 from aitop.engine.reports import schema
-from aitop.engine.reports.report import RunFacts
-from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, SEVERITIES, UNKNOWN
+from aitop.engine.reports.build import RunFacts, build_report
+from aitop.knowledge.base.findings import (
+    CATEGORIES,
+    COLLECTING,
+    SEVERITIES,
+    UNKNOWN,
+    GainMethod,
+)
 from aitop.knowledge.judging import gains
-from aitop.knowledge.metrics.straggler import judge_ranks, rank_view
+from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.probes import ranks as probe_ranks
+from aitop.probes.status import PROBE_STATES
 from support.report_schema import errors_of, shipped_schema
 from support.tui_session import replay_source
 
@@ -73,28 +80,46 @@ def test_the_schema_pins_the_version_and_requires_what_every_report_2_has() -> N
 
 
 def test_the_fixed_value_sets_are_the_ones_the_code_emits() -> None:
-    """A severity, category, gain method or job kind added in the code, not here,
-    would write reports their own schema rejects."""
-    assert get_args(schema.Severity) == SEVERITIES
-    assert get_args(schema.Category) == CATEGORIES
-    assert get_args(schema.BottleneckCategory) == (*CATEGORIES, COLLECTING, UNKNOWN)
+    """The schema restates no vocabulary: its enums are the rooms' own ``Literal``
+    types, and the values the code writes are among them."""
+    defs = shipped_schema()["$defs"]
+    assert defs["Finding"]["properties"]["category"] == {"enum": sorted(CATEGORIES)}
+    assert defs["Bottleneck"]["properties"]["category"] == {
+        "enum": sorted((*CATEGORIES, COLLECTING, UNKNOWN))}
+    assert defs["Change"]["properties"]["category"] == defs["Bottleneck"]["properties"]["category"]
+    assert defs["Job"]["properties"]["kind"] == {"enum": sorted(get_args(probe_ranks.JobKind))}
+    assert defs["ProbeReading"]["properties"]["state"] == {"enum": sorted(PROBE_STATES)}
     made = set(re.findall(r'method="(\w+)"', inspect.getsource(gains)))
-    assert made and made <= set(get_args(schema.GainMethod)), made
+    assert made and made <= set(get_args(GainMethod)), made
     kinds = set(re.findall(r'Job\(pid, \w+, "(\w+)"', inspect.getsource(probe_ranks)))
-    assert kinds == set(get_args(schema.JobKind)), kinds
+    assert kinds == set(get_args(probe_ranks.JobKind)), kinds
 
 
-def test_the_rank_sections_engine_live_writes_have_exactly_the_declared_fields() -> None:
-    """build_report converts these dicts; a key the structs lack would vanish."""
-    row = RankRow(label="rank 0", pid=1, status="watched", phases={"forward": 1.0},
-                  comm_share=0.1, steps_per_s=2.0, cpu_percent=90.0, gpu_mem_percent=None,
-                  gpu_util_percent=None, gpus="0", straggler_score=1.0, straggler=False,
-                  lead_finding=None, cause=None)
-    assert list(ranks_json([row])[0]) == list(schema.Rank.__struct_fields__)
-    judgement = judge_ranks([rank_view("rank 0", 1, None), rank_view("rank 1", 2, None)])
-    verdict = job_verdict_json(judgement)
-    assert verdict is not None
-    assert list(verdict) == list(schema.JobVerdict.__struct_fields__)
+def test_a_rank_row_is_written_as_the_report_rank_rounded() -> None:
+    """One declaration: the row the Ranks panel draws is the report's rank, rounded
+    like every other number, and a report with ranks and a verdict validates."""
+    row = Rank(label="rank 0", pid=1, phases={"forward": 0.123456, "comm": 0.876544},
+               comm_share=0.876544, steps_per_s=2.00004, cpu_percent=90.12345, gpus=None,
+               straggler_score=float("nan"))
+    source = replay_source()
+    now = source.session.latest_time() or 0.0
+    started = source.session.started_at or now
+    diagnosis = source.at(now).diagnosis
+    judgement = judge_ranks([RankView("rank 0", 1, 0.123456, 2.0, None, None),
+                             RankView("rank 1", 2, 0.6, 2.0, None, "data wait 47%")])
+    report = build_report(source.session, diagnosis, source.history(),
+                          RunFacts(now - started, None, None), started, ranks=[row],
+                          judgement=judgement)
+    assert report.ranks == [Rank(label="rank 0", pid=1, phases={"forward": 0.1235,
+                                                                  "comm": 0.8765},
+                                 comm_share=0.8765, steps_per_s=2.0, cpu_percent=90.1235)]
+    verdict = report.job_verdict
+    assert verdict is not None and verdict.ranks_watched == 2
+    assert verdict.others_wait_share is not None and verdict.comm_share == round(
+        (0.123456 + 0.6) / 2, 4)
+    doc = json.loads(schema.report_json(report))
+    assert errors_of(doc) == []
+    assert schema.decode_report(doc).ranks == report.ranks
 
 
 # ------------------------------------------------------------- the writer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from aitop.engine.reports.gain import gain_text
-from aitop.engine.reports.schema import Finding, GainMethod
+from aitop.engine.reports.schema import Finding
+from aitop.knowledge.base.findings import GainMethod
 
 
 def finding(speedup: float | None, low: float | None, high: float | None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from aitop.engine.live.job import RankRow
+from aitop.engine.live.job import Rank
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
@@ -59,7 +59,7 @@ class RanksPanel(Panel):
         super().update_view(view)
 
     @property
-    def rows(self) -> tuple[RankRow, ...]:
+    def rows(self) -> tuple[Rank, ...]:
         return self.view.ranks if self.view is not None else ()
 
     def cache_key(self) -> tuple[object, ...]:
@@ -105,7 +105,7 @@ class RanksPanel(Panel):
                                  style=fmt.STATUS_STYLE["outside"]), 0))
         return out
 
-    def _line(self, row: RankRow, selected: bool, width: int) -> Text:
+    def _line(self, row: Rank, selected: bool, width: int) -> Text:
         text = Text("▶ " if selected else "  ", style="bold")
         text.append(f"{row.label:<8} ", style="bold" if row.straggler else "")
         stats = Text()

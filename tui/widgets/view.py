@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitop.engine.live.job import RankRow
+from aitop.engine.live.job import Rank
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
 from aitop.probes.session import Session
@@ -34,7 +34,7 @@ class View:
     replay_range: tuple[float, float] | None = None
     playing: bool = False
     #: Every rank of a multi-rank job, the lead rank first (empty for one process).
-    ranks: tuple[RankRow, ...] = ()
+    ranks: tuple[Rank, ...] = ()
     #: The rank shown when it is not the lead one ("rank 1"), else None.
     viewing: str | None = None
 

@@ -1,14 +1,10 @@
-"""The headless report: built as the declared ``aitop.report/2`` structs, and its text.
+"""Building the typed report: a session and its verdict as the declared ``aitop.report/2`` structs.
 
 ``build_report`` turns a session and its verdict into a ``schema.Report`` (the
-one declaration of the format: engine/reports/schema.py); ``render_text`` is
-the human-readable form ``--headless`` prints without ``--json``. Numbers are
-rounded here, once, so the JSON, the text and ``aitop diff`` read the same.
-
-The knowledge base types severities, categories and statuses as plain strings;
-the report's ``Literal`` types name the values it emits, and
-tests/test_report_schema.py keeps the two lists equal (a cast here, not a
-check: a report must never fail to be written at the end of a run).
+one declaration of the format: engine/reports/schema.py). Every other form is
+rendered from that struct (``--json``; the text of ``text.py``; the Markdown
+and HTML reports), and numbers are rounded here, once, so all of them and
+``aitop diff`` read the same.
 """
 
 from __future__ import annotations
@@ -16,11 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
 
 import msgspec
+from aitop.engine.live.job import Rank
 from aitop.engine.reports import schema as s
-from aitop.engine.reports.gain import gain_text
 from aitop.engine.reports.schema import SCHEMA, Report
 from aitop.knowledge.base.findings import (
     COLLECTING,
@@ -31,6 +26,7 @@ from aitop.knowledge.base.findings import (
     Evidence,
     Finding,
 )
+from aitop.knowledge.metrics.straggler import JobJudgement
 from aitop.knowledge.metrics.window import STEPS_WINDOW_S
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
@@ -38,7 +34,7 @@ from aitop.probes.redact import redact_argv
 from aitop.probes.session import PHASES, Session
 from aitop.probes.steps import counter_increments
 
-__all__ = ["SCHEMA", "Report", "RunFacts", "build_report", "render_text"]
+__all__ = ["SCHEMA", "Report", "RunFacts", "build_report"]
 
 #: Categories that are not a verdict: the diagnosis could not judge (yet), or
 #: the job is not in the steady state a bottleneck is judged in.
@@ -67,7 +63,7 @@ def _num(value: float | None, digits: int = 4) -> float | None:
 def evidence_of(items: Sequence[Evidence]) -> dict[str, s.Evidence]:
     return {
         e.metric: s.Evidence(value=_num(e.value), display=e.display, target=e.target,
-                             status=cast(s.EvidenceStatus, e.status))
+                             status=e.status)
         for e in items
     }
 
@@ -77,8 +73,8 @@ def finding_of(f: Finding, started_at: float | None) -> s.Finding:
         else f.source.document
     return s.Finding(
         id=f.id,
-        severity=cast(s.Severity, f.severity),
-        category=cast(s.Category, f.category),
+        severity=f.severity,
+        category=f.category,
         title=f.title,
         why=f.why,
         evidence=evidence_of(f.evidence),
@@ -86,7 +82,7 @@ def finding_of(f: Finding, started_at: float | None) -> s.Finding:
         snippet=f.snippet,
         est_speedup=_num(f.gain.speedup, 3),
         est_speedup_range=(_num(f.gain.low, 3), _num(f.gain.high, 3)),
-        gain_method=cast(s.GainMethod, f.gain.method),
+        gain_method=f.gain.method,
         gain_ceiling=_num(f.gain.ceiling, 3),
         gain_explanation=f.gain.explanation,
         explains=list(f.explains),
@@ -103,12 +99,43 @@ def job_of(job: Job | None) -> s.Job | None:
     return s.Job(
         given_pid=job.given_pid,
         launcher_pid=job.launcher_pid,
-        kind=cast(s.JobKind, job.kind),
+        kind=job.kind,
         ranks=[
             s.JobRank(pid=r.pid, rank=r.rank, local_rank=r.local_rank,
                       world_size=r.world_size, group_rank=r.group_rank)
             for r in job.ranks
         ],
+    )
+
+
+def rank_of(row: Rank) -> Rank:
+    """A rank's row as the report writes it: rounded like every other number."""
+    return msgspec.structs.replace(
+        row,
+        phases={k: round(v, 4) for k, v in row.phases.items()} if row.phases else None,
+        comm_share=_num(row.comm_share), steps_per_s=_num(row.steps_per_s),
+        cpu_percent=_num(row.cpu_percent), gpu_mem_percent=_num(row.gpu_mem_percent),
+        gpu_util_percent=_num(row.gpu_util_percent),
+        straggler_score=_num(row.straggler_score),
+    )
+
+
+def job_verdict_of(judgement: JobJudgement | None) -> s.JobVerdict | None:
+    """The job-level verdict: the straggler (or none), its score and cause, the waits."""
+    if judgement is None:
+        return None
+    metrics = judgement.metrics()
+    words = judgement.words()
+    score = metrics.get("straggler_score")
+    flagged = score is not None and judgement.flagged
+    return s.JobVerdict(
+        ranks_watched=int(metrics.get("ranks_watched") or 0),
+        straggler=words.get("straggler") if flagged else None,
+        straggler_pid=judgement.straggler.pid if flagged and judgement.straggler else None,
+        straggler_score=_num(score),
+        straggler_cause=words.get("straggler_cause") if flagged else None,
+        others_wait_share=_num(metrics.get("job_wait_share")),
+        comm_share=_num(metrics.get("job_comm_share")),
     )
 
 
@@ -120,7 +147,7 @@ def timeline(history: Sequence[Diagnosis], started_at: float | None) -> list[s.C
         if d.category != last:
             out.append(s.Change(
                 after_s=_num(d.t - started_at, 2) if started_at else None,
-                category=cast(s.BottleneckCategory, d.category),
+                category=d.category,
                 summary=d.summary,
             ))
             last = d.category
@@ -234,12 +261,12 @@ def _target(session: Session, attached_at: float) -> s.Target:
 
 def _bottleneck(diagnosis: Diagnosis | None) -> s.Bottleneck:
     if diagnosis is None:
-        return s.Bottleneck(category=cast(s.BottleneckCategory, COLLECTING), judged=False,
+        return s.Bottleneck(category=COLLECTING, judged=False,
                             summary="no diagnosis was made")
     top = diagnosis.top
     named = top is not None and diagnosis.category not in ("none", *NOT_JUDGED)
     return s.Bottleneck(
-        category=cast(s.BottleneckCategory, diagnosis.category),
+        category=diagnosis.category,
         judged=diagnosis.category not in NOT_JUDGED,
         summary=diagnosis.summary,
         lead_finding=top.id if named and top else None,
@@ -256,12 +283,11 @@ def build_report(
     run: RunFacts,
     attached_at: float,
     *,
-    ranks: Sequence[dict[str, Any]] = (),
-    job_verdict: dict[str, Any] | None = None,
+    ranks: Sequence[Rank] = (),
+    judgement: JobJudgement | None = None,
 ) -> Report:
-    """The report of one run; ``ranks`` and ``job_verdict`` for a multi-rank job
-    (engine/live/job.py's ``ranks_json`` / ``job_verdict_json``: each rank's own
-    view, and the job-level judgement)."""
+    """The report of one run; for a multi-rank job, each rank's own view
+    (engine/live/job.py's ``rank_rows``) and the job's ``judgement``."""
     d = diagnosis
     current_state = d.states[0] if d and d.states else None
     return Report(
@@ -269,13 +295,13 @@ def build_report(
         aitop_version=aitop_version() or "unknown",
         target=_target(session, attached_at),
         job=job_of(session.job),
-        ranks=msgspec.convert(list(ranks), list[s.Rank]),
-        job_verdict=msgspec.convert(job_verdict, s.JobVerdict) if job_verdict else None,
+        ranks=[rank_of(r) for r in ranks],
+        job_verdict=job_verdict_of(judgement),
         duration_s=_num(run.duration_s, 2),
         attached_at=_num(attached_at, 3),
         evaluated_at=_num(d.t, 3) if d else None,
         window_s=d.window_s if d else None,
-        compute_device=cast(s.ComputeDevice, d.compute_device) if d else None,
+        compute_device=d.compute_device if d else None,
         phases=normalised_phases(d.phases if d else None),
         phase_span=phase_span(session, d),
         steps_per_s=_num(d.steps_per_s, 3) if d else None,
@@ -305,97 +331,3 @@ def build_report(
         warnings=list(run.warnings),
         interrupted=run.interrupted,
     )
-
-
-def _bar(fraction: float, width: int = 24) -> str:
-    filled = round(fraction * width)
-    return "#" * filled + "." * (width - filled)
-
-
-def _ranks_text(ranks: Sequence[s.Rank], verdict: s.JobVerdict | None) -> list[str]:
-    """The per-rank lines of a multi-rank job, the straggler marked."""
-    if not ranks:
-        return []
-    lines = ["", "Ranks (waiting for the others = all-reduce and collectives):"]
-    for r in ranks:
-        comm = "?" if r.comm_share is None else f"{r.comm_share:.0%}"
-        score = "" if r.straggler_score is None else f"  score {r.straggler_score:.2f}"
-        flag = "  <- STRAGGLER" if r.straggler else ""
-        status = "" if r.status == "watched" else f"  ({r.status})"
-        lines.append(f"  {r.label:<11} PID {r.pid:<7} waits {comm:>4}{score}{flag}{status}")
-        if r.cause:
-            lines.append(f"      own: {r.cause}")
-    if verdict is not None and verdict.straggler:
-        lines.append(f"  Straggler: {verdict.straggler} (score "
-                     f"{_fixed(verdict.straggler_score, '.2f')}); the others wait "
-                     f"{_fixed(verdict.others_wait_share, '.0%')} of their time")
-    elif verdict is not None:
-        lines.append("  No straggler: the ranks wait about equally")
-    return lines
-
-
-def _fixed(value: float | None, spec: str) -> str:
-    return "?" if value is None else format(value, spec)
-
-
-def render_text(report: Report) -> str:
-    """The human-readable report printed by ``--headless`` without ``--json``."""
-    t = report.target
-    lines = []
-    cmd = " ".join(t.cmdline) or "?"
-    state = "running" if t.alive else (
-        f"exited after {t.exited_after_s} s"
-        + (f" with status {t.exit_status}" if t.exit_status is not None else "")
-    )
-    pid = "?" if t.pid is msgspec.UNSET else t.pid
-    lines.append(f"aitop {report.aitop_version} - PID {pid} ({cmd}) - {state}")
-    lines.append(
-        f"measured {report.duration_s} s, window {report.window_s} s, "
-        f"compute on {'the CPU (no GPU found)' if report.compute_device == 'cpu' else 'GPU'}"
-    )
-    b = report.bottleneck
-    lines.append("")
-    lines.append(f"Bottleneck: {b.category.upper().replace('_', ' ')} - {b.summary}")
-    if b.hardware:
-        lines.append(f"Hardware: {b.hardware}")
-    if report.state:
-        prio = "  ".join(f"{i}. {p}" for i, p in enumerate(report.state_priorities, 1))
-        lines.append(f"State: {report.state} -> {prio}")
-        if report.compute_device == "cpu" and "GPU utilization" in report.state:
-            lines.append(
-                "  (no GPU: 'GPU utilization' here is the training thread's share of time "
-                "in forward/backward/optimizer; compute means the CPU)"
-            )
-    if report.phases:
-        lines.append("Phases of the training thread:")
-        for name, value in report.phases.items():
-            lines.append(f"  {name:<11} {_bar(value)} {value:6.1%}")
-    else:
-        lines.append("Phases: unknown (no stack samples)")
-    sps = report.steps_per_s
-    lines.append(f"Steps/s: {sps:.2f}" if sps else "Steps/s: unknown (no step counter found)")
-    lines.extend(_ranks_text(report.ranks, report.job_verdict))
-    findings = report.findings
-    lines.append("")
-    lines.append(
-        f"Findings ({len(findings)}, by estimated gain):" if findings else "Findings: none"
-    )
-    for i, f in enumerate(findings, 1):
-        lines.append(f"{i}. [{f.severity}] {f.title}  — {gain_text(f.gain)}")
-        lines.append(f"   why: {f.why}")
-        for action in f.actions:
-            lines.append(f"   -> {action}")
-        lines.append(f"   gain: {f.gain_explanation}")
-        lines.append(f"   source: {f.source}")
-    lines.append("")
-    a = report.aitop
-    if a.cpu_percent_of_one_core is not None:
-        lines.append(
-            f"aitop itself: {a.cpu_percent_of_one_core:.2f}% of one core "
-            f"(py-spy included), {a.rss_mb} MB RSS"
-        )
-    for name, status in sorted(report.probes.items()):
-        lines.append(f"  probe {name}: {status}")
-    for warning in report.warnings:
-        lines.append(f"warning: {warning}")
-    return "\n".join(lines)

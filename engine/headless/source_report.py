@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from aitop.engine.live.job import job_verdict_json, rank_rows, ranks_json
+from aitop.engine.live.job import rank_rows
 from aitop.engine.live.source import Conclusion, DataSource
-from aitop.engine.reports.report import RunFacts, build_report
+from aitop.engine.reports.build import RunFacts, build_report
 from aitop.engine.reports.schema import Report
 
 
@@ -21,8 +21,8 @@ def report_of(
         source.history(),
         facts,
         attached_at,
-        ranks=ranks_json(rank_rows(source, conclusion, now)),
-        job_verdict=job_verdict_json(conclusion.judgement),
+        ranks=rank_rows(source, conclusion, now),
+        judgement=conclusion.judgement,
     )
 
 
