@@ -44,18 +44,6 @@ def key_metric_rows() -> tuple[tuple[str, str, str], ...]:
     return tuple((m.id, m.metric, m.target) for m in load_knowledge_base().documents.metrics)
 
 
-#: The documents' rows, shown by the knowledge screen only while its thread is
-#: still parsing the documents (reports read ``key_metric_rows``).
-FALLBACK_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("gpu_utilization", "GPU utilization", "80-95% during training"),
-    ("gpu_memory_usage", "GPU memory usage", "70-90% of capacity"),
-    ("data_loading_time", "Data loading time", "Less than 5% of total step time"),
-    ("training_step_time", "Training step time", "Consistent or decreasing"),
-    ("gpu_temperature", "GPU temperature", "Below 83 degrees C"),
-    ("interconnect_bandwidth", "PCIe/NVLink bandwidth", "Near rated bandwidth"),
-)
-
-
 def _metric(d: Judged | None, key: str) -> float | None:
     if d is None:
         return None

@@ -19,8 +19,8 @@ import difflib
 import operator
 import re
 import string
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
 
 from simpleeval import DEFAULT_OPERATORS, InvalidExpression, SimpleEval, safe_power
 
@@ -40,6 +40,24 @@ MAX_FORMAT_WIDTH = 100
 
 class ExpressionError(ValueError):
     """An expression is malformed or names something that does not exist."""
+
+
+class References(Protocol):
+    """Calls that name a number or band of the knowledge base instead of restating it.
+
+    ``band(gpu_util_mean, gpu_util_above_85)`` or ``target_high(phase_data_wait)``
+    are written out (``text``) when the rule file is read, so evaluation and the
+    PromQL translation see plain comparisons and numbers; the arguments are
+    names (a metric, a row of the documents), never values.
+    ``knowledge.base.references`` is the knowledge base's.
+    """
+
+    @property
+    def functions(self) -> Collection[str]: ...
+
+    def text(self, function: str, args: tuple[str, ...]) -> str:
+        """The call written out; ExpressionError says what is wrong with it."""
+        ...
 
 
 def clip(text: str, limit: int = 80) -> str:
@@ -99,8 +117,20 @@ _FORBIDDEN = (
 )
 
 
-def names_in(expr: str) -> set[str]:
-    """The variable names an expression reads (functions and constants excluded)."""
+def _reference_args(tree: ast.AST, references: Collection[str]) -> set[ast.AST]:
+    """The argument nodes of every call of a reference (names of things, not metrics read)."""
+    return {
+        arg
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id in references
+        for arg in node.args
+    }
+
+
+def names_in(expr: str, references: Collection[str] = ()) -> set[str]:
+    """The variable names an expression reads (functions, constants and the
+    arguments of ``references`` calls excluded)."""
     tree = parse_bounded(expr)
     for node in ast.walk(tree):
         if isinstance(node, _FORBIDDEN):
@@ -110,16 +140,18 @@ def names_in(expr: str) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
-    unknown_calls = called - FUNCTIONS.keys()
+    unknown_calls = called - FUNCTIONS.keys() - set(references)
     if unknown_calls:
         raise ExpressionError(
             f"unknown function {', '.join(sorted(unknown_calls))} in '{expr}' "
-            f"(allowed: {', '.join(FUNCTIONS)})"
+            f"(allowed: {', '.join([*FUNCTIONS, *references])})"
         )
+    args = _reference_args(tree, references)
     return {
         node.id
         for node in ast.walk(tree)
         if isinstance(node, ast.Name) and node.id not in called and node.id not in CONSTANTS
+        and node not in args
     }
 
 
@@ -138,36 +170,90 @@ def _needs_brackets(text: str, parent: ast.AST | None) -> bool:
 
     Under ``and``/``or`` any comparison or arithmetic binds tighter, so
     ``rate > 1 and enough_samples`` reads ``rate > 1 and phase_samples >= 20``;
-    only a nested ``and``/``or`` needs brackets there (and, for the reader,
-    anything but an atom after ``not``).
+    only a nested ``and``/``or`` of the other kind needs brackets there (``a and
+    (b and c)`` is ``a and b and c``, short-circuits included), and, for the
+    reader, anything but an atom after ``not``.
     """
     top = parse_bounded(text).body
     if isinstance(top, _ATOMS) or isinstance(parent, ast.Expression):
         return False
-    return not isinstance(parent, ast.BoolOp) or isinstance(top, (ast.BoolOp, ast.IfExp))
+    if not isinstance(parent, ast.BoolOp):
+        return True
+    if isinstance(top, ast.BoolOp):
+        return type(top.op) is not type(parent.op)
+    return isinstance(top, ast.IfExp)
 
 
-def expand(expr: str, named: Mapping[str, str]) -> str:
-    """``expr`` with every named condition it uses written out in full.
+#: A comparison's operator turned round, for ``not`` before a reference.
+_NEGATED = {ast.Lt: ">=", ast.LtE: ">", ast.Gt: "<=", ast.GtE: "<", ast.Eq: "!=", ast.NotEq: "=="}
+
+
+def _negated(text: str) -> str | None:
+    """``not (x > 85)`` as ``x <= 85`` when ``text`` is one comparison; else None.
+
+    The same answer for every value, an unknown one included (both raise), and
+    it reads as the number's own edge.
+    """
+    top = parse_bounded(text).body
+    if not (isinstance(top, ast.Compare) and len(top.ops) == 1 and type(top.ops[0]) in _NEGATED):
+        return None
+    left = ast.get_source_segment(text, top.left)
+    right = ast.get_source_segment(text, top.comparators[0])
+    return f"{left} {_NEGATED[type(top.ops[0])]} {right}"
+
+
+def _reference_text(node: ast.Call, references: References) -> str:
+    assert isinstance(node.func, ast.Name)
+    if node.keywords or not all(isinstance(a, ast.Name) for a in node.args):
+        raise ExpressionError(
+            f"{node.func.id}() takes names only, as in {node.func.id}(gpu_util_mean, ...)"
+        )
+    return references.text(node.func.id, tuple(a.id for a in node.args if isinstance(a, ast.Name)))
+
+
+def expand(expr: str, named: Mapping[str, str], references: References | None = None) -> str:
+    """``expr`` with every named condition and every reference it uses written out in full.
 
     The text is replaced in place, not printed again from the syntax tree, so the
-    rest of the condition reads exactly as its author wrote it.
+    rest of the condition reads exactly as its author wrote it; ``not`` before a
+    reference that is one comparison turns the comparison round
+    (``not band(...)`` reads ``gpu_util_mean <= 85``).
     """
     tree = parse_bounded(expr)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    calls = references.functions if references is not None else ()
+    args = _reference_args(tree, calls)
     lines = expr.split("\n")
+
+    def span(node: ast.AST, text: str) -> tuple[int, int, str]:
+        assert isinstance(node, ast.expr)
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        return (_offset(lines, node.lineno, node.col_offset),
+                _offset(lines, node.end_lineno, node.end_col_offset), text)
+
     spans: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Name) or node.id not in named:
-            continue
         parent = parents.get(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in calls:
+            assert references is not None
+            text = _reference_text(node, references)
+            turned = _negated(text) if isinstance(parent, ast.UnaryOp) \
+                and isinstance(parent.op, ast.Not) else None
+            if turned is not None:
+                assert parent is not None
+                outer = parents.get(parent)
+                spans.append(span(parent, f"({turned})" if _needs_brackets(turned, outer)
+                                  else turned))
+            else:
+                spans.append(span(node, f"({text})" if _needs_brackets(text, parent) else text))
+            continue
+        if not isinstance(node, ast.Name) or node.id not in named or node in args:
+            continue
         if isinstance(parent, ast.Call) and parent.func is node:
             continue
-        assert node.end_lineno is not None and node.end_col_offset is not None
         text = named[node.id]
-        spans.append((_offset(lines, node.lineno, node.col_offset),
-                      _offset(lines, node.end_lineno, node.end_col_offset),
-                      f"({text})" if _needs_brackets(text, parent) else text))
+        spans.append(span(node, f"({text})" if _needs_brackets(text, parent) else text))
     out = expr
     for start, end, text in sorted(spans, reverse=True):
         out = out[:start] + text + out[end:]
@@ -230,16 +316,19 @@ class Condition:
     """A parsed condition, checked against the known metric names.
 
     ``named`` maps names of shared conditions (a rule file's ``conditions:``) to
-    their metric-only text; a condition that uses one is stored written out
-    (``expr``), so evaluation, the UI and the PromQL export see metrics only,
-    while ``written`` keeps it as its author wrote it.
+    their metric-only text, and ``references`` writes out the calls that name the
+    knowledge base's bands and targets; a condition that uses either is stored
+    written out (``expr``), so evaluation, the UI and the PromQL export see
+    metrics and numbers only, while ``written`` keeps it as its author wrote it.
     """
 
     def __init__(
-        self, expr: str, known: Mapping[str, object], named: Mapping[str, str] | None = None
+        self, expr: str, known: Mapping[str, object], named: Mapping[str, str] | None = None,
+        references: References | None = None,
     ) -> None:
         self.written = expr.strip()
-        self.expr = expand(self.written, named) if named else self.written
+        self.expr = (expand(self.written, named or {}, references) if named or references
+                     else self.written)
         self.names = names_in(self.expr)
         unknown = sorted(n for n in self.names if n not in known)
         if unknown:

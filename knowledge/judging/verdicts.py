@@ -21,6 +21,11 @@ def _targets() -> Mapping[str, Target]:
     return load_knowledge_base().facts.targets
 
 
+def target(metric: str) -> Target | None:
+    """The metric's target, for a screen that says it beside the verdict."""
+    return target_for(metric, _targets())
+
+
 def verdict(metric: str, value: float | None) -> Status:
     """``within`` / ``near`` / ``outside`` the metric's target, or ``unknown``."""
     return target_status(value, target_for(metric, _targets()))

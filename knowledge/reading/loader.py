@@ -29,6 +29,7 @@ from typing import Any
 
 from ..base.documents import KnowledgeDocuments
 from ..base.facts import Facts, facts_from
+from ..base.references import KnowledgeReferences
 from ..base.rules import Rule, RuleSet, StateSpec
 from ..base.targets import Target
 from . import phase_reader as phase_sections
@@ -42,6 +43,7 @@ from .rules_reader import (
     RulesRead,
     read_conditions,
     read_rule_sections,
+    read_targets,
     resolve_conditions,
 )
 from .yamlio import (
@@ -133,10 +135,12 @@ def _combine(
     files: list[tuple[str, Any]], documents: KnowledgeDocuments, *, user_from: int,
     problems: list[Problem],
 ) -> KnowledgeBase:
-    """Read every file's sections against the conditions of all, then merge them."""
+    """Read every file's targets and conditions first (a condition may name any file's
+    target or condition), then every file's sections against them, then merge."""
     read: list[tuple[rules_reader.RulesReader, Located]] = []
     named: list[NamedCondition] = []
-    placeholder = Context({}, documents)
+    targets: dict[str, Target] = {}
+    placeholder = Context({}, documents, KnowledgeReferences(documents, {}))
     for index, (file, doc) in enumerate(files):
         r = rules_reader.RulesReader(file, placeholder)
         top = _top_level(r, doc, user=index >= user_from)
@@ -144,8 +148,11 @@ def _combine(
             problems += r.problems
             continue
         named += read_conditions(r, top)
+        targets.update(read_targets(r, top))  # a later file's replaces an earlier one's
         read.append((r, top))
-    context = Context(resolve_conditions(named), documents)
+    facts = facts_from(documents, targets)
+    references = KnowledgeReferences(documents, facts.targets)
+    context = Context(resolve_conditions(named, references), documents, references)
     rule_files: list[str] = []
     sections: list[RulesRead] = []
     configs: list[PhaseConfig] = []
@@ -155,30 +162,25 @@ def _combine(
         configs.append(read_phase_sections(r, doc))
         if r.file != PACKAGED_PHASES:
             rule_files.append(r.file)
-    ruleset, targets = _merge_rules(sections, context, rule_files)
+    ruleset = _merge_rules(sections, context, rule_files)
     problems += _dangling_explains(ruleset.rules) + _conditionless(ruleset.states)
     for r, _doc in read:
         problems += r.problems
     if problems:
         raise KnowledgeError.of(in_order(problems))
-    return KnowledgeBase(ruleset, merge(configs), documents, facts_from(documents, targets))
+    return KnowledgeBase(ruleset, merge(configs), documents, facts)
 
 
-def _merge_rules(
-    sections: list[RulesRead], context: Context, files: list[str]
-) -> tuple[RuleSet, dict[str, Target]]:
+def _merge_rules(sections: list[RulesRead], context: Context, files: list[str]) -> RuleSet:
     """Later files replace earlier entries of the same name (a user's replaces ours)."""
     rules: dict[str, Rule] = {}
     states: dict[str, StateSpec] = {}
-    targets: dict[str, Target] = {}
     for section in sections:
         rules.update({rule.id: rule for rule in section.rules})
         for state in section.states:
             states[state.id] = _over(states.get(state.id), state)
-        targets.update(section.targets)
-    ruleset = RuleSet(explained_through(tuple(rules.values())), tuple(states.values()),
-                      tuple(files), dict(context.conditions))
-    return ruleset, targets
+    return RuleSet(explained_through(tuple(rules.values())), tuple(states.values()),
+                   tuple(files), dict(context.conditions))
 
 
 def explained_through(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -242,18 +244,23 @@ def _dangling_explains(rules: Iterable[Rule]) -> list[Problem]:
 
 def rules_in_document(doc: Any) -> RuleSet:
     """The rules and states of one parsed rule file alone, read against the packaged
-    knowledge base (its named conditions and documents), for checking one file."""
+    knowledge base (its named conditions, targets and documents), for checking one file."""
     packaged = load_knowledge_base()
     file = doc.file if isinstance(doc, Located) else "<string>"
-    r = rules_reader.RulesReader(file, Context(packaged.rules.conditions, packaged.documents))
+    references = KnowledgeReferences(packaged.documents, packaged.facts.targets)
+    r = rules_reader.RulesReader(
+        file, Context(packaged.rules.conditions, packaged.documents, references))
     top = _top_level(r, doc, user=True)
     if top is None:
         r.done()
     assert top is not None
+    # The file's own targets, under the documents' (which win, as in a whole load).
+    own = facts_from(packaged.documents, {**packaged.facts.targets, **read_targets(r, top)})
+    references = KnowledgeReferences(packaged.documents, own.targets)
     named = resolve_conditions(
         [NamedCondition(n, c.written, r, 0) for n, c in packaged.rules.conditions.items()]
-        + read_conditions(r, top))
-    r.use(Context(named, packaged.documents))
+        + read_conditions(r, top), references)
+    r.use(Context(named, packaged.documents, references))
     section = read_rule_sections(r, top)
     packaged_states = {s.id for s in packaged.rules.states}
     r.problems += _conditionless(s for s in section.states if s.id not in packaged_states)

@@ -8,7 +8,10 @@ reported with file and line (``schema.Reader``), all of them at once.
 Named conditions (``conditions:``) are how a threshold shared by many rules is
 said once, as Prometheus' recording rules name an expression: ``enough_samples:
 phase_samples >= 20`` is written ``... and enough_samples`` in each rule, and a
-rule file may redefine it for every rule that uses it.
+rule file may redefine it for every rule that uses it. A threshold of the
+documents or a target is named the same way, from where it is said
+(``band(gpu_util_mean, gpu_util_above_85)``, ``target_high(phase_data_wait)``:
+``knowledge.base.references``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Any, cast
 from ..base.catalogue import CATALOGUE, WORDS
 from ..base.documents import KnowledgeDocuments, PriorityState, Threshold
 from ..base.expressions import Condition, ExpressionError, check_template, names_in
-from ..base.facts import METRIC_NAMES
 from ..base.findings import CATEGORIES, SEVERITIES, Category, Severity
+from ..base.references import KnowledgeReferences, band_text
 from ..base.rules import FRAMEWORKS, EstimateMethod, GainSpec, Rule, StateSpec
 from ..base.targets import Target
 from .file_schema import Reader
@@ -63,7 +66,6 @@ class RulesRead:
 
     rules: list[Rule] = field(default_factory=list)
     states: list[StateSpec] = field(default_factory=list)
-    targets: dict[str, Target] = field(default_factory=dict)
 
 
 def read_conditions(r: Reader, doc: Located) -> list[NamedCondition]:
@@ -88,11 +90,14 @@ def read_conditions(r: Reader, doc: Located) -> list[NamedCondition]:
     return out
 
 
-def resolve_conditions(named: Sequence[NamedCondition]) -> dict[str, Condition]:
+def resolve_conditions(
+    named: Sequence[NamedCondition], references: KnowledgeReferences
+) -> dict[str, Condition]:
     """Every named condition written out over metrics only (later entries replace earlier).
 
-    A name may use other names; a circle of names is reported where it closes, and
-    an entry that cannot be read is reported once, not again by each user of it.
+    A name may use other names and the knowledge base's bands and targets; a
+    circle of names is reported where it closes, and an entry that cannot be read
+    is reported once, not again by each user of it.
     """
     latest = {c.name: c for c in named}
     written: dict[str, str] = {}
@@ -113,12 +118,12 @@ def resolve_conditions(named: Sequence[NamedCondition]) -> dict[str, Condition]:
             return None
         visiting.append(name)
         try:
-            uses = [n for n in names_in(entry.text) if n in latest]
+            uses = [n for n in names_in(entry.text, references.functions) if n in latest]
             parts = {n: resolve(n) for n in uses}
             if any(p is None for p in parts.values()):
                 failed.add(name)
                 return None
-            condition = Condition(entry.text, CATALOGUE, cast(dict[str, str], parts))
+            condition = Condition(entry.text, CATALOGUE, cast(dict[str, str], parts), references)
         except ExpressionError as exc:
             entry.reader.report(entry.line, f"conditions: '{name}': {exc}")
             failed.add(name)
@@ -136,10 +141,12 @@ def resolve_conditions(named: Sequence[NamedCondition]) -> dict[str, Condition]:
 
 @dataclass(frozen=True)
 class Context:
-    """What a rule file is read against: the named conditions and the documents."""
+    """What a rule file is read against: the named conditions, the documents, and the
+    bands and targets a condition may name."""
 
     conditions: Mapping[str, Condition]
     documents: KnowledgeDocuments
+    references: KnowledgeReferences
 
     @property
     def named(self) -> dict[str, str]:
@@ -163,7 +170,7 @@ class RulesReader(Reader):
         if not text:
             return _UNREADABLE
         try:
-            return Condition(text, CATALOGUE, self._named)
+            return Condition(text, CATALOGUE, self._named, self.context.references)
         except ExpressionError as exc:
             self.report(self.line(m, key), f"{what}: {exc}")
             return _UNREADABLE
@@ -381,7 +388,7 @@ def _framework_condition(
 
     Said once, in the documents' terms ("GPU utilization 70-85%"): the row's
     thresholds name a key metric, and ``measured_by`` names the rule metric that
-    measures it (``METRIC_NAMES`` gives the unit factor).
+    measures it, as ``band(metric, row)`` does in a rule.
     """
     metric = r.text(node, "measured_by", what)
     if row is None or not metric:
@@ -389,20 +396,8 @@ def _framework_condition(
             r.report(r.line(node, "id"), f"{what}: 'measured_by' takes the conditions of "
                                          "the priority framework's row of this id: there is none")
         return _UNREADABLE, ()
-    if not row.conditions:
-        r.report(r.line(node, "measured_by"),
-                 f"{what}: the priority framework's row '{row.id}' has no conditions to measure")
-        return _UNREADABLE, ()
-    parts = []
-    for threshold in row.conditions:
-        scale = dict(METRIC_NAMES.get(threshold.metric, ())).get(metric)
-        if scale is None:
-            r.report(r.line(node, "measured_by"),
-                     f"{what}: {metric} does not measure the documents' {threshold.metric}")
-            return _UNREADABLE, ()
-        parts.append(f"{metric} {threshold.op} {threshold.value * scale:g}")
     try:
-        return Condition(" and ".join(parts), CATALOGUE), row.conditions
+        return Condition(band_text(row, metric), CATALOGUE), row.conditions
     except ExpressionError as exc:
         r.report(r.line(node, "measured_by"), f"{what}: {exc}")
         return _UNREADABLE, ()
@@ -444,7 +439,7 @@ def _state(r: RulesReader, node: Located, what: str) -> StateSpec:
     )
 
 
-def _target(r: RulesReader, node: Located, what: str) -> tuple[str, Target]:
+def _target(r: Reader, node: Located, what: str) -> tuple[str, Target]:
     r.keys(node, what, ("metric", "text"), TARGET_KEYS)
     metric = r.text(node, "metric", what)
     if metric and metric not in CATALOGUE and f"{metric}_mean" not in CATALOGUE:
@@ -456,8 +451,17 @@ def _target(r: RulesReader, node: Located, what: str) -> tuple[str, Target]:
     return metric, Target(low, high, r.text(node, "text", what), source)
 
 
+def read_targets(r: Reader, doc: Located) -> dict[str, Target]:
+    """The ``targets:`` of one file (read before any condition, which may name them)."""
+    out: dict[str, Target] = {}
+    for m, label in r.items(doc, "targets", ""):
+        name, target = _target(r, m, label)
+        out[name] = target
+    return out
+
+
 def read_rule_sections(r: RulesReader, doc: Located) -> RulesRead:
-    """The rules, states and targets of one file (its conditions are read apart)."""
+    """The rules and states of one file (its conditions and targets are read apart)."""
     out = RulesRead()
     out.rules = [_rule(r, m, label) for m, label in r.items(doc, "rules", "")]
     seen: set[str] = set()
@@ -466,7 +470,4 @@ def read_rule_sections(r: RulesReader, doc: Located) -> RulesRead:
             r.report(rule.line, f"duplicate rule name '{rule.id}'")
         seen.add(rule.id)
     out.states = [_state(r, m, label) for m, label in r.items(doc, "states", "")]
-    for m, label in r.items(doc, "targets", ""):
-        name, target = _target(r, m, label)
-        out.targets[name] = target
     return out

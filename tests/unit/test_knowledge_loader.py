@@ -100,7 +100,7 @@ def test_a_file_wrong_everywhere_is_capped(tmp_path: Path) -> None:
 def test_a_named_condition_is_written_out_where_it_is_used() -> None:
     rules = {r.id: r for r in load_knowledge_base().rules.rules}
     dominant = rules["data_wait_dominant"].condition
-    assert dominant.written == "phase_data_wait >= 0.30 and enough_samples"
+    assert dominant.written == "data_wait_dominates and enough_samples"
     assert dominant.expr == "phase_data_wait >= 0.30 and phase_samples >= 20"
     assert "enough_samples" not in dominant.names and "phase_samples" in dominant.names
     # Under `not` the written-out condition is bracketed; the meaning is Python's.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitop.engine.reports.key_metrics import FALLBACK_ROWS, read_key_metric
+from aitop.engine.reports.key_metrics import read_key_metric
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -63,7 +63,7 @@ def priority_table(kd: Any | None, view: View) -> Table:
     return table
 
 
-def metrics_table(kd: Any | None, view: View) -> Table:
+def metrics_table(kd: Any, view: View) -> Table:
     table = Table(expand=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("Metric", ratio=2)
     table.add_column("Tool", ratio=2)
@@ -71,11 +71,8 @@ def metrics_table(kd: Any | None, view: View) -> Table:
     table.add_column("This job now", ratio=3)
     table.add_column("", width=2)
     table.add_column("What it tells you", ratio=3)
-    if kd is not None:
-        rows = [(m.id, m.metric, m.tool, m.target, m.tells) for m in kd.metrics]
-    else:
-        rows = [(i, name, "", target, "") for i, name, target in FALLBACK_ROWS]
-    for mid, name, tool, target, tells in rows:
+    for mid, name, tool, target, tells in ((m.id, m.metric, m.tool, m.target, m.tells)
+                                           for m in kd.metrics):
         reading = read_key_metric(mid, view.session, view.diagnosis, view.now, view.window_s)
         style = fmt.STATUS_STYLE.get(reading.status, "")
         table.add_row(Text(name, style="bold"), Text(tool, style="dim"), target,
@@ -156,7 +153,13 @@ class KnowledgeScreen(DetailScreen):
             parts.append(Text("No row of the framework matches the job right now.", style="dim"))
         parts.append(priority_table(kd, view))
         parts.append(Text("\nKey metrics to track", style="bold underline"))
-        parts.append(metrics_table(kd, view))
+        if kd is None:
+            # The rows and their targets are the documents' own: no copy of them here
+            # to drift from the file aitop judges with.
+            parts.append(Text("The key metrics and their targets come with the documents.",
+                              style="dim"))
+        else:
+            parts.append(metrics_table(kd, view))
         if kd is not None and getattr(kd, "bottlenecks", None):
             parts.append(Text("\nBottleneck location", style="bold underline"))
             parts.append(bottleneck_table(kd, view))

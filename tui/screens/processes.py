@@ -42,8 +42,10 @@ def rows_of(tree: ProcessTreeSample, with_threads: bool) -> list[tuple[str, list
     """One row per process, then (optionally) one per thread."""
     rows: list[tuple[str, list[Cell]]] = []
     for p in tree.processes:
-        busy = (p.cpu_percent or 0) >= 90
-        cpu_style = fmt.STATUS_STYLE[verdicts.process_cpu(p.cpu_percent)] if busy else ""
+        # Only a process outside its target is coloured: the table is for finding
+        # the one that fills its core, not for grading every row.
+        cpu = verdicts.process_cpu(p.cpu_percent)
+        cpu_style = fmt.STATUS_STYLE[cpu] if cpu == "outside" else ""
         rows.append((f"p{p.pid}", [
             Cell("process", "process"),
             num_cell(p.pid, str(p.pid)),

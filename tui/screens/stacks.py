@@ -119,7 +119,9 @@ class StacksScreen(DetailScreen):
             title.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ", style="bold")
             if phase == "data_wait":
                 status = verdicts.data_wait(frac)
-                title.append(f"{frac * 100:.1f}% {fmt.STATUS_SYMBOL[status]} (target < 5%)",
+                target = verdicts.target("phase_data_wait")
+                said = f" (target < {target.high:.0%})" if target and target.high else ""
+                title.append(f"{frac * 100:.1f}% {fmt.STATUS_SYMBOL[status]}{said}",
                              style=fmt.STATUS_STYLE[status])
             else:
                 title.append(f"{frac * 100:.1f}%")

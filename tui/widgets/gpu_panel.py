@@ -1,9 +1,9 @@
 """GPU panel: per device utilisation, memory, temperature, power, clocks, throttling.
 
 Values are judged against the documents' key-metric targets (utilisation
-80-95 % during training, memory 70-90 % of capacity, temperature below 83 °C and
-the device's own slowdown threshold). Without a GPU the panel shrinks to one
-line saying why, and the other panels take the room.
+during training, memory in use, temperature below the device's own slowdown
+threshold or the documents' figure), through ``verdicts``. Without a GPU the
+panel shrinks to one line saying why, and the other panels take the room.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.widget import Widget
 
-from . import fmt
+from . import cuts, fmt
 from .panel import Line, Panel, label, spark_line
 from .view import View
 
@@ -81,7 +81,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
 
     clock_text = f"{fmt.num(d.sm_clock_mhz, '.0f')}/{fmt.num(d.sm_clock_max_mhz, '.0f', 'MHz')}"
     slow = (d.sm_clock_mhz is not None and d.sm_clock_max_mhz
-            and d.sm_clock_mhz < 0.95 * d.sm_clock_max_mhz
+            and d.sm_clock_mhz < cuts.SLOW_CLOCK_SHARE * d.sm_clock_max_mhz
             and any(r != "gpu_idle" for r in d.clock_event_reasons))
     out.append(Line(spark_line(
         label("SM clk", 9) + (value(clock_text, "near") if slow else neutral(clock_text)),

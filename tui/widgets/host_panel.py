@@ -14,7 +14,7 @@ from aitop.knowledge.judging import verdicts
 from aitop.probes.samples import ProcessInfo
 from rich.text import Text
 
-from . import fmt
+from . import cuts, fmt
 from .panel import Line, Panel, label, spark_line
 from .view import View
 
@@ -38,7 +38,8 @@ def cores_line(per_core: tuple[float, ...], width: int) -> Text:
     room = max(0, width - text.cell_len)
     for v in per_core[:room]:
         ch = fmt.sparkline([v], 1, lo=0, hi=100)
-        text.append(ch, style=fmt.STATUS_STYLE["near"] if v >= 95 else "")
+        text.append(ch, style=fmt.STATUS_STYLE["near"] if v >= cuts.SATURATED_CORE_PERCENT
+                    else "")
     if len(per_core) > room:
         text.append("…", style="dim")
     return text
@@ -65,7 +66,8 @@ def core_chart(per_core: tuple[float, ...], width: int) -> list[Line]:
         for v in cores:
             eighths = round(min(100.0, max(0.0, v)) / 100 * CORE_CHART_ROWS * 8)
             ch = BLOCKS[min(8, max(0, eighths - row * 8))]
-            text.append(ch + " " * (cell - 1), style=fmt.STATUS_STYLE["near"] if v >= 95 else "")
+            text.append(ch + " " * (cell - 1),
+                        style=fmt.STATUS_STYLE["near"] if v >= cuts.SATURATED_CORE_PERCENT else "")
         out.append(Line(text, 12 + row))
     return out
 
