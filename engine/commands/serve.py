@@ -29,6 +29,7 @@ from wsgiref.simple_server import WSGIServer
 
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.fleet.agent import SCAN_EVERY_S, NodeAgent
+from aitop.engine.fleet.model import Fleet
 from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.options import options_from, start_source
 from aitop.engine.live.attach import LiveJob, self_cpu_seconds, self_rss_bytes
@@ -131,7 +132,7 @@ def run_agent(args: argparse.Namespace) -> int:
     args.headless = True
     options = options_from(args)
     server, collector, url = bind(args)
-    agent = NodeAgent(options, budget_percent=args.budget, match=tuple(args.match))
+    agent = NodeAgent(Fleet(options, budget_percent=args.budget, match=tuple(args.match)))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
