@@ -139,8 +139,8 @@ class NodeReplay:
                 starts.append(span.start)
                 ends.append(span.end)
                 steps.append(span.step_s)
-        if self.written_at is not None:
-            ends.append(self.written_at)
+        if not steps and self.written_at is not None:
+            ends.append(self.written_at)  # no job has samples: the session ran until then
         if not starts:
             return None
         start = min(starts)
