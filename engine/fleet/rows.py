@@ -17,7 +17,8 @@ from aitop.engine.live.job import RankRow, rank_rows
 from aitop.engine.live.node import NodeJob, NodeSource, WatchStatus, conclusion_of
 from aitop.engine.live.series import latest
 from aitop.engine.live.source import DataSource
-from aitop.knowledge.base.findings import Gain, JobState, job_state
+from aitop.knowledge.base.findings import Gain, JobState
+from aitop.knowledge.judging.job_state import job_state
 from aitop.probes.session import Session
 
 
@@ -89,7 +90,7 @@ def job_row(job: NodeJob, t: float, live: bool) -> JobRow:
     top = diagnosis.top if diagnosis is not None else None
     return JobRow(
         key=job.key, job_id=job.job_id, pid=job.pid, user=job.user,
-        command=" ".join(job.command),
+        command=" ".join(" ".join(job.command).split()),  # a `-c` program's newlines too
         age_s=max(0.0, t - job.started_at) if job.started_at is not None else None,
         status=job.status,
         reason=job.reason or (_stacks_off(source.session) if source is not None else ""),

@@ -25,7 +25,7 @@ from aitop.engine.records.snapshot import (
     encode,
 )
 from aitop.engine.reports.markdown import render_report
-from aitop.knowledge.base.findings import job_state
+from aitop.knowledge.judging.job_state import job_state
 
 
 class NodeWriter:

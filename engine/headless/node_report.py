@@ -19,7 +19,7 @@ from aitop.engine.live.node import NO_JOBS, NodeJob, NodeSource, conclusion_of
 from aitop.engine.live.source import Conclusion, DataSource
 from aitop.engine.reports import schema as s
 from aitop.engine.reports.report import RunFacts, render_text
-from aitop.knowledge.base.findings import job_state
+from aitop.knowledge.judging.job_state import job_state
 from aitop.probes.own_version import aitop_version
 
 #: How a job's last conclusion is had: live, one last look (``LiveJob.conclude``).

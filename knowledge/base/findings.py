@@ -148,24 +148,3 @@ class Diagnosis:
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
-
-def job_state(diagnosis: Diagnosis | None) -> JobState:
-    """What the job is doing by ``diagnosis``: its job state when a rule names one,
-    ``collecting`` before anything is judged, else what its training thread does.
-
-    Serving is the ``serving`` condition's metric (forward passes only for a
-    minute); evaluating, an evaluation pass holding the largest share of the
-    window (its own phase, so no cut to choose).
-    """
-    if diagnosis is None or diagnosis.category in (COLLECTING, UNKNOWN):
-        return "collecting"
-    if diagnosis.category == WARMING_UP:
-        return "warming_up"
-    if diagnosis.category == STALLED:
-        return "stalled"
-    if diagnosis.metrics.get("forward_only") == 1:
-        return "serving"
-    phases = diagnosis.phases or {}
-    if phases.get("eval", 0.0) > 0 and max(phases, key=phases.__getitem__) == "eval":
-        return "evaluating"
-    return "training"

@@ -26,7 +26,8 @@ from aitop.engine.records.node import NODE_SCHEMA, load_recording
 from aitop.engine.records.snapshot import SnapshotError, load_snapshot
 from aitop.engine.reports import schema
 from aitop.engine.reports.report import RunFacts
-from aitop.knowledge.base.findings import JOB_STATES, Diagnosis, job_state
+from aitop.knowledge.base.findings import JOB_STATES, Diagnosis
+from aitop.knowledge.judging.job_state import job_state
 from support.node_session import HOST, NOW, T0, node_replay
 from support.report_schema import errors_of
 from support.tui_session import build_diagnoses, replay_source
@@ -43,8 +44,10 @@ def test_a_job_state_is_what_the_job_does_by_its_diagnosis() -> None:
     assert job_state(diagnosis(category="warming_up")) == "warming_up"
     assert job_state(diagnosis(category="stalled")) == "stalled"
     assert job_state(diagnosis()) == "training"
-    serving = diagnosis(category="compute", metrics={"forward_only": 1.0})
+    serving = diagnosis(category="compute", metrics={"forward_only": 1.0, "watched_s": 75.0})
     assert job_state(serving) == "serving"
+    # Its first seconds may not have sampled a backward pass yet: not called serving.
+    assert job_state(diagnosis(metrics={"forward_only": 1.0, "watched_s": 12.0})) == "training"
     evaluating = diagnosis(category="evaluation",
                            phases={"eval": 0.6, "forward": 0.2, "other": 0.2})
     assert job_state(evaluating) == "evaluating"

@@ -239,6 +239,8 @@ class NodeScreen(Screen[None]):
         if table.empty:
             empty.update(Text(NO_JOBS, style="bold"))
         jobs.set_groups(groups_of(table, self.expanded, self._layout[0]))
+        if jobs.display and self.focused is None:
+            jobs.focus()  # the first job of a machine that had none
         limits = self.query_one("#node-limits", Static)
         lines = self._limits(table)
         limits.display = bool(lines)
