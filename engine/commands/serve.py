@@ -140,6 +140,9 @@ def run_agent(args: argparse.Namespace) -> int:
 
     handled = (*STOP_SIGNALS, signal.SIGINT)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    # An agent serves a list of jobs from its first scrape on (none found yet), never
+    # the single-job exporter's unlabelled aitop_up.
+    collector.publish_jobs([], [], agent.gauges())
     budget = f", within {args.budget:g}% of a core" if args.budget is not None else ""
     print(f"aitop: node agent serving Prometheus metrics for every PyTorch job on this "
           f"machine at {url}{budget} (Ctrl-C stops)", file=sys.stderr, flush=True)
