@@ -10,6 +10,7 @@ replay, the one recorded at ``t``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,7 +91,7 @@ def job_row(job: NodeJob, t: float, live: bool) -> JobRow:
     top = diagnosis.top if diagnosis is not None else None
     return JobRow(
         key=job.key, job_id=job.job_id, pid=job.pid, user=job.user,
-        command=" ".join(" ".join(job.command).split()),  # a `-c` program's newlines too
+        command=command_line(job.command),
         age_s=max(0.0, t - job.started_at) if job.started_at is not None else None,
         status=job.status,
         reason=job.reason or (_stacks_off(source.session) if source is not None else ""),
@@ -103,6 +104,14 @@ def job_row(job: NodeJob, t: float, live: bool) -> JobRow:
         ranks=tuple(rank_rows(source, conclusion, t))
         if source is not None and conclusion is not None else (),
     )
+
+
+def command_line(command: tuple[str, ...]) -> str:
+    """The command as one line: the program by its name (``python``, not its venv's
+    path), whitespace folded (a ``-c`` program's newlines too)."""
+    if not command:
+        return ""
+    return " ".join(" ".join((os.path.basename(command[0]), *command[1:])).split())
 
 
 def first_sentence(text: str) -> str:

@@ -15,7 +15,7 @@ from typing import get_args
 
 import msgspec
 import pytest
-from aitop.engine.fleet.rows import first_sentence, node_table
+from aitop.engine.fleet.rows import command_line, first_sentence, node_table
 from aitop.engine.headless.export import write_snapshot
 from aitop.engine.headless.node_export import write_node_snapshot
 from aitop.engine.headless.node_report import node_report, render_node_text
@@ -90,6 +90,12 @@ def test_a_recording_shows_the_jobs_that_ran_at_the_cursor() -> None:
     ended = NodeReplay(HOST, [dataclasses.replace(j, ended_at=T0 + 30)
                               for j in node.recorded()], written_at=NOW)
     assert node_table(ended, T0 + 40).empty and not node_table(ended, T0 + 29).empty
+
+
+def test_a_command_reads_as_one_line_by_its_programs_name() -> None:
+    assert command_line(("/opt/venv/bin/python3", "-c", "import torch\nwhile 1:\n  pass")) == (
+        "python3 -c import torch while 1: pass")
+    assert command_line(()) == ""
 
 
 def test_the_first_sentence_ends_at_its_full_stop() -> None:

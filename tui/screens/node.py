@@ -25,7 +25,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ..widgets import fmt
-from ..widgets.advisor_panel import CATEGORY_WORDS
 from ..widgets.grouped_table import GroupedTable, Row
 from ..widgets.key_bar import KeyBar
 from ..widgets.sortable import Cell, num_cell
@@ -87,8 +86,10 @@ def verdict_text(row: JobRow) -> str:
         return row.reason
     if row.category is None or row.category in ("collecting", "unknown"):
         return row.verdict or "collecting samples; judged once a window fills"
-    label = CATEGORY_WORDS.get(row.category)
-    return f"{label}: {row.verdict}" if label else row.verdict
+    if row.category in ("warming_up", "stalled"):
+        return row.verdict  # a job state says itself ("Stalled: no progress for 40 s ...")
+    # The report's category, as the report names it ("memory" is the host's or the GPU's).
+    return f"{row.category.replace('_', ' ').upper()}: {row.verdict}"
 
 
 def job_cells(row: JobRow, expanded: bool) -> dict[str, Cell]:
