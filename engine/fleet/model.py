@@ -76,9 +76,10 @@ class Watch:
     job: LiveJob | None = None
     found_at: float = field(default_factory=time.time)
     ended_at: float | None = None
-    #: Read once when found: the owner's name and the start time do not change.
+    #: Read once when found: the owner, the start time and the command do not change.
     user: str = ""
     started_at: float | None = None
+    command: tuple[str, ...] = ()
 
     @property
     def root(self) -> Found:
@@ -93,7 +94,7 @@ class Watch:
         """The job as readers see it (a value: the watch keeps changing)."""
         return NodeJob(
             key=self.key, job_id=self.identity.job_id, pid=self.root.pid, user=self.user,
-            command=tuple(redact_argv(self.root.command)), started_at=self.started_at,
+            command=self.command, started_at=self.started_at,
             found_at=self.found_at, status=self.status, reason=self.reason,
             ended_at=self.ended_at, source=self.job)
 
@@ -189,7 +190,7 @@ class Fleet:
         root = group.root
         identity = self._unique(identify(root.pid), root.pid)
         watch = Watch(group, identity, found_at=now, user=user_name(root.uid),
-                      started_at=_started(root))
+                      started_at=_started(root), command=tuple(redact_argv(root.command)))
         if root.unwatchable is not None:
             watch.status, watch.reason = "not_watched", root.unwatchable
             self._say(f"found PID {root.pid} ({_short(root.command)}), not watching it: "
@@ -260,14 +261,15 @@ class Fleet:
             return sum(w.job is not None for w in self._watches.values())
 
     def jobs(self, t: float | None = None) -> list[NodeJob]:
-        """The jobs on the machine now (a live fleet has no past: ``t`` is ignored)."""
-        return [w.node_job() for w in self.watches()]
+        """The jobs on the machine now (a live fleet has no past: ``t`` is ignored),
+        each read under the lock an attach thread writes it under."""
+        with self._lock:
+            return [w.node_job() for w in self._watches.values()]
 
     def recorded(self) -> list[NodeJob]:
         """The jobs of the session, those that ended (as many as are kept) first."""
         with self._lock:
-            watches = [*self._ended, *self._watches.values()]
-        return [w.node_job() for w in watches]
+            return [w.node_job() for w in (*self._ended, *self._watches.values())]
 
     def timeline(self) -> Timeline | None:
         return None

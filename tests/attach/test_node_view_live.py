@@ -141,7 +141,7 @@ def test_root_watches_another_users_job_and_names_its_user(tmp_path: Path) -> No
     try:
         time.sleep(2)  # its import torch
         result = run_aitop("--headless", "--json", "--duration", "10", "--match",
-                           str(tmp_path), timeout=120)
+                           str(tmp_path), "--export", str(tmp_path / "node.json"), timeout=120)
     finally:
         stop_tree(job)
     assert result.returncode == 0, result.stderr
@@ -151,6 +151,12 @@ def test_root_watches_another_users_job_and_names_its_user(tmp_path: Path) -> No
     assert entry["user"] == "nobody" and entry["status"] == "watched", entry
     assert entry["report"]["target"]["pid"] == entry["pid"]
     assert entry["report"]["schema"] == "aitop.report/2" and not report["not_watched"]
+    # The recording replays as the same node, its report valid too.
+    replayed = run_aitop("replay", str(tmp_path / "node.json"), "--headless", "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    again = json.loads(replayed.stdout)
+    assert errors_of(again) == []
+    assert [(j["job_id"], j["user"]) for j in again["jobs"]] == [(entry["job_id"], "nobody")]
 
 
 def test_aitop_as_nobody_lists_roots_job_as_not_watched_with_what_to_do(
