@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from aitop.engine.commands import demo, diff, metrics, replay, report, rules, selftest
+from aitop.engine.commands import demo, diff, metrics, node, replay, report, rules, selftest
 from aitop.engine.commands.attach import add_attach_arguments, check_pids, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, STOP_SIGNALS, CliError
@@ -29,12 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aitop",
         description="Attach to a running PyTorch training process and explain, live, "
         "why it is slow.",
-        epilog="examples:  aitop --pid 1234   |   aitop demo   |   aitop replay run.json",
+        epilog="examples:  aitop (every PyTorch job here)   |   aitop --pid 1234   |   "
+        "aitop demo   |   aitop replay run.json",
     )
     parser.add_argument("--version", action="version", version=_version_line())
     parser.add_argument("--pid", type=int, action="append",
                         help="PID of the training process to attach to (its launcher or any "
-                        "rank); repeat it for the launchers of one job's nodes on this machine")
+                        "rank); repeat it for the launchers of one job's nodes on this "
+                        "machine. Without it: every PyTorch job on this machine")
     add_attach_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in (demo, replay, report, metrics, rules, diff, selftest):
@@ -71,6 +73,8 @@ def dispatch(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         from aitop.engine.commands.serve import run_agent  # binds a port: only when asked
 
         return run_agent(args)
+    if args.pid is None:
+        return node.run_node(args, run_ui)
     pid, *also = check_pids(args.pid, os.getpid())
     return run_attached(args, pid, run_ui, also=tuple(also))
 
@@ -87,8 +91,6 @@ def main(argv: Sequence[str] | None = None, run_ui: UiRunner | None = None) -> i
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt)
     try:
-        if args.command is None and args.pid is None and args.serve is None:
-            parser.print_usage(sys.stderr)
         return dispatch(args, run_ui)
     except CliError as exc:
         print(f"aitop: {exc}", file=sys.stderr)

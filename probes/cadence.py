@@ -139,6 +139,8 @@ def peer(lead: Profile, ranks: int) -> Profile:
 
 #: Where the node agent's cost per job count is measured.
 FLEET_COST = "docs/benchmarks.md, The node agent's cost per job count"
+#: A job watched at its own cadence: no slower than one watched alone.
+OWN_PACE = 1.0
 
 
 def fleet_pace(jobs: int) -> float:
@@ -146,4 +148,4 @@ def fleet_pace(jobs: int) -> float:
     is watched by the node agent: the square root of their number, so that N jobs
     cost about sqrt(N) times one (each job's samples still count its phases, at
     rate/sqrt(N); see ``FLEET_COST``)."""
-    return max(1.0, float(jobs)) ** 0.5
+    return max(OWN_PACE, float(jobs)) ** 0.5

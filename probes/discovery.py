@@ -15,8 +15,9 @@ person would with ``pgrep -af python`` and ``/proc/PID/maps``:
   ``aitop --pid ROOT`` already watches everything under a root, so the agent
   attaches once per root.
 * A Python process whose ``maps`` cannot be read (another user's, without
-  root) may be a torch job that aitop cannot watch: it is listed, with that
-  reason, rather than silently missing. Such processes fold only into a parent
+  root; or, to root in a container without CAP_SYS_PTRACE, any other user's)
+  may be a torch job that aitop cannot watch: it is listed, with that reason
+  and what to do, rather than silently missing. Such processes fold only into a parent
   they were forked or spawned from, since an unreadable parent may be anything
   that started a job (a Python shell, a test runner, a notebook).
 
@@ -30,9 +31,12 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+import psutil
 
 from .environment import torch_dir_from_maps
 from .kernel.procfs import (
@@ -47,9 +51,54 @@ from .kernel.procfs import (
 from .process_tree import is_forkserver, is_spawn_child
 from .ranks import read_rank_env
 
-#: Why a torch process cannot be watched, as ``aitop_job_info`` says it.
-OTHER_USER = "owned by another user (uid {uid}): run the agent as root or as that user"
+#: Why a torch process cannot be watched, as ``aitop_job_info`` and the node view say
+#: it: the reason, then what to do.
 NOT_PYTHON = "not a Python process (libtorch without Python): py-spy cannot read its stacks"
+#: Root reads every process's memory map only with CAP_SYS_PTRACE, which a container
+#: may withhold: then another user's process is as unreadable to root as to anyone.
+ROOT_DENIED = ("owned by {owner} (uid {uid}), and aitop runs as root without CAP_SYS_PTRACE, "
+               "so it may not read it: give aitop the capability (docker run --cap-add "
+               "SYS_PTRACE; in Kubernetes, securityContext.capabilities.add: [SYS_PTRACE])")
+
+
+def user_name(uid: int | None) -> str:
+    """The account's name (``uid`` itself when it has none here, ``?`` when unknown)."""
+    if uid is None:
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def other_user(uid: int, own_uid: int) -> str:
+    """Why another user's Python process is not watched, and what to do: as that user
+    or as root aitop may read it (``ptrace_may_access``: the same uid, or
+    CAP_SYS_PTRACE, which root holds outside a restricted container)."""
+    owner = user_name(uid)
+    how = "as root (sudo aitop)" if uid == 0 else f"as root (sudo aitop) or as {owner}"
+    return (f"owned by {owner} (uid {uid}), and aitop runs as {user_name(own_uid)}, who may "
+            f"not read it: run aitop {how}")
+
+
+def unreadable_reason(uid: int | None, own_uid: int) -> str | None:
+    """Why a Python process whose memory map cannot be read may be a job aitop cannot
+    watch; None for aitop's own user's (not dumpable, or gone: nothing to list)."""
+    if uid is None or uid == own_uid:
+        return None
+    if own_uid == 0:
+        return ROOT_DENIED.format(owner=user_name(uid), uid=uid)
+    return other_user(uid, own_uid)
+
+
+#: ``/proc/PID/stat``'s clock ticks per second.
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def start_time(found: Found) -> float:
+    """When the process started, in epoch seconds (``started`` is in clock ticks after boot)."""
+    return psutil.boot_time() + found.started / _CLOCK_TICKS
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +139,9 @@ class Discovery:
     #: import torch later; reading every process's maps at each scan would not pay).
     recheck_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
-    #: (pid, start) -> (torch loaded?, when looked at). True is final.
-    _torch: dict[tuple[int, int], tuple[bool, float]] = field(default_factory=dict)
+    #: (pid, start) -> (torch loaded? None: its maps unreadable, when looked at).
+    #: True is final.
+    _torch: dict[tuple[int, int], tuple[bool | None, float]] = field(default_factory=dict)
     #: The processes the scan in progress has seen.
     _live: set[tuple[int, int]] = field(default_factory=set)
 
@@ -124,15 +174,16 @@ class Discovery:
         python = _is_python(command, self.proc_root, pid)
         now = self.clock()
         known, looked_at = self._torch.get(key, (False, -math.inf))
-        if not known and now - looked_at >= self.recheck_s:
+        if known is not True and now - looked_at >= self.recheck_s:
             maps = read_maps(pid, self.proc_root)
-            known = bool(maps) and torch_dir_from_maps(maps or "") is not None
+            known = None if maps is None else torch_dir_from_maps(maps) is not None
             self._torch[key] = (known, now)
+        if known is None:  # its maps could not be read: it may be a job we cannot watch
+            why = unreadable_reason(uid, self.own_uid) if python else None
+            if why is None or read_stat(pid, proc_root=self.proc_root) is None:
+                return None  # aitop's own user's (not dumpable), or gone since
+            return Found(pid, parent, started, uid, command, why, torch_seen=False)
         if not known:
-            if python and uid is not None and uid != self.own_uid and self.own_uid != 0 \
-                    and read_maps(pid, self.proc_root) is None:
-                return Found(pid, parent, started, uid, command,
-                             OTHER_USER.format(uid=uid), torch_seen=False)
             return None
         return Found(pid, parent, started, uid, command, None if python else NOT_PYTHON)
 

@@ -12,14 +12,20 @@ from pathlib import Path
 
 from aitop.engine import cli
 from aitop.engine.compare.runs import Run
+from aitop.engine.live.node import NodeSource
 from aitop.engine.live.source import DataSource
 
 
 def run_ui(
-    source: DataSource, *, refresh_s: float, export_path: Path | None, export_on_exit: bool,
-    baseline: Run | None = None,
+    source: DataSource | NodeSource, *, refresh_s: float, export_path: Path | None,
+    export_on_exit: bool, baseline: Run | None = None,
 ) -> int:
-    """Run the Textual app on ``source`` until the user quits."""
+    """Run the Textual app on ``source`` (one job's, or the node view) until the user quits."""
+    if isinstance(source, NodeSource):
+        from .node_app import run_node_app
+
+        return run_node_app(source, refresh_s=refresh_s, export_path=export_path,
+                            export_on_exit=export_on_exit)
     from .app import run_app
 
     return run_app(source, refresh_s=refresh_s, export_path=export_path,

@@ -60,10 +60,10 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
                         "a web configuration file in the Prometheus exporter toolkit's "
                         "format (node_exporter's --web.config.file)")
     parser.add_argument("--budget", type=positive_float, metavar="PERCENT",
-                        help="--serve without --pid: keep the agent's own CPU within this "
-                        "percent of one core, watching jobs less often when over it")
+                        help="without --pid: keep aitop's own CPU within this percent of one "
+                        "core, watching jobs less often when over it")
     parser.add_argument("--match", action="append", default=[], metavar="TEXT",
-                        help="--serve without --pid: only jobs whose launcher's command line "
+                        help="without --pid: only jobs whose launcher's command line "
                         "contains TEXT (repeatable: any of them)")
     parser.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
                         help="with --headless: exit 3 when a finding this severe or worse "
@@ -90,8 +90,8 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
     the headless report or the exporter on it."""
     if args.serve is None and (args.budget is not None or args.match):
         flag = "--budget" if args.budget is not None else "--match"
-        raise CliError(f"{flag} is for the node agent: `aitop --serve PORT {flag} ...` "
-                       "without --pid", EXIT_USAGE)
+        raise CliError(f"{flag} is for every job of the machine: drop --pid (`aitop {flag} "
+                       f"...`, or the node agent `aitop --serve PORT {flag} ...`)", EXIT_USAGE)
     if args.serve is None and args.web_config is not None:
         raise CliError("--web-config is for --serve: add --serve [ADDR:]PORT", EXIT_USAGE)
     if args.serve is not None:

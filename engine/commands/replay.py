@@ -1,4 +1,9 @@
-"""``aitop replay FILE``: a recorded session in the UI, or its report."""
+"""``aitop replay FILE``: a recorded session in the UI, or its report.
+
+A job's snapshot (``aitop --pid P --export``) opens that job's view; a node
+recording (``aitop --export`` without ``--pid``) the node view, each job's full
+view a key away.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,13 @@ from typing import Any
 
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
+from aitop.engine.headless.node_report import node_report, render_node_text
 from aitop.engine.headless.options import require_terminal
 from aitop.engine.headless.source_report import recorded_report
-from aitop.engine.records.snapshot import SnapshotError, load_snapshot
+from aitop.engine.live.node import NodeReplay, NodeSource
+from aitop.engine.live.source import DataSource
+from aitop.engine.records.node import load_recording
+from aitop.engine.records.snapshot import SnapshotError
 from aitop.engine.reports.schema import report_json
 from aitop.engine.reports.text import render_text
 
@@ -29,15 +38,27 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
     try:
-        source = load_snapshot(args.file)
+        source = load_recording(args.file)
     except SnapshotError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
+    if isinstance(source, NodeReplay):
+        if not args.headless:
+            return _open(source, run_ui)
+        span = source.timeline()
+        node = (node_report(source, span.end, duration_s=span.end - span.start)
+                if span is not None else node_report(source, source.written_at or 0.0))
+        print(report_json(node) if args.json else render_node_text(node))
+        return EXIT_OK
     if args.headless:
         report = recorded_report(source)
         print(report_json(report) if args.json else render_text(report))
         return EXIT_OK
+    return _open(source, run_ui)
+
+
+def _open(source: DataSource | NodeSource, run_ui: UiRunner | None) -> int:
     if run_ui is None:
         raise CliError(NO_UI, EXIT_USAGE)
     require_terminal()

@@ -33,6 +33,7 @@ from wsgiref.simple_server import WSGIServer
 
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.fleet.agent import SCAN_EVERY_S, NodeAgent
+from aitop.engine.fleet.model import Fleet
 from aitop.engine.headless.export import export_snapshot
 from aitop.engine.headless.options import options_from, start_source
 from aitop.engine.live.attach import LiveJob, self_cpu_seconds, self_rss_bytes
@@ -188,7 +189,7 @@ def run_agent(args: argparse.Namespace) -> int:
     args.headless = True
     options = options_from(args)
     server, collector, url = bind(args)
-    agent = NodeAgent(options, budget_percent=args.budget, match=tuple(args.match))
+    agent = NodeAgent(Fleet(options, budget_percent=args.budget, match=tuple(args.match)))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -196,6 +197,9 @@ def run_agent(args: argparse.Namespace) -> int:
 
     handled = (*STOP_SIGNALS, signal.SIGINT)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    # An agent serves a list of jobs from its first scrape on (none found yet), never
+    # the single-job exporter's unlabelled aitop_up.
+    collector.publish_jobs([], [], agent.gauges())
     budget = f", within {args.budget:g}% of a core" if args.budget is not None else ""
     print(f"aitop: node agent serving Prometheus metrics for every PyTorch job on this "
           f"machine at {url}{budget} (Ctrl-C stops)", file=sys.stderr, flush=True)

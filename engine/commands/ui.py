@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from aitop.engine.compare.runs import Run
+from aitop.engine.live.node import NodeSource
 from aitop.engine.live.source import DataSource
 
 #: The UI's default refresh: glances' and btop's default too (its cost at 1 s:
@@ -15,9 +16,11 @@ NO_UI = "the terminal UI is not installed here: add --headless (or run the `aito
 
 
 class UiRunner(Protocol):
-    """Opens the full-screen UI on a source until the user quits; the exit code."""
+    """Opens the full-screen UI on a source until the user quits; the exit code. A
+    ``NodeSource`` opens the node view (every job of the machine), a ``DataSource``
+    one job's view."""
 
     def __call__(
-        self, source: DataSource, *, refresh_s: float, export_path: Path | None,
+        self, source: DataSource | NodeSource, *, refresh_s: float, export_path: Path | None,
         export_on_exit: bool, baseline: Run | None = None,
     ) -> int: ...

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from aitop.engine.compare.runs import Run
 from aitop.engine.errors import CliError
@@ -142,6 +143,33 @@ class Quit:
     notice: str | None = None
 
 
+@runtime_checkable
+class ExportWriter(Protocol):
+    """What an interactive session exports, and the name its files get by default."""
+
+    def stem(self) -> str:
+        """The default file name's start (``aitop-4242``)."""
+        ...
+
+    def write(self, path: Path, request: ExportRequest) -> list[Path]:
+        """Write the export; the paths written, JSON first. Raises ``SnapshotError``."""
+        ...
+
+
+class SourceWriter:
+    """One job's session: its snapshot, reports and screenshot (``write_snapshot``)."""
+
+    def __init__(self, source: DataSource) -> None:
+        self.source = source
+
+    def stem(self) -> str:
+        return f"aitop-{self.source.session.target_pid}"
+
+    def write(self, path: Path, request: ExportRequest) -> list[Path]:
+        return write_snapshot(path, self.source, now=request.now, diagnosis=request.diagnosis,
+                              screenshot_svg=request.screenshot_svg)
+
+
 class ExportFlow:
     """An interactive session's exports: on request, at exit, and after a failure.
 
@@ -152,9 +180,10 @@ class ExportFlow:
     ``EXIT_UNSAVED``, so that a script does not take it for a saved run.
     """
 
-    def __init__(self, source: DataSource, *, path: Path | None = None,
+    def __init__(self, source: DataSource | ExportWriter, *, path: Path | None = None,
                  on_exit: bool = False, clock: Callable[[], float] = time.time) -> None:
-        self.source = source
+        #: What is exported: a job's session (a DataSource), or a writer of another kind.
+        self.writer = source if isinstance(source, ExportWriter) else SourceWriter(source)
         #: Where exports go (``--export``, or the path given after a failure).
         self.path = Path(path) if path is not None else None
         self.on_exit = on_exit
@@ -176,7 +205,7 @@ class ExportFlow:
         if self.path is not None:
             return self.path
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
-        return Path.cwd() / f"aitop-{self.source.session.target_pid}-{stamp}.json"
+        return Path.cwd() / f"{self.writer.stem()}-{stamp}.json"
 
     @property
     def wants_exit_export(self) -> bool:
@@ -187,9 +216,7 @@ class ExportFlow:
         """Export now, on this thread, and remember how it went."""
         path = path or self.target()
         try:
-            paths = write_snapshot(path, self.source, now=request.now,
-                                   diagnosis=request.diagnosis,
-                                   screenshot_svg=request.screenshot_svg)
+            paths = self.writer.write(path, request)
         except SnapshotError as exc:
             outcome = Exported(path, error=str(exc))
         except Exception as exc:  # an encoding bug must not kill the session

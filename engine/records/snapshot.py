@@ -43,6 +43,9 @@ from aitop.probes.session import RING_KINDS, Session
 from aitop.probes.status import ProbeStatus
 
 SCHEMA = "aitop.snapshot/1"
+#: A node's recording: every job of a machine, each in this format
+#: (``engine.records.node``).
+NODE_SCHEMA = "aitop.node-snapshot/1"
 
 #: The largest file ``load_snapshot`` reads. A real snapshot of a full session
 #: is tens of MiB; the cap keeps a wrong path from reading until memory runs out.
@@ -152,7 +155,7 @@ def _rank_recording(peer: RankPeer) -> RankRecording:
     return RankRecording(label=peer.label, status=peer.status, **_recorded(peer.source))
 
 
-def encode(snapshot: Snapshot) -> bytes:
+def encode(snapshot: msgspec.Struct) -> bytes:
     """The JSON bytes of a snapshot (NaN/inf become null: they are unknowns)."""
     return msgspec.json.encode(snapshot, enc_hook=_encode_other) + b"\n"
 
@@ -171,20 +174,6 @@ COMPANION_SUFFIXES = (".md", ".svg", ".html")
 def companion_paths(path: Path) -> tuple[Path, Path, Path]:
     """The Markdown report, SVG screenshot and HTML report written beside a snapshot."""
     return path.with_suffix(".md"), path.with_suffix(".svg"), path.with_suffix(".html")
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def check_export_path(path: Path) -> None:
@@ -231,7 +220,6 @@ def _probe_writable(path: Path, directory: Path) -> None:
     discard([name])
 
 
-
 def latest_before(diagnoses: list[Diagnosis], now: float) -> Diagnosis | None:
     before = [d for d in diagnoses if d.t <= now]
     return max(before, key=lambda d: d.t) if before else None
@@ -243,14 +231,44 @@ def load_snapshot(path: Path) -> ReplaySource:
     Raises ``SnapshotError`` with one line saying what is wrong and what to do.
     """
     path = Path(path)
-    data = read_snapshot_bytes(path)
+    return replay_of(path, read_snapshot_bytes(path))
+
+
+def replay_of(path: Path, data: bytes | None, snap: Snapshot | None = None,
+              info: ReplayInfo | None = None) -> ReplaySource:
+    """A job snapshot as a replay: decoded from ``data``, or ``snap`` already decoded
+    (one job of a node recording, with the node file's ``info``)."""
+    if snap is None:
+        assert data is not None
+        snap = decode_snapshot(path, data)
+    if info is None:
+        info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
+                          written_at=snap.written_at, recorded_live=snap.live)
+    peers = []
+    for rank in snap.ranks:
+        replayed = None
+        if rank.status == "watched" or rank.diagnoses:
+            session = session_from(rank)
+            session.job = snap.job
+            replayed = ReplaySource(session, rank.diagnoses, info)
+        peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
+    return ReplaySource(session_from(snap), snap.diagnoses, info, peers)
+
+
+def decode_snapshot(path: Path, data: bytes) -> Snapshot:
+    """A job snapshot's bytes decoded, or one ``SnapshotError`` line saying why not."""
     try:
         header = msgspec.json.decode(data, type=_Header)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SnapshotError(
-            f"{path} is not an aitop snapshot (not a JSON object: {_first_line(exc)}); "
+            f"{path} is not an aitop snapshot (not a JSON object: {first_line(exc)}); "
             "export one with `s` in aitop"
         ) from exc
+    if header.schema == NODE_SCHEMA:
+        raise SnapshotError(
+            f"{path} is a node recording ({NODE_SCHEMA}, every job of a machine): open it "
+            f"with `aitop replay {path}`; this command takes one job's snapshot "
+            "(`aitop --pid PID --export FILE`)")
     if header.schema != SCHEMA:
         if header.schema is None:
             raise SnapshotError(
@@ -264,32 +282,13 @@ def load_snapshot(path: Path) -> ReplaySource:
             "that wrote it"
         )
     try:
-        snap = msgspec.json.decode(data, type=Snapshot)
+        return msgspec.json.decode(data, type=Snapshot)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         by = f" (written by aitop {header.aitop_version})" if header.aitop_version else ""
         raise SnapshotError(
-            f"{path} is a damaged or incompatible {SCHEMA} file{by}: {_first_line(exc)}; "
+            f"{path} is a damaged or incompatible {SCHEMA} file{by}: {first_line(exc)}; "
             "re-export it, or replay it with the aitop version that wrote it"
         ) from exc
-    info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
-                      written_at=snap.written_at, recorded_live=snap.live)
-    peers = []
-    for rank in snap.ranks:
-        replayed = None
-        if rank.status == "watched" or rank.diagnoses:
-            session = session_from(rank)
-            session.job = snap.job
-            replayed = ReplaySource(session, rank.diagnoses, info)
-        peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
-    return ReplaySource(session_from(snap), snap.diagnoses, info, peers)
-
-
-
-
-
-
-
-
 
 
 def read_snapshot_bytes(path: Path) -> bytes:
@@ -322,6 +321,6 @@ def session_from(snap: Snapshot | RankRecording) -> Session:
     return session
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

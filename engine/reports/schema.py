@@ -266,6 +266,63 @@ class Report(msgspec.Struct, kw_only=True):
     interrupted: bool = False
 
 
+#: What a job is doing (knowledge.base.findings.JOB_STATES).
+JobState = Literal["collecting", "warming_up", "stalled", "serving", "evaluating", "training"]
+#: How aitop watches a job of the node (engine.live.node.WatchStatus).
+WatchStatus = Literal["watched", "attaching", "waiting", "not_watched"]
+#: The node report's version: a wrapper around one ``aitop.report/2`` per job.
+NODE_SCHEMA: Final = "aitop.node-report/1"
+
+
+class NodeJob(msgspec.Struct, kw_only=True):
+    """One job of the machine, and its report as ``--pid ROOT --headless --json`` writes it."""
+
+    #: The job's identity: torchrun's run id, Slurm's job, or a digest of its command.
+    job_id: str
+    #: The job root: the training process, or its launcher.
+    pid: int
+    user: str
+    #: The root's command line, secrets redacted.
+    command: list[str]
+    #: When the root process started (epoch seconds).
+    started_at: float | None
+    #: ``watched``, or ``attaching`` / ``waiting`` (a launcher before its ranks).
+    status: WatchStatus
+    state: JobState
+    #: None until the job is attached.
+    report: Report | None
+
+
+class NotWatched(msgspec.Struct, kw_only=True):
+    """A job (or a Python process that may be one) aitop may not watch, and why."""
+
+    job_id: str
+    pid: int
+    user: str
+    command: list[str]
+    #: Why, then what to do ("owned by root (uid 0), ...: run aitop as root (sudo aitop)").
+    reason: str
+
+
+class NodeReport(msgspec.Struct, kw_only=True):
+    """``aitop --headless --json`` without ``--pid``: every PyTorch job of the machine."""
+
+    schema: Literal["aitop.node-report/1"]
+    aitop_version: str
+    hostname: str
+    #: When the report was made (epoch seconds), and how long aitop watched the node.
+    generated_at: float
+    duration_s: float | None
+    jobs: list[NodeJob]
+    not_watched: list[NotWatched]
+    #: Said when no PyTorch job runs here: how to start one.
+    note: str | None
+    #: How many times slower than its own cadence each job was watched.
+    pace: float | None
+    aitop: AitopCost
+    warnings: list[str]
+
+
 #: Fields added after /2 was first released: older /2 reports lack them, so the
 #: published schema does not require them.
 ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
@@ -275,12 +332,17 @@ ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
 }
 
 
+def decode_node_report(doc: Mapping[str, Any]) -> NodeReport:
+    """A parsed node report; ``msgspec.ValidationError`` says where it is not one."""
+    return msgspec.convert(doc, NodeReport)
+
+
 def decode_report(doc: Mapping[str, Any]) -> Report:
     """A parsed JSON document as a report; ``msgspec.ValidationError`` says where not."""
     return msgspec.convert(doc, Report)
 
 
-def report_json(report: Report) -> str:
+def report_json(report: Report | NodeReport) -> str:
     """The report as ``--json`` prints it: indented, keys in declaration order."""
     return json.dumps(msgspec.to_builtins(report), indent=2)
 
@@ -292,8 +354,8 @@ def json_schema() -> dict[str, Any]:
     aitop has written since /2 began is required, and the defaults (a reader's
     assumptions, not the format's) are left out.
     """
-    generated = msgspec.json.schema(Report)
-    defs: dict[str, dict[str, Any]] = generated["$defs"]
+    (report, node), defs = msgspec.json.schema_components(
+        [Report, NodeReport], ref_template="#/$defs/{name}")
     for name, definition in defs.items():
         properties: dict[str, dict[str, Any]] = definition.get("properties", {})
         for prop in properties.values():
@@ -301,12 +363,19 @@ def json_schema() -> dict[str, Any]:
         optional = ADDED_WITHIN_2.get(name, frozenset())
         definition["required"] = [p for p in properties if p not in optional]
     defs["Report"]["properties"]["schema"] = {"const": SCHEMA}
+    defs["NodeReport"]["properties"]["schema"] = {"const": NODE_SCHEMA}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": SCHEMA,
-        "description": "The report printed by `aitop --headless --json` and "
-                       "`aitop replay FILE --headless --json`.",
-        **generated,
+        "description": "The report printed by `aitop --pid PID --headless --json` and "
+                       "`aitop replay FILE --headless --json`; without --pid (or of a node "
+                       f"recording), {NODE_SCHEMA}: one {SCHEMA} report per job of the "
+                       "machine.",
+        # The node report names itself; anything else is read as a job's report.
+        "if": {"properties": {"schema": {"const": NODE_SCHEMA}}, "required": ["schema"]},
+        "then": node,
+        "else": report,
+        "$defs": defs,
     }
 
 

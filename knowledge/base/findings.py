@@ -34,6 +34,12 @@ STALLED: Final = "stalled"
 #: What computes the job's steps: ``gpu`` when NVML sees a GPU, else ``cpu``.
 ComputeDevice = Literal["gpu", "cpu"]
 
+#: What a job is doing, as one word a list of jobs can show (the node view): not
+#: judged yet, one of the job states its rules name (warming up, stalled), or, in
+#: its steady state, whether it trains, evaluates or serves (forward passes only).
+JobState = Literal["collecting", "warming_up", "stalled", "serving", "evaluating", "training"]
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+
 Severity = Literal["info", "low", "medium", "high", "critical"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 #: Where a value stands against its target (``targets.target_status``).
@@ -145,3 +151,4 @@ class Diagnosis:
     @property
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
+

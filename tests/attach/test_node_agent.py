@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from aitop.probes.discovery import OTHER_USER
+from aitop.probes.discovery import other_user
 from aitop.probes.kernel.procfs import read_environ
 from prometheus_client.parser import text_string_to_metric_families
 from support.dashboard import dashboard_panels, panel_results
@@ -137,7 +137,7 @@ def test_another_users_job_is_listed_with_the_reason(tmp_path: Path) -> None:
             pytest.fail(f"nothing listed; the agent said: {agent.stderr.read()}")
         [info] = scrape(address)["aitop_job_info"]
         assert info["pid"] == str(job.pid) and info["status"] == "not_watched", info
-        assert info["reason"] == OTHER_USER.format(uid=0), info
+        assert info["reason"] == other_user(0, 65534), info
         assert "aitop_up" not in scrape(address)
     finally:
         stop_tree(job)

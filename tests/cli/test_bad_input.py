@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aitop.engine.headless.export import write_snapshot
 from support.jobs import run_aitop
+from support.report_schema import errors_of
 from support.rule_files import THREE_MISTAKES
 from support.tui_session import live_source
 
@@ -41,10 +42,19 @@ def test_a_second_pid_that_does_not_exist() -> None:
     assert_one_line_error(result, "no process with PID 999999", "pgrep")
 
 
-def test_no_pid_given_is_a_usage_error() -> None:
-    result = run_aitop("--headless")
-    assert result.returncode == 2
-    assert "give --pid" in result.stderr and "Traceback" not in result.stderr
+def test_no_pid_and_no_job_is_a_node_report_saying_how_to_start_one(tmp_path: Path) -> None:
+    """Without --pid aitop watches the whole machine; with no PyTorch job there (none
+    matches this test's own directory) the report says so, and how to start the demo."""
+    result = run_aitop("--headless", "--json", "--duration", "1", "--match", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema"] == "aitop.node-report/1"
+    assert report["jobs"] == [] and report["not_watched"] == []
+    assert "No PyTorch job runs on this machine" in report["note"]
+    assert "`aitop demo`" in report["note"]
+    assert errors_of(report) == []
+    text = run_aitop("--headless", "--duration", "1", "--match", str(tmp_path))
+    assert text.returncode == 0 and "try the demo: `aitop demo`" in text.stdout, text.stdout
 
 
 def test_not_a_number_pid() -> None:
@@ -53,7 +63,8 @@ def test_not_a_number_pid() -> None:
 
 
 @pytest.mark.parametrize("args,code,words", [
-    (("--pid", "1", "--budget", "5"), 2, "--budget is for the node agent"),
+    (("--pid", "1", "--budget", "5"), 2, "--budget is for every job of the machine: drop --pid"),
+    (("--fail-on", "high", "--headless"), 2, "--fail-on judges one job: give --pid"),
     (("--pid", "1", "--serve", "0", "--match", "train"), 2, "--match is for the node agent"),
     (("--serve", "0", "--export", "run.json"), 2, "--export is for one job: give --pid"),
     (("--serve", "0", "--fail-on", "high"), 2, "--fail-on is not for --serve"),

@@ -12,7 +12,16 @@ import socket
 from pathlib import Path
 
 import pytest
-from aitop.probes.discovery import NOT_PYTHON, OTHER_USER, Discovery, is_launcher, job_groups
+from aitop.probes.discovery import (
+    NOT_PYTHON,
+    ROOT_DENIED,
+    Discovery,
+    is_launcher,
+    job_groups,
+    other_user,
+    unreadable_reason,
+    user_name,
+)
 from aitop.probes.job_identity import (
     NODE_NAME_ENV,
     command_digest,
@@ -95,10 +104,24 @@ def test_what_cannot_be_watched_is_listed_with_the_reason(proc: Path) -> None:
             exe="/opt/app/serve-libtorch")
     found = {f.pid: f for f in Discovery(str(proc), own_uid=1000).scan()}
     uid = os.stat(proc / "100").st_uid
-    assert found[100].unwatchable == OTHER_USER.format(uid=uid)
+    assert found[100].unwatchable == other_user(uid, 1000)
     assert found[200].unwatchable == NOT_PYTHON
-    # As root (or as its owner) an unreadable maps file is no torch job to list.
+    # To its owner an unreadable maps file is no torch job to list (not dumpable).
     assert Discovery(str(proc), own_uid=uid).scan() == [found[200]]
+
+
+def test_each_reader_is_told_what_lets_it_read_another_users_job() -> None:
+    """A non-root aitop is told to run as root or as the owner; root is denied only
+    where a container withholds CAP_SYS_PTRACE, and told to grant it."""
+    nobody = user_name(65534)
+    assert other_user(0, 65534) == (
+        f"owned by root (uid 0), and aitop runs as {nobody}, who may not read it: "
+        "run aitop as root (sudo aitop)")
+    assert other_user(65534, 1000).endswith(f"run aitop as root (sudo aitop) or as {nobody}")
+    assert unreadable_reason(0, 65534) == other_user(0, 65534)
+    assert unreadable_reason(65534, 0) == ROOT_DENIED.format(owner=nobody, uid=65534)
+    assert "--cap-add SYS_PTRACE" in ROOT_DENIED
+    assert unreadable_reason(1000, 1000) is None and unreadable_reason(None, 0) is None
 
 
 def test_a_torchrun_rank_is_named_by_its_run_and_place(proc: Path) -> None:

@@ -19,6 +19,7 @@ from ..widgets.advisor_panel import AdvisorPanel
 from ..widgets.panel import Panel
 from .base import DetailScreen
 from .main import MainScreen
+from .node import JobTable, NodeScreen
 from .processes import ProcessScreen
 from .stacks import StacksScreen
 
@@ -74,6 +75,9 @@ class HelpScreen(DetailScreen):
             ("Live only", [b for b in app_bindings if action_name(b) in live_only]),
             ("Replay only (time cursor)", [b for b in app_bindings
                                            if action_name(b) in replay_only]),
+            *([("Node view (every job of the machine)",
+                as_bindings([*JobTable.BINDINGS, *NodeScreen.BINDINGS]))]
+              if hasattr(self.app, "node") else []),
             ("Main screen", tab + as_bindings(list(MainScreen.BINDINGS))
              + as_bindings(list(Panel.BINDINGS))),
             ("Advisor panel", as_bindings(list(AdvisorPanel.BINDINGS))),

@@ -42,6 +42,10 @@ def num_cell(value: float | None, text: str, style: str = "") -> Cell:
 class SortableTable(DataTable[Cell]):
     """DataTable that remembers its sort column and keeps it across refreshes."""
 
+    #: Columns that sort ascending when first chosen: names read alphabetically,
+    #: numbers largest-first.
+    ASCENDING: frozenset[str] = frozenset({"name", "pid", "kind", "role", "mount", "path"})
+
     def __init__(self, *, id: str | None = None, default_sort: str | None = None,
                  reverse: bool = True) -> None:
         super().__init__(id=id, zebra_stripes=True, cursor_type="row")
@@ -56,7 +60,7 @@ class SortableTable(DataTable[Cell]):
         elif toggle:
             self.sort_column = column
             # Numbers read best largest-first; names alphabetically.
-            self.sort_reverse = column not in ("name", "pid", "kind", "role", "mount", "path")
+            self.sort_reverse = column not in self.ASCENDING
         self.apply_sort()
 
     def apply_sort(self) -> None:
