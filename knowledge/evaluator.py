@@ -15,7 +15,8 @@ from .base.findings import COLLECTING, UNKNOWN, Diagnosis
 from .judging.diagnosis import Diagnoser
 from .metrics.packed import PackedMetrics
 from .metrics.straggler import HOLDS_BACK, JobJudgement, RankView, judge_ranks, rank_view
-from .metrics.window import compute_metrics, compute_words
+from .metrics.window import compute_metrics
+from .metrics.words import compute_words
 from .reading.loader import KnowledgeBase
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.

@@ -16,7 +16,7 @@ from aitop.engine.live.series import latest, recent
 from aitop.engine.reports import humanize as fmt
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.judging import verdicts
-from aitop.knowledge.metrics.window import gpu_util_over
+from aitop.knowledge.metrics.gpu import gpu_util_over
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
 from aitop.probes.steps import step_rates

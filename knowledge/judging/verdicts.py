@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from ..base.findings import Status
 from ..base.targets import Target, target_for, target_status
-from ..metrics.window import POWER_REASONS, THERMAL_REASONS, temperature_margin
+from ..metrics.gpu import POWER_REASONS, THERMAL_REASONS, temperature_margin
 from ..reading.loader import load_knowledge_base
 
 

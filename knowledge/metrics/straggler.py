@@ -23,7 +23,7 @@ the rules use, so the panel and the findings can never disagree about it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..base.expressions import Condition
@@ -46,19 +46,20 @@ JOB_METRICS = ("ranks_watched", "job_comm_share", "straggler_score", "straggler_
                "job_wait_share", "straggler_excess", "straggler_stalled")
 
 
-def comm_metrics(metrics: MutableMapping[str, float | None]) -> None:
+def comm_metrics(metrics: Metrics) -> dict[str, float | None]:
     """``comm_hidden`` and ``comm_share`` from the phases and the training thread's clock.
 
-    Needs the phase, thread and process metrics computed first. The job-level
-    metrics start unknown; the evaluator of a multi-rank job's lead rank fills them.
+    ``metrics``: the phase, thread and process metrics of the window. The
+    job-level metrics start unknown; the evaluator of a multi-rank job's lead
+    rank fills them.
     """
-    for name in JOB_METRICS:
-        metrics[name] = None
-    metrics["ranks_watched"] = 1.0  # this rank alone, until a job is judged
+    values: dict[str, float | None] = dict.fromkeys(JOB_METRICS)
+    values["ranks_watched"] = 1.0  # this rank alone, until a job is judged
     visible = metrics.get("phase_comm")
     hidden = hidden_comm(metrics)
-    metrics["comm_hidden"] = hidden
-    metrics["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+    values["comm_hidden"] = hidden
+    values["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+    return values
 
 
 def hidden_comm(metrics: Metrics) -> float | None:

@@ -24,7 +24,8 @@ from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.base.rules import RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
-from aitop.knowledge.metrics.window import compute_metrics, compute_words
+from aitop.knowledge.metrics.window import compute_metrics
+from aitop.knowledge.metrics.words import compute_words
 from aitop.probes.cgroup_memory import MemoryLimit
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from aitop.engine.reports.key_metrics import gpu_utilization
-from aitop.knowledge.metrics.window import compute_metrics, gpu_util, gpu_util_over
+from aitop.knowledge.metrics.gpu import gpu_util, gpu_util_over
+from aitop.knowledge.metrics.window import compute_metrics
 from aitop.probes.samples import GpuSample
 from support.tui_session import NOW, build_session, gpu
 

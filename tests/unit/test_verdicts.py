@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from aitop.knowledge.judging import verdicts
 from aitop.knowledge.judging.diagnosis import evidence_for
-from aitop.knowledge.metrics.window import (
+from aitop.knowledge.metrics.gpu import (
     FALLBACK_TEMPERATURE_LIMIT_C,
     POWER_REASONS,
     THERMAL_REASONS,
@@ -65,7 +65,7 @@ def test_clock_reasons_use_the_metrics_reason_sets() -> None:
         assert verdicts.clock_reasons((reason,)) == "outside"
     for reason in POWER_REASONS:
         assert verdicts.clock_reasons((reason,)) == "near"
-    # Neither set: shown in words, not judged (see knowledge/metrics/window.py).
+    # Neither set: shown in words, not judged (see knowledge/metrics/gpu.py).
     assert verdicts.clock_reasons(("hw_slowdown",)) == "within"
     assert verdicts.clock_reasons(("gpu_idle",)) == "within"
     assert verdicts.clock_reasons(()) == "within"
