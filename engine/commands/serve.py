@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
+from aitop.engine.commands.rule_files import knowledge_of
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.fleet.agent import SCAN_EVERY_S, NodeAgent
 from aitop.engine.headless.export import export_snapshot
@@ -130,6 +131,7 @@ def run_agent(args: argparse.Namespace) -> int:
                        "Prometheus", EXIT_USAGE)
     args.headless = True
     options = options_from(args)
+    knowledge_of(options.rule_files)  # a bad rule file ends here, not job by job
     server, collector, url = bind(args)
     agent = NodeAgent(options, budget_percent=args.budget, match=tuple(args.match))
     stop = threading.Event()

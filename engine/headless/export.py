@@ -85,6 +85,7 @@ def write_snapshot(
         source.session,
         diagnosis,
         report_now,
+        source.knowledge,
         aitop_version=snapshot.aitop_version,
         snapshot_name=path.name,
     )

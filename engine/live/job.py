@@ -32,6 +32,7 @@ from aitop.engine.live.source import (
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import Evaluator
 from aitop.knowledge.metrics.straggler import JobJudgement, rank_view
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.ranks import Job
 from aitop.probes.session import Session
 
@@ -85,6 +86,10 @@ class LiveJob:
     def evaluator(self) -> Evaluator:
         """The lead rank's evaluator (it judges the job as a whole)."""
         return self.lead.evaluator
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        return self.lead.knowledge
 
     def latest(self) -> Conclusion:
         return self.lead.latest()

@@ -27,6 +27,7 @@ import msgspec
 from aitop.engine.files import FileError, discard, read_bounded, reason_of, refuse_non_regular
 from aitop.engine.live.source import DataSource, RankPeer, ReplayInfo, ReplaySource
 from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.samples import (
@@ -237,8 +238,29 @@ def latest_before(diagnoses: list[Diagnosis], now: float) -> Diagnosis | None:
     return max(before, key=lambda d: d.t) if before else None
 
 
-def load_snapshot(path: Path) -> ReplaySource:
-    """Read a snapshot file as a replay source.
+def load_snapshot(path: Path, knowledge: KnowledgeBase) -> ReplaySource:
+    """Read a snapshot file as a replay source judged with ``knowledge`` (the
+    replaying run's knowledge base: its straggler cut, its targets).
+
+    Raises ``SnapshotError`` with one line saying what is wrong and what to do.
+    """
+    path = Path(path)
+    snap = read_snapshot(path)
+    info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
+                      written_at=snap.written_at, recorded_live=snap.live)
+    peers = []
+    for rank in snap.ranks:
+        replayed = None
+        if rank.status == "watched" or rank.diagnoses:
+            session = session_from(rank)
+            session.job = snap.job
+            replayed = ReplaySource(session, rank.diagnoses, info, knowledge=knowledge)
+        peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
+    return ReplaySource(session_from(snap), snap.diagnoses, info, peers, knowledge=knowledge)
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """A snapshot file decoded (what ``aitop diff`` compares needs no replay of it).
 
     Raises ``SnapshotError`` with one line saying what is wrong and what to do.
     """
@@ -271,17 +293,7 @@ def load_snapshot(path: Path) -> ReplaySource:
             f"{path} is a damaged or incompatible {SCHEMA} file{by}: {_first_line(exc)}; "
             "re-export it, or replay it with the aitop version that wrote it"
         ) from exc
-    info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
-                      written_at=snap.written_at, recorded_live=snap.live)
-    peers = []
-    for rank in snap.ranks:
-        replayed = None
-        if rank.status == "watched" or rank.diagnoses:
-            session = session_from(rank)
-            session.job = snap.job
-            replayed = ReplaySource(session, rank.diagnoses, info)
-        peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
-    return ReplaySource(session_from(snap), snap.diagnoses, info, peers)
+    return snap
 
 
 

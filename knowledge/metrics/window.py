@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from aitop.probes.session import Session
 
-from ..reading.loader import load_knowledge_base
 from .gpu import gpu_metrics
 from .loading import loading_metrics
 from .memory import memory_metrics
@@ -32,15 +31,13 @@ JUDGE_AFTER_WARMUP_S = 10.0
 
 
 def compute_metrics(
-    session: Session, now: float, window_s: float, helper_threads: tuple[str, ...] | None = None
+    session: Session, now: float, window_s: float, helper_threads: tuple[str, ...]
 ) -> Values:
     """All catalogue metrics over the window ending at ``now``.
 
-    ``helper_threads``: the knowledge base's helper-thread prefixes (None: the
-    packaged knowledge base's).
+    ``helper_threads``: the run's knowledge base's helper-thread prefixes
+    (``KnowledgeBase.phases.helper_threads``).
     """
-    if helper_threads is None:
-        helper_threads = load_knowledge_base().phases.helper_threads
     window_s = judged_window(session, now, window_s)
     metrics: Values = {"window_s": window_s}
     metrics |= series_metrics(session, now, window_s, helper_threads)

@@ -7,7 +7,13 @@ files, read once, checked together, and returned as one immutable
 use. A user's file may carry any section of the packaged ones (rules, states,
 named conditions, targets, phase signatures, stack reading); it is read once and
 handed to each section's reader, so no two readers can see different versions of
-a file that changes while aitop starts.
+a file that changes while aitop starts. Targets a user's file gives win over the
+documents' and aitop's own.
+
+It is called where a run starts (``engine/commands``, ``engine/live/attach.py``)
+and the one ``KnowledgeBase`` is handed to every reader from there (the
+evaluator, the sources, the panels through their view, the reports, ``aitop
+diff``); nothing else loads one (tests/quality/test_knowledge_loading.py).
 
 Every problem of every file is reported at once (``KnowledgeError``, one
 ``file:line: ...`` per problem), as Prometheus' rule checker does.
@@ -135,6 +141,7 @@ def _combine(
 ) -> KnowledgeBase:
     """Read every file's sections against the conditions of all, then merge them."""
     read: list[tuple[rules_reader.RulesReader, Located]] = []
+    from_user: list[bool] = []  # each of ``read``: a user's file, not a packaged one
     named: list[NamedCondition] = []
     placeholder = Context({}, documents)
     for index, (file, doc) in enumerate(files):
@@ -145,6 +152,7 @@ def _combine(
             continue
         named += read_conditions(r, top)
         read.append((r, top))
+        from_user.append(index >= user_from)
     context = Context(resolve_conditions(named), documents)
     rule_files: list[str] = []
     sections: list[RulesRead] = []
@@ -161,7 +169,14 @@ def _combine(
         problems += r.problems
     if problems:
         raise KnowledgeError.of(in_order(problems))
-    return KnowledgeBase(ruleset, merge(configs), documents, facts_from(documents, targets))
+    facts = facts_from(documents, targets)
+    # The documents' numbers win over aitop's own targets, a user's over both:
+    # a --rules file that moves the data-loading target moves it everywhere.
+    users = {name: target for section, user in zip(sections, from_user, strict=True)
+             if user for name, target in section.targets.items()}
+    if users:
+        facts = dataclasses.replace(facts, targets={**facts.targets, **users})
+    return KnowledgeBase(ruleset, merge(configs), documents, facts)
 
 
 def _merge_rules(
@@ -240,10 +255,10 @@ def _dangling_explains(rules: Iterable[Rule]) -> list[Problem]:
             for name in names if name not in by_id]
 
 
-def rules_in_document(doc: Any) -> RuleSet:
+def rules_in_document(doc: Any, packaged: KnowledgeBase) -> RuleSet:
     """The rules and states of one parsed rule file alone, read against the packaged
-    knowledge base (its named conditions and documents), for checking one file."""
-    packaged = load_knowledge_base()
+    knowledge base ``packaged`` (its named conditions and documents), for checking
+    one file."""
     file = doc.file if isinstance(doc, Located) else "<string>"
     r = rules_reader.RulesReader(file, Context(packaged.rules.conditions, packaged.documents))
     top = _top_level(r, doc, user=True)

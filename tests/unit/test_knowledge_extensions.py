@@ -20,6 +20,7 @@ from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes.phases import PhaseClassifier, StackReading, parse_raw
 from aitop.probes.samples import StackWindow
 from aitop.probes.stack_window import summarize_window
+from support.knowledge import HELPER_THREADS, HOLDS_BACK
 from support.synthetic import T0, WINDOW_S, make_session
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -76,7 +77,7 @@ def test_a_new_loader_library_and_idle_function_reach_the_stack_probe(tmp_path: 
 def test_a_helper_thread_prefix_is_not_counted_as_compute(tmp_path: Path) -> None:
     session = make_session(busy_threads=2, busy_thread_names=("python", "myhelper_0"))
     now = T0 + 30
-    packaged = metrics.compute_metrics(session, now, WINDOW_S)
+    packaged = metrics.compute_metrics(session, now, WINDOW_S, HELPER_THREADS)
     assert packaged["main_busy_threads_mean"] == 2.0
     kb = _kb(tmp_path, "helper_threads: [myhelper]\n")
     assert kb.phases.helper_threads[-1] == "pt_data_pin", "the pin-memory thread always is"
@@ -108,7 +109,7 @@ def test_a_rule_file_adds_targets(tmp_path: Path) -> None:
 def test_the_straggler_cut_is_the_knowledge_bases_condition(tmp_path: Path) -> None:
     ranks = [RankView("rank 0", 1, 0.40, None, None, None),
              RankView("rank 1", 2, 0.10, None, None, None)]  # score 0.60 / 0.90 = 0.67
-    assert judge_ranks(ranks).flagged, "below the packaged cut"
+    assert judge_ranks(ranks, HOLDS_BACK).flagged, "below the packaged cut"
     kb = _kb(tmp_path, "conditions:\n  holds_back_job: straggler_score < 0.5\n")
     assert not judge_ranks(ranks, kb.rules.conditions["holds_back_job"]).flagged
     straggler = next(r for r in kb.rules.rules if r.id == "straggler_holds_back_job")

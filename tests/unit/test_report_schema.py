@@ -26,6 +26,7 @@ from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, SEVERITIES, UN
 from aitop.knowledge.judging import gains
 from aitop.knowledge.metrics.straggler import judge_ranks, rank_view
 from aitop.probes import ranks as probe_ranks
+from support.knowledge import HOLDS_BACK
 from support.report_schema import errors_of, shipped_schema
 from support.tui_session import replay_source
 
@@ -91,7 +92,8 @@ def test_the_rank_sections_engine_live_writes_have_exactly_the_declared_fields()
                   gpu_util_percent=None, gpus="0", straggler_score=1.0, straggler=False,
                   lead_finding=None, cause=None)
     assert list(ranks_json([row])[0]) == list(schema.Rank.__struct_fields__)
-    judgement = judge_ranks([rank_view("rank 0", 1, None), rank_view("rank 1", 2, None)])
+    judgement = judge_ranks([rank_view("rank 0", 1, None), rank_view("rank 1", 2, None)],
+                            HOLDS_BACK)
     verdict = job_verdict_json(judgement)
     assert verdict is not None
     assert list(verdict) == list(schema.JobVerdict.__struct_fields__)

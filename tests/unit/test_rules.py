@@ -1584,7 +1584,7 @@ def _load_user_file(path: Path) -> RuleSet:
     error cases below are about the user's file, so they read only that (a few go
     through ``load_knowledge_base`` itself to show the errors surface there unchanged).
     """
-    return rules_in_document(load_yaml_file(path))
+    return rules_in_document(load_yaml_file(path), load_knowledge_base())
 
 
 def _line_of(text: str, needle: str) -> int:

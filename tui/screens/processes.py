@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from aitop.engine.live.series import latest
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.samples import ProcessTreeSample
 from rich.text import Text
 from textual.app import ComposeResult
@@ -38,12 +39,13 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def rows_of(tree: ProcessTreeSample, with_threads: bool) -> list[tuple[str, list[Cell]]]:
+def rows_of(tree: ProcessTreeSample, with_threads: bool,
+            targets: Targets) -> list[tuple[str, list[Cell]]]:
     """One row per process, then (optionally) one per thread."""
     rows: list[tuple[str, list[Cell]]] = []
     for p in tree.processes:
         busy = (p.cpu_percent or 0) >= 90
-        cpu_style = fmt.STATUS_STYLE[verdicts.process_cpu(p.cpu_percent)] if busy else ""
+        cpu_style = fmt.STATUS_STYLE[verdicts.process_cpu(p.cpu_percent, targets)] if busy else ""
         rows.append((f"p{p.pid}", [
             Cell("process", "process"),
             num_cell(p.pid, str(p.pid)),
@@ -134,4 +136,4 @@ class ProcessScreen(DetailScreen):
         text.append(f"   sorted by {table.sort_column} "
                     f"({'descending' if table.sort_reverse else 'ascending'})", style="dim")
         summary.update(text)
-        table.set_rows(rows_of(tree, self.with_threads))
+        table.set_rows(rows_of(tree, self.with_threads, view.targets))

@@ -118,7 +118,7 @@ class StacksScreen(DetailScreen):
                          style=fmt.PHASE_STYLE.get(phase, "reverse"))
             title.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ", style="bold")
             if phase == "data_wait":
-                status = verdicts.data_wait(frac)
+                status = verdicts.data_wait(frac, view.targets)
                 title.append(f"{frac * 100:.1f}% {fmt.STATUS_SYMBOL[status]} (target < 5%)",
                              style=fmt.STATUS_STYLE[status])
             else:
