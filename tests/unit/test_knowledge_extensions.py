@@ -106,6 +106,16 @@ def test_a_rule_file_adds_targets(tmp_path: Path) -> None:
     assert "phase_eval" not in load_knowledge_base().facts.targets
 
 
+def test_a_rule_files_target_replaces_the_documents_own(tmp_path: Path) -> None:
+    """The documents' data-loading target (under 5 %) wins over aitop's own
+    targets, not over the user's: the findings' evidence and every panel move."""
+    packaged = load_knowledge_base().facts.targets["phase_data_wait"]
+    assert (packaged.high, packaged.source) == (0.05, "optimize")
+    kb = _kb(tmp_path, "targets:\n  - {metric: phase_data_wait, high: 0.2, text: '< 20 %'}\n")
+    assert kb.facts.targets["phase_data_wait"].high == 0.2
+    assert kb.facts.targets["gpu_util"] == load_knowledge_base().facts.targets["gpu_util"]
+
+
 def test_the_straggler_cut_is_the_knowledge_bases_condition(tmp_path: Path) -> None:
     ranks = [RankView("rank 0", 1, 0.40, None, None, None),
              RankView("rank 1", 2, 0.10, None, None, None)]  # score 0.60 / 0.90 = 0.67
