@@ -14,8 +14,15 @@ from .base.catalogue import SCALARS, SERIES
 from .base.findings import COLLECTING, UNKNOWN, Diagnosis
 from .judging.diagnosis import Diagnoser
 from .metrics.packed import PackedMetrics
-from .metrics.straggler import HOLDS_BACK, JobJudgement, RankView, judge_ranks, rank_view
-from .metrics.window import compute_metrics, compute_words
+from .metrics.straggler import (
+    JobJudgement,
+    RankView,
+    holds_back_condition,
+    judge_ranks,
+    rank_view,
+)
+from .metrics.window import compute_metrics
+from .metrics.words import compute_words
 from .reading.loader import KnowledgeBase
 
 #: Default evaluation window: long enough for ~400 stack samples at 20 Hz.
@@ -113,8 +120,7 @@ class Evaluator:
             rank_view(label, pid, self.latest()),
             comm_share=metrics.get("comm_share"), steps_per_s=metrics.get("steps_per_s"),
         )
-        judgement = judge_ranks([own, *self.peers()],
-                                self.knowledge.rules.conditions.get(HOLDS_BACK))
+        judgement = judge_ranks([own, *self.peers()], holds_back_condition(self.knowledge))
         metrics.update(judgement.metrics())
         words.update(judgement.words())
         self.judgement = judgement

@@ -37,7 +37,6 @@ from textual.timer import Timer
 from .screens import REUSABLE_SCREENS, make_screen
 from .screens.base import DetailScreen, ViewScreen
 from .screens.export_path import ExportPathScreen
-from .screens.knowledge import documents_or_error
 from .screens.main import MainScreen
 from .widgets.baseline_bar import BaselineBar
 from .widgets.key_bar import KeyBar
@@ -199,9 +198,6 @@ class AitopApp(App[int]):
         self._install_signal_handlers()
         self._tick()
         self.call_after_refresh(self._mark_first_frame)
-        # Parse the knowledge file in the background so that ``k`` opens at once. A
-        # daemon thread, not a worker: quitting must never wait for it.
-        threading.Thread(target=documents_or_error, name="aitop-knowledge", daemon=True).start()
         if self.baseline is not None:
             self.call_after_refresh(self._mount_baseline)
 
@@ -328,6 +324,7 @@ class AitopApp(App[int]):
             diagnosis=diagnosis,
             now=now,
             live=self.live,
+            knowledge=self.source.knowledge,
             paused=self.paused,
             refresh_s=self.refresh_s,
             history=history,

@@ -49,7 +49,7 @@ class NodeApp(AitopApp):
         export_on_exit: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(no_job_source(), refresh_s=refresh_s, clock=clock)
+        super().__init__(no_job_source(node.knowledge), refresh_s=refresh_s, clock=clock)
         self.node = node
         #: The job whose view is open (its key), None on the node's screen.
         self.job_key: str | None = None

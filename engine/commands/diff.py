@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
 from aitop.engine.compare.diff import SCHEMA, compare, render_text, to_json
 from aitop.engine.compare.gates import regression_gate
 from aitop.engine.compare.runs import Run, RunError, read_run
@@ -34,6 +35,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--json", action="store_true", help=f"print JSON (schema {SCHEMA})")
     parser.add_argument("--fail-on-regression", type=percent, metavar="PCT",
                         help=f"exit {EXIT_GATE} when steps/s dropped by more than PCT %%")
+    add_rules_argument(parser)
 
 
 def read_runs(paths: Sequence[Path]) -> list[Run]:
@@ -47,9 +49,11 @@ def read_runs(paths: Sequence[Path]) -> list[Run]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``aitop diff BEFORE AFTER [--json] [--fail-on-regression PCT]``."""
+    """``aitop diff BEFORE AFTER [--json] [--fail-on-regression PCT] [--rules FILE]``:
+    the advice (what to try next) follows the knowledge base with its ``--rules``."""
+    knowledge = knowledge_of(args.rules)
     before, after = read_runs([args.before, args.after])
-    comparison = compare(before, after)
+    comparison = compare(before, after, knowledge=knowledge)
     text = json.dumps(to_json(comparison), indent=2) if args.json else render_text(comparison)
     print(text)
     if args.fail_on_regression is not None:

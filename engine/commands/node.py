@@ -10,12 +10,14 @@ seconds and prints one node report (``aitop.node-report/1``: each job's own
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import threading
 import time
 from pathlib import Path
 from types import FrameType
 
+from aitop.engine.commands.rule_files import knowledge_of
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.fleet.model import Fleet, say_on_stderr
@@ -41,7 +43,9 @@ def run_node(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
         if run_ui is None:
             raise CliError(NO_UI, EXIT_USAGE)
         require_terminal()
-    options = options_from(args)  # --rules and --export are checked before anything runs
+    # --rules and --export are checked before anything runs; one knowledge base judges
+    # every job.
+    options = dataclasses.replace(options_from(args), knowledge=knowledge_of(args.rules))
     fleet = Fleet(options, budget_percent=args.budget, match=tuple(args.match),
                   say=say_on_stderr if args.headless else _quiet, keep_ended=KEEP_ENDED)
     if args.headless or run_ui is None:

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.headless.node_report import node_report, render_node_text
@@ -34,11 +35,13 @@ def add_parser(sub: Any) -> None:
     replay.add_argument("--headless", action="store_true",
                         help="print the recorded report instead of opening the UI")
     replay.add_argument("--json", action="store_true", help="with --headless: as JSON")
+    add_rules_argument(replay)
 
 
 def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
+    knowledge = knowledge_of(args.rules)
     try:
-        source = load_recording(args.file)
+        source = load_recording(args.file, knowledge)
     except SnapshotError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:

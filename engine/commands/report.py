@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
 from aitop.engine.compare.diff import baseline_of, baseline_report
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
 from aitop.engine.files import FileError, write_atomic
@@ -30,14 +31,16 @@ def add_parser(sub: Any) -> None:
                         help="with --html: where to write it (default: FILE with .html)")
     parser.add_argument("--baseline", type=Path, metavar="RUN",
                         help="compare with an earlier run (snapshot or --json report)")
+    add_rules_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.output is not None and not args.html:
         raise CliError("--output is for --html; add --html or leave --output out", EXIT_USAGE)
+    knowledge = knowledge_of(args.rules)
     baseline = baseline_of(args.baseline)
     try:
-        source = load_snapshot(args.file)
+        source = load_snapshot(args.file, knowledge)
     except SnapshotError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.html:
         print(report_json(report) if args.json else render_text(report))
         if baseline is not None:
-            print(baseline_report(baseline, report))
+            print(baseline_report(baseline, report, knowledge))
         return EXIT_OK
     output = args.output or companion_paths(args.file)[2]
     if output.resolve() == args.file.resolve():

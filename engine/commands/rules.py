@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
+from aitop.engine.commands.rule_files import knowledge_of
+from aitop.engine.errors import EXIT_OK, CliError
 from aitop.engine.files import FileError, write_atomic
 from aitop.engine.prometheus.alerts import FORMATS, render, translate
-from aitop.knowledge.reading.loader import load_knowledge_base
-from aitop.knowledge.reading.yamlio import KnowledgeError
 
 
 def add_parser(sub: Any) -> None:
@@ -32,13 +31,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``aitop rules --format prometheus|prometheus-operator [--rules FILE] [-o FILE]``."""
-    for path in args.rules:
-        if not path.is_file():
-            raise CliError(f"rule file not found: {path}", EXIT_USAGE)
-    try:
-        ruleset = load_knowledge_base(args.rules).rules
-    except KnowledgeError as exc:
-        raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
+    ruleset = knowledge_of(args.rules).rules
     alerts, skipped = translate(ruleset)
     for s in skipped:
         print(f"aitop: rule {s.rule} ({s.where}) not translated: {s.reason}", file=sys.stderr)

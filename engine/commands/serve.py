@@ -19,6 +19,7 @@ SIGTERM, SIGHUP), then exits 0 (after writing ``--export`` if asked).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import signal
 import stat
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
+from aitop.engine.commands.rule_files import knowledge_of
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, STOP_SIGNALS, CliError
 from aitop.engine.fleet.agent import SCAN_EVERY_S, NodeAgent
 from aitop.engine.fleet.model import Fleet
@@ -187,7 +189,8 @@ def run_agent(args: argparse.Namespace) -> int:
         raise CliError("--export is for one job: give --pid, or keep the fleet's history in "
                        "Prometheus", EXIT_USAGE)
     args.headless = True
-    options = options_from(args)
+    # One knowledge base for every job; a bad rule file ends here, not job by job.
+    options = dataclasses.replace(options_from(args), knowledge=knowledge_of(args.rules))
     server, collector, url = bind(args)
     agent = NodeAgent(Fleet(options, budget_percent=args.budget, match=tuple(args.match)))
     stop = threading.Event()

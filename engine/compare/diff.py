@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,7 @@ from aitop.engine.compare.stats import DRIFT_PCT, Rate, share_tolerance
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.reports.schema import Report
 from aitop.knowledge.base.documents import KnowledgeDocuments
-from aitop.knowledge.reading.loader import load_knowledge_base
-from aitop.knowledge.reading.yamlio import KnowledgeError
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.session import PHASES
 
 SCHEMA = "aitop.diff/1"
@@ -124,8 +122,10 @@ def compare_phases(before: Run, after: Run) -> tuple[PhaseChange, ...]:
     return tuple(out)
 
 
-def compare(before: Run, after: Run, *, advise: bool = True) -> Comparison:
-    """Everything that changed from ``before`` to ``after``; ``advise`` adds next steps."""
+def compare(before: Run, after: Run, *, knowledge: KnowledgeBase | None) -> Comparison:
+    """Everything that changed from ``before`` to ``after``; with the run's
+    ``knowledge``, what to try next by its rules and priority framework (None: no
+    advice, as the live UI's one-line bar needs none)."""
     ids_before = {f.id for f in before.findings}
     ids_after = {f.id for f in after.findings}
     resolved = tuple(f for f in before.findings if f.id not in ids_after)
@@ -134,12 +134,12 @@ def compare(before: Run, after: Run, *, advise: bool = True) -> Comparison:
     steps = compare_steps(before.steps, after.steps)
     phases = compare_phases(before, after)
     comparison = Comparison(before, after, steps, phases, resolved, still, new)
-    if not advise:
+    if knowledge is None:
         return comparison
     return Comparison(
         before, after, steps, phases, resolved, still, new,
         attribution=tuple(attribute(comparison)),
-        next_steps=tuple(next_steps(after, resolved)),
+        next_steps=tuple(next_steps(after, resolved, knowledge)),
     )
 
 
@@ -207,16 +207,6 @@ def _phase_moves(moved: Iterable[PhaseChange]) -> str:
     )
 
 
-@lru_cache(maxsize=1)
-def _rule_techniques() -> dict[str, tuple[str, ...]]:
-    """Technique ids each packaged rule recommends (a rule the file names but this
-    aitop lacks simply has none)."""
-    try:
-        return {r.id: r.techniques for r in load_knowledge_base().rules.rules}
-    except KnowledgeError:
-        return {}
-
-
 def _addressed(done: Mapping[str, str], technique: str, docs: KnowledgeDocuments) -> str | None:
     """The resolved finding that recommended ``technique`` (or a part of it, or a
     group it belongs to), if any: that priority has just been acted on."""
@@ -228,15 +218,18 @@ def _addressed(done: Mapping[str, str], technique: str, docs: KnowledgeDocuments
     return next((done[t] for t in (technique, *parts, *groups) if t in done), None)
 
 
-def next_steps(after: Run, resolved: Sequence[FindingBrief]) -> list[str]:
+def next_steps(after: Run, resolved: Sequence[FindingBrief],
+               knowledge: KnowledgeBase) -> list[str]:
     """What to try next: the after-run's top findings, then the priority framework's
-    rows that match it, Priority 1 first, skipping what was just done."""
+    rows that match it, Priority 1 first, skipping what was just done (a resolved
+    finding's rule in ``knowledge`` names the techniques it recommended; a rule
+    the file names but this knowledge base lacks simply has none)."""
     lines = []
     for f in after.findings[:2]:
         action = f" -> {f.actions[0]}" if f.actions else ""
         lines.append(f"still limiting [{f.severity}]: {f.title}{action}")
-    docs = load_knowledge_base().documents
-    techniques = _rule_techniques()
+    docs = knowledge.documents
+    techniques = {r.id: r.techniques for r in knowledge.rules.rules}
     done: dict[str, str] = {}  # technique -> the resolved finding that recommended it
     for f in resolved:
         for technique in techniques.get(f.id, ()):
@@ -395,6 +388,7 @@ def baseline_of(path: Path | None) -> Run | None:
         raise CliError(f"--baseline: {exc}", EXIT_USAGE) from exc
 
 
-def baseline_report(baseline: Run, report: Report) -> str:
+def baseline_report(baseline: Run, report: Report, knowledge: KnowledgeBase) -> str:
     """A headless run's comparison with its baseline, as text."""
-    return render_text(compare(baseline, run_of_report(report, "this run")))
+    return render_text(compare(baseline, run_of_report(report, "this run"),
+                               knowledge=knowledge))

@@ -29,7 +29,8 @@ from aitop.engine.records.snapshot import (
     GIVE_A_SNAPSHOT,
     MAX_SNAPSHOT_BYTES,
     SnapshotError,
-    load_snapshot,
+    read_snapshot,
+    session_from,
 )
 from aitop.engine.records.snapshot import SCHEMA as SNAPSHOT_SCHEMA
 from aitop.engine.reports.schema import READS, Report, decode_report
@@ -178,11 +179,12 @@ def read_run(path: Path) -> Run:
 
 def _run_of_snapshot(path: Path) -> Run:
     try:
-        source = load_snapshot(path)
+        snap = read_snapshot(path)
     except SnapshotError as exc:
         raise RunError(str(exc)) from exc
-    history = source.history()
-    return run_of_session(source.session, history[-1] if history else None, str(path),
+    # The newest diagnosis, as a replay's history orders them (by time, stable).
+    history = sorted(snap.diagnoses, key=lambda d: d.t)
+    return run_of_session(session_from(snap), history[-1] if history else None, str(path),
                           "snapshot")
 
 

@@ -120,7 +120,11 @@ class Fleet:
         attach_job: Callable[[int, AttachOptions], LiveJob] = attach,
         keep_ended: int = 0,
     ) -> None:
+        if options.knowledge is None:
+            raise ValueError("a fleet judges every job with one knowledge base: "
+                             "give AttachOptions(knowledge=...)")
         self.options = options
+        self.knowledge = options.knowledge
         self.discovery = discovery or Discovery()
         self.hostname = socket.gethostname()
         self.budget_percent = budget_percent

@@ -87,7 +87,8 @@ def write_snapshot(
         report = report_at(source, report_now, diagnosis)
     said = [diagnosis] if diagnosis is not None else []
     wording = wording_of(report, [*said, *reversed(snapshot.diagnoses)])
-    markdown = render_markdown(report, source.session, wording, snapshot_name=path.name)
+    markdown = render_markdown(report, source.session, source.knowledge, wording,
+                               snapshot_name=path.name)
     files = [(md_path, markdown.encode("utf-8")),
              (html_path, html_of(report, source, baseline).encode("utf-8"))]
     if screenshot_svg is not None:

@@ -11,6 +11,7 @@ from aitop.engine.reports.schema import Report
 
 def html_of(report: Report, source: DataSource, baseline: Run | None = None) -> str:
     """The HTML page of ``report`` (``source``'s samples drawn), against ``baseline`` if given."""
-    comparison = compare(baseline, run_of_report(report, "this run")) if baseline else None
+    comparison = (compare(baseline, run_of_report(report, "this run"), knowledge=source.knowledge)
+                  if baseline else None)
     return render_html(report, source.session, comparison=comparison)
 

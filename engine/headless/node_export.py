@@ -98,7 +98,7 @@ def node_markdown(node: NodeSource, t: float, name: str | None = None) -> str:
         typed = report_of(job.source, t, conclusion, RunFacts(max(0.0, t - attached), None, None),
                           attached)
         said = [conclusion.diagnosis] if conclusion.diagnosis is not None else []
-        report = render_markdown(typed, job.source.session,
+        report = render_markdown(typed, job.source.session, job.source.knowledge,
                                  wording_of(typed, [*said, *reversed(job.source.history())]))
         out += [f"## Job {job.job_id}", "", *("#" + line if line.startswith("#") else line
                                              for line in report.splitlines()), ""]

@@ -65,5 +65,5 @@ def run_headless(
     if export is not None:
         export_snapshot(source, export, report, baseline)
     if baseline is not None:
-        print(baseline_report(baseline, report), file=sys.stderr)
+        print(baseline_report(baseline, report, source.knowledge), file=sys.stderr)
     return gates.findings_gate(report, fail_on) if fail_on else EXIT_OK

@@ -62,6 +62,9 @@ class AttachOptions:
     evaluate_warmup_s: float = cadence.UI.evaluate_warmup_s
     #: An NVML module to use instead of the real one (tests pass the fake).
     nvml: Any = None
+    #: The run's knowledge base, where the command loaded it already (the node view
+    #: and agent attach many jobs with one); None: loaded here from ``rule_files``.
+    knowledge: KnowledgeBase | None = None
 
 
 def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
@@ -122,7 +125,8 @@ def attach(
     ``also``: more PIDs of the same job (other nodes' launchers on this
     machine), whose ranks join it (``probes.ranks.joined_job``).
     """
-    knowledge = load_knowledge_base(options.rule_files)  # bad rule files fail before attaching
+    # Bad rule files fail before attaching.
+    knowledge = options.knowledge or load_knowledge_base(options.rule_files)
     job = find_job(pid)
     if also:
         for other in also:

@@ -33,6 +33,7 @@ from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.evaluator import Evaluator
 from aitop.knowledge.metrics.straggler import rank_view
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.ranks import Job
 from aitop.probes.session import Session
 
@@ -91,6 +92,10 @@ class LiveJob:
     def rules(self) -> tuple[Rule, ...]:
         """The rules the job is judged with (the packaged ones plus --rules files)."""
         return self.lead.evaluator.knowledge.rules.rules
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        return self.lead.knowledge
 
     def latest(self) -> Conclusion:
         return self.lead.latest()

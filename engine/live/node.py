@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from aitop.engine.live.source import Conclusion, DataSource, ReplaySource, Timeline
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.session import Session
 
 #: What the node view and report say on a machine without a PyTorch job.
@@ -64,6 +65,8 @@ class NodeSource(Protocol):
     live: bool
     #: The machine's name.
     hostname: str
+    #: The run's knowledge base, every job judged with it.
+    knowledge: KnowledgeBase
 
     def jobs(self, t: float | None = None) -> list[NodeJob]:
         """The jobs on the machine at ``t`` (None: now, or a recording's end), by key."""
@@ -96,9 +99,10 @@ class NodeReplay:
 
     live = False
 
-    def __init__(self, hostname: str, jobs: Sequence[NodeJob], *, recorded_pace: float = 1.0,
-                 written_at: float | None = None) -> None:
+    def __init__(self, hostname: str, jobs: Sequence[NodeJob], knowledge: KnowledgeBase, *,
+                 recorded_pace: float = 1.0, written_at: float | None = None) -> None:
         self.hostname = hostname
+        self.knowledge = knowledge
         self._jobs = sorted(jobs, key=lambda j: (j.found_at, j.key))
         self._pace = recorded_pace
         self.written_at = written_at
@@ -154,6 +158,6 @@ def conclusion_of(source: DataSource, t: float, live: bool) -> Conclusion:
     return source.latest() if live else source.at(t)
 
 
-def no_job_source() -> ReplaySource:
+def no_job_source(knowledge: KnowledgeBase) -> ReplaySource:
     """What a view holds before a job is opened: an empty recording of no process."""
-    return ReplaySource(Session(0), ())
+    return ReplaySource(Session(0), (), knowledge=knowledge)

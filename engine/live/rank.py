@@ -21,6 +21,7 @@ from aitop.engine.live.source import NOTHING, Conclusion, RankPeer, Timeline
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import RECENT_FULL, Evaluator
 from aitop.knowledge.metrics.straggler import JobJudgement
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.cadence import UI
 from aitop.probes.collector import Collector, PeriodicTask
 from aitop.probes.host import HostProbe
@@ -123,6 +124,11 @@ class LiveSource:
     def peers(self) -> Sequence[RankPeer]:
         """A rank alone has none (a job's are :class:`~aitop.engine.live.job.LiveJob`'s)."""
         return ()
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        """The knowledge base its evaluator judges with (loaded once by ``attach``)."""
+        return self.evaluator.knowledge
 
     def latest(self) -> Conclusion:
         return self._published

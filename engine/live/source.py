@@ -19,7 +19,14 @@ from typing import Protocol, runtime_checkable
 
 from aitop.engine.live.series import typical_interval
 from aitop.knowledge.base.findings import Diagnosis
-from aitop.knowledge.metrics.straggler import JobJudgement, RankView, judge_ranks, rank_view
+from aitop.knowledge.metrics.straggler import (
+    JobJudgement,
+    RankView,
+    holds_back_condition,
+    judge_ranks,
+    rank_view,
+)
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.session import Session, sample_time
 
 
@@ -70,6 +77,12 @@ class DataSource(Protocol):
     @property
     def peers(self) -> Sequence[RankPeer]:
         """The job's other ranks, each a source of its own (empty for one process)."""
+        ...
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        """The run's knowledge base (the packaged one with the user's ``--rules``),
+        loaded once where the command starts: what every reader judges with."""
         ...
 
     def latest(self) -> Conclusion:
@@ -139,13 +152,13 @@ def peer_views(peers: Sequence[RankPeer], t: float | None = None) -> list[RankVi
 
 
 def judge_at(session: Session, lead: Diagnosis | None, peers: Sequence[RankPeer],
-             t: float | None = None) -> JobJudgement | None:
-    """The job as a whole: the lead's diagnosis beside each peer's; None for one process."""
+             knowledge: KnowledgeBase, t: float | None = None) -> JobJudgement | None:
+    """The job as a whole: the lead's diagnosis beside each peer's, judged with
+    ``knowledge``'s straggler cut; None for one process."""
     if not peers:
         return None
     own = rank_view(rank_label(session), session.target_pid, lead)
-    # A replay judges with the packaged cut; live, the lead's evaluator judges.
-    return judge_ranks([own, *peer_views(peers, t)])
+    return judge_ranks([own, *peer_views(peers, t)], holds_back_condition(knowledge))
 
 
 @dataclass
@@ -164,7 +177,8 @@ class ReplaySource:
 
     Rules are never re-run: a replay shows what aitop concluded then, so that a
     report and its recording always agree. The job's judgement at a time is
-    made from every rank's recorded diagnosis then, once per time asked.
+    made from every rank's recorded diagnosis then, once per time asked, with
+    the straggler cut of ``knowledge`` (the replaying run's: its ``--rules``).
     """
 
     live = False
@@ -175,8 +189,11 @@ class ReplaySource:
         diagnoses: Sequence[Diagnosis],
         info: ReplayInfo | None = None,
         peers: Sequence[RankPeer] = (),
+        *,
+        knowledge: KnowledgeBase,
     ) -> None:
         self._session = session
+        self._knowledge = knowledge
         #: The job's other ranks, each replayed from its own recording.
         self._peers = tuple(peers)
         self._diagnoses = tuple(sorted(diagnoses, key=lambda d: d.t))
@@ -194,12 +211,17 @@ class ReplaySource:
     def peers(self) -> Sequence[RankPeer]:
         return self._peers
 
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        return self._knowledge
+
     def at(self, t: float) -> Conclusion:
         if self._at is not None and self._at[0] == t:
             return self._at[1]
         i = bisect.bisect_right(self._times, t)
         diagnosis = self._diagnoses[i - 1] if i else None
-        conclusion = Conclusion(diagnosis, judge_at(self._session, diagnosis, self._peers, t))
+        conclusion = Conclusion(diagnosis, judge_at(self._session, diagnosis, self._peers,
+                                                     self._knowledge, t))
         self._at = (t, conclusion)
         return conclusion
 
@@ -208,7 +230,8 @@ class ReplaySource:
         if self._latest is None:
             last = self._diagnoses[-1] if self._diagnoses else None
             end = self._session.latest_time() or (last.t if last is not None else 0.0)
-            self._latest = Conclusion(last, judge_at(self._session, last, self._peers, end))
+            self._latest = Conclusion(last, judge_at(self._session, last, self._peers,
+                                                        self._knowledge, end))
         return self._latest
 
     def history(self) -> Sequence[Diagnosis]:

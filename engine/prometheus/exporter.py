@@ -35,7 +35,7 @@ from aitop.engine.live.source import Conclusion
 from aitop.engine.prometheus.names import PHASE_LABEL, base_value, exported_metrics
 from aitop.knowledge.base.findings import CATEGORIES, COLLECTING, UNKNOWN, Diagnosis
 from aitop.knowledge.base.rules import Rule
-from aitop.knowledge.metrics.window import STEPS_WINDOW_S
+from aitop.knowledge.metrics.progress import STEPS_WINDOW_S
 from aitop.probes.job_identity import node_name
 from aitop.probes.own_version import aitop_version
 from aitop.probes.redact import redact_argv, redact_text

@@ -27,6 +27,7 @@ from aitop.engine.records.snapshot import (
     replay_of,
     snapshot_of,
 )
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.own_version import aitop_version
 
 __all__ = ["NODE_SCHEMA", "JobRecording", "NodeSnapshot", "load_recording",
@@ -93,15 +94,16 @@ def is_node_recording(data: bytes) -> bool:
         return False
 
 
-def load_recording(path: Path) -> ReplaySource | NodeReplay:
-    """A snapshot file as a replay: one job's (``aitop --pid``) or a node's.
+def load_recording(path: Path, knowledge: KnowledgeBase) -> ReplaySource | NodeReplay:
+    """A snapshot file as a replay judged with ``knowledge``: one job's (``aitop
+    --pid``) or a node's.
 
     Raises ``SnapshotError`` with one line saying what is wrong and what to do.
     """
     path = Path(path)
     data = read_snapshot_bytes(path)
     if not is_node_recording(data):
-        return replay_of(path, data)
+        return replay_of(path, data, knowledge)
     try:
         snap = msgspec.json.decode(data, type=NodeSnapshot)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -117,9 +119,10 @@ def load_recording(path: Path) -> ReplaySource | NodeReplay:
                                     f"{job.recording.schema}; this aitop reads {SCHEMA}")
             info = ReplayInfo(path=path, aitop_version=snap.aitop_version,
                               written_at=snap.written_at, recorded_live=snap.live)
-            source = replay_of(path, None, job.recording, info)
+            source = replay_of(path, None, knowledge, job.recording, info)
         jobs.append(NodeJob(
             key=job.key, job_id=job.job_id, pid=job.pid, user=job.user,
             command=tuple(job.command), started_at=job.started_at, found_at=job.found_at,
             status=job.status, reason=job.reason, ended_at=job.ended_at, source=source))
-    return NodeReplay(snap.hostname, jobs, recorded_pace=snap.pace, written_at=snap.written_at)
+    return NodeReplay(snap.hostname, jobs, knowledge, recorded_pace=snap.pace,
+                      written_at=snap.written_at)

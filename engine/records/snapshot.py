@@ -27,6 +27,7 @@ import msgspec
 from aitop.engine.files import FileError, discard, read_bounded, reason_of, refuse_non_regular
 from aitop.engine.live.source import DataSource, RankPeer, ReplayInfo, ReplaySource
 from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.samples import (
@@ -225,19 +226,30 @@ def latest_before(diagnoses: list[Diagnosis], now: float) -> Diagnosis | None:
     return max(before, key=lambda d: d.t) if before else None
 
 
-def load_snapshot(path: Path) -> ReplaySource:
-    """Read a snapshot file as a replay source.
+def load_snapshot(path: Path, knowledge: KnowledgeBase) -> ReplaySource:
+    """Read a snapshot file as a replay source judged with ``knowledge`` (the
+    replaying run's knowledge base: its straggler cut, its targets).
 
     Raises ``SnapshotError`` with one line saying what is wrong and what to do.
     """
     path = Path(path)
-    return replay_of(path, read_snapshot_bytes(path))
+    return replay_of(path, read_snapshot_bytes(path), knowledge)
 
 
-def replay_of(path: Path, data: bytes | None, snap: Snapshot | None = None,
-              info: ReplayInfo | None = None) -> ReplaySource:
-    """A job snapshot as a replay: decoded from ``data``, or ``snap`` already decoded
-    (one job of a node recording, with the node file's ``info``)."""
+def read_snapshot(path: Path) -> Snapshot:
+    """A snapshot file decoded (what ``aitop diff`` compares needs no replay of it).
+
+    Raises ``SnapshotError`` with one line saying what is wrong and what to do.
+    """
+    path = Path(path)
+    return decode_snapshot(path, read_snapshot_bytes(path))
+
+
+def replay_of(path: Path, data: bytes | None, knowledge: KnowledgeBase,
+              snap: Snapshot | None = None, info: ReplayInfo | None = None) -> ReplaySource:
+    """A job snapshot as a replay judged with ``knowledge``: decoded from ``data``, or
+    ``snap`` already decoded (one job of a node recording, with the node file's
+    ``info``)."""
     if snap is None:
         assert data is not None
         snap = decode_snapshot(path, data)
@@ -250,9 +262,9 @@ def replay_of(path: Path, data: bytes | None, snap: Snapshot | None = None,
         if rank.status == "watched" or rank.diagnoses:
             session = session_from(rank)
             session.job = snap.job
-            replayed = ReplaySource(session, rank.diagnoses, info)
+            replayed = ReplaySource(session, rank.diagnoses, info, knowledge=knowledge)
         peers.append(RankPeer(rank.label, rank.target_pid, replayed, rank.status))
-    return ReplaySource(session_from(snap), snap.diagnoses, info, peers)
+    return ReplaySource(session_from(snap), snap.diagnoses, info, peers, knowledge=knowledge)
 
 
 def decode_snapshot(path: Path, data: bytes) -> Snapshot:

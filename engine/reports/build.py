@@ -26,8 +26,8 @@ from aitop.knowledge.base.findings import (
     Evidence,
     Finding,
 )
+from aitop.knowledge.metrics.progress import STEPS_WINDOW_S
 from aitop.knowledge.metrics.straggler import JobJudgement
-from aitop.knowledge.metrics.window import STEPS_WINDOW_S
 from aitop.probes.own_version import aitop_version
 from aitop.probes.ranks import Job
 from aitop.probes.redact import redact_argv

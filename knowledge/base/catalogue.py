@@ -5,7 +5,7 @@ rule file can be checked at load time: a name that is not in the catalogue is an
 error with file and line. Series metrics are sampled every tick and summarised
 over the window with each aggregate (``_mean``, ``_p5``, ``_p95``, ``_last``,
 ``_min``, ``_max``, ``_stdev``, ``_trend`` per minute); scalar metrics are one
-number per window. The catalogue is apart from the computation (``metrics.py``)
+number per window. The catalogue is apart from the computation (``knowledge/metrics/``)
 because reading a rule file needs the names only, not the probes' sample types.
 """
 
@@ -26,7 +26,8 @@ class MetricSpec:
     series: bool
 
 
-#: Series metrics: (name, unit, description); ``metrics.SERIES_VALUES`` computes each.
+#: Series metrics: (name, unit, description); ``metrics.series.series_values`` computes
+#: each, by name.
 SERIES: tuple[tuple[str, str, str], ...] = (
     ("gpu_util", "%",
      "GPU utilisation: share of time a kernel was running (NVML)"),

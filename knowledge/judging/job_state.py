@@ -8,7 +8,7 @@ evaluates or serves.
 from __future__ import annotations
 
 from ..base.findings import COLLECTING, STALLED, UNKNOWN, WARMING_UP, Diagnosis, JobState
-from ..metrics.window import INFERENCE_LOOKBACK_S
+from ..metrics.step_phases import INFERENCE_LOOKBACK_S
 
 
 def job_state(diagnosis: Diagnosis | None) -> JobState:

@@ -23,18 +23,25 @@ the rules use, so the panel and the findings can never disagree about it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..base.expressions import Condition
 from ..base.findings import Diagnosis, Finding
-from ..reading.loader import load_knowledge_base
+from ..reading.loader import KnowledgeBase
 
 Metrics = Mapping[str, "float | None"]
 
 #: The named condition (rules.yaml ``conditions:``) under which the straggler
 #: holds the job back.
 HOLDS_BACK = "holds_back_job"
+
+
+def holds_back_condition(knowledge: KnowledgeBase) -> Condition | None:
+    """The knowledge base's cut under which the straggler holds the job back."""
+    return knowledge.rules.conditions.get(HOLDS_BACK)
+
+
 #: Categories that say "this rank waits for the others": not a rank's own cause.
 WAITING_CATEGORIES = frozenset({"communication"})
 #: The category of a rank that does not move (rules.yaml ``job_stalled``).
@@ -46,19 +53,20 @@ JOB_METRICS = ("ranks_watched", "job_comm_share", "straggler_score", "straggler_
                "job_wait_share", "straggler_excess", "straggler_stalled")
 
 
-def comm_metrics(metrics: MutableMapping[str, float | None]) -> None:
+def comm_metrics(metrics: Metrics) -> dict[str, float | None]:
     """``comm_hidden`` and ``comm_share`` from the phases and the training thread's clock.
 
-    Needs the phase, thread and process metrics computed first. The job-level
-    metrics start unknown; the evaluator of a multi-rank job's lead rank fills them.
+    ``metrics``: the phase, thread and process metrics of the window. The
+    job-level metrics start unknown; the evaluator of a multi-rank job's lead
+    rank fills them.
     """
-    for name in JOB_METRICS:
-        metrics[name] = None
-    metrics["ranks_watched"] = 1.0  # this rank alone, until a job is judged
+    values: dict[str, float | None] = dict.fromkeys(JOB_METRICS)
+    values["ranks_watched"] = 1.0  # this rank alone, until a job is judged
     visible = metrics.get("phase_comm")
     hidden = hidden_comm(metrics)
-    metrics["comm_hidden"] = hidden
-    metrics["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+    values["comm_hidden"] = hidden
+    values["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+    return values
 
 
 def hidden_comm(metrics: Metrics) -> float | None:
@@ -183,13 +191,12 @@ class JobJudgement:
                 "straggler_action": action}
 
 
-def judge_ranks(
-    ranks: Sequence[RankView], holds_back: Condition | None = None
-) -> JobJudgement:
+def judge_ranks(ranks: Sequence[RankView], holds_back: Condition | None) -> JobJudgement:
     """Straggler scores, and the rank that waits least when others wait for it.
 
-    ``holds_back`` is the knowledge base's ``holds_back_job`` condition (None: the
-    packaged knowledge base's), evaluated on the judgement's own metrics.
+    ``holds_back`` is the run's knowledge base's ``holds_back_job`` condition
+    (:func:`holds_back_condition`), evaluated on the judgement's own metrics; a
+    knowledge base without one flags no straggler.
     """
     known = [r for r in ranks if r.own_work is not None]
     if len(known) < 2:
@@ -198,7 +205,5 @@ def judge_ranks(
     scores = {r.pid: fastest / (r.own_work or 1.0) for r in known}
     straggler = min(known, key=lambda r: scores[r.pid])
     judgement = JobJudgement(tuple(ranks), straggler, scores)
-    if holds_back is None:
-        holds_back = load_knowledge_base().rules.conditions.get(HOLDS_BACK)
     flagged = holds_back is not None and holds_back.evaluate(judgement.metrics()) is True
     return dataclasses.replace(judgement, flagged=flagged)

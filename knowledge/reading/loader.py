@@ -7,7 +7,13 @@ files, read once, checked together, and returned as one immutable
 use. A user's file may carry any section of the packaged ones (rules, states,
 named conditions, targets, phase signatures, stack reading); it is read once and
 handed to each section's reader, so no two readers can see different versions of
-a file that changes while aitop starts.
+a file that changes while aitop starts. Targets a user's file gives win over the
+documents' and aitop's own.
+
+It is called where a run starts (``engine/commands``, ``engine/live/attach.py``)
+and the one ``KnowledgeBase`` is handed to every reader from there (the
+evaluator, the sources, the panels through their view, the reports, ``aitop
+diff``); nothing else loads one (tests/quality/test_knowledge_loading.py).
 
 Every problem of every file is reported at once (``KnowledgeError``, one
 ``file:line: ...`` per problem), as Prometheus' rule checker does.
@@ -140,6 +146,7 @@ def _combine(
     read: list[tuple[rules_reader.RulesReader, Located]] = []
     named: list[NamedCondition] = []
     targets: dict[str, Target] = {}
+    users: dict[str, Target] = {}  # the targets of the user's --rules files
     placeholder = Context({}, documents, KnowledgeReferences(documents, {}))
     for index, (file, doc) in enumerate(files):
         r = rules_reader.RulesReader(file, placeholder)
@@ -148,9 +155,17 @@ def _combine(
             problems += r.problems
             continue
         named += read_conditions(r, top)
-        targets.update(read_targets(r, top))  # a later file's replaces an earlier one's
+        read_here = read_targets(r, top)
+        targets.update(read_here)  # a later file's replaces an earlier one's
+        if index >= user_from:
+            users.update(read_here)
         read.append((r, top))
     facts = facts_from(documents, targets)
+    # The documents' numbers win over aitop's own targets, a user's over both: a
+    # --rules file that moves the data-loading target moves it everywhere, in the
+    # rules that name it too.
+    if users:
+        facts = dataclasses.replace(facts, targets={**facts.targets, **users})
     references = KnowledgeReferences(documents, facts.targets)
     context = Context(resolve_conditions(named, references), documents, references)
     rule_files: list[str] = []
@@ -242,10 +257,10 @@ def _dangling_explains(rules: Iterable[Rule]) -> list[Problem]:
             for name in names if name not in by_id]
 
 
-def rules_in_document(doc: Any) -> RuleSet:
+def rules_in_document(doc: Any, packaged: KnowledgeBase) -> RuleSet:
     """The rules and states of one parsed rule file alone, read against the packaged
-    knowledge base (its named conditions, targets and documents), for checking one file."""
-    packaged = load_knowledge_base()
+    knowledge base ``packaged`` (its named conditions, targets and documents), for checking
+    one file."""
     file = doc.file if isinstance(doc, Located) else "<string>"
     references = KnowledgeReferences(packaged.documents, packaged.facts.targets)
     r = rules_reader.RulesReader(

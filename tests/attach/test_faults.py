@@ -23,6 +23,7 @@ import psutil
 import pytest
 from aitop.probes.stacks import WORKDIR_PREFIX
 from support.jobs import run_aitop, start_job, stop_job
+from support.knowledge import PACKAGED
 from support.processes import start_sleeper as sleeper
 
 AITOP = [sys.executable, "-m", "aitop.tui"]
@@ -342,13 +343,13 @@ def test_a_full_disk_loses_nothing_and_leaves_no_half_export(
     from aitop.engine.records.snapshot import SnapshotError, load_snapshot
 
     with pytest.raises(SnapshotError) as info:
-        write_snapshot(target, load_snapshot(recording))
+        write_snapshot(target, load_snapshot(recording, PACKAGED))
     message = str(info.value)
     assert "\n" not in message
     assert "No space left on device" in message
     assert "nothing was written" in message
     assert list(tiny_disk.iterdir()) == []  # no half-written JSON, .md or temporaries
-    assert load_snapshot(recording).history()  # the session is intact
+    assert load_snapshot(recording, PACKAGED).history()  # the session is intact
 
 
 def test_no_color_means_no_colour_in_a_real_terminal(tmp_path: Path) -> None:

@@ -31,11 +31,13 @@ from aitop.tui.node_app import NodeApp
 from aitop.tui.screens.main import MainScreen
 from aitop.tui.screens.node import NodeScreen
 from aitop.tui.widgets.grouped_table import GroupedTable
-from support.jobs import LIGHT_TRAINING, run_aitop
+from support.knowledge import PACKAGED
 from support.processes import free_port, start_logged, stop_tree
 from support.report_schema import errors_of
 from support.tui_pilot import screen_text, wait_for
 from textual.pilot import Pilot
+
+from benchmarks.jobs import LIGHT_JOB, run_aitop
 
 pytestmark = pytest.mark.attach
 
@@ -66,14 +68,14 @@ async def move_to(pilot: Pilot[None], app: NodeApp, key: str) -> None:
 
 
 async def test_jobs_come_are_judged_open_and_leave_in_the_node_view(tmp_path: Path) -> None:
-    fleet = Fleet(AttachOptions(), match=(str(tmp_path),), say=lambda line: None,
+    fleet = Fleet(AttachOptions(knowledge=PACKAGED), match=(str(tmp_path),), say=lambda line: None,
                   keep_ended=8)
     app = NodeApp(fleet.start(), refresh_s=0.5)
     single = launcher = None
     try:
         async with app.run_test(size=(200, 50)) as pilot:
             await wait_for(pilot, lambda: app.node_table is not None, timeout=10)
-            single = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+            single = start_logged([sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
             born = psutil.Process(single.pid).create_time()
             await wait_for(pilot, lambda: single.pid in rows(app), timeout=30)
             launcher = start_logged(torchrun(free_port(), tmp_path))
@@ -137,7 +139,7 @@ def test_root_watches_another_users_job_and_names_its_user(tmp_path: Path) -> No
     """As root aitop may read every user's job (CAP_SYS_PTRACE): nobody's job is
     watched, reported as a job's own report, and the node report validates."""
     job = start_logged(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                        sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+                        sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
     try:
         time.sleep(2)  # its import torch
         result = run_aitop("--headless", "--json", "--duration", "10", "--match",
@@ -161,7 +163,7 @@ def test_root_watches_another_users_job_and_names_its_user(tmp_path: Path) -> No
 
 def test_aitop_as_nobody_lists_roots_job_as_not_watched_with_what_to_do(
         tmp_path: Path) -> None:
-    job = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+    job = start_logged([sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
     try:
         time.sleep(2)
         result = run_aitop("--headless", "--json", "--duration", "4", "--match",

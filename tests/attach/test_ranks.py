@@ -20,6 +20,7 @@ from aitop.engine.live.attach import AttachOptions, job_notice, options_for_peer
 from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
+from support.knowledge import PACKAGED
 from support.processes import free_port, started
 
 
@@ -321,7 +322,7 @@ async def test_the_ranks_panel_flags_the_straggler_and_opens_any_rank(
     from support.tui_pilot import screen_text, settle
 
     zero, one = (r.pid for r in straggler_run.job.ranks)
-    app = AitopApp(load_snapshot(straggler_run.snapshot))
+    app = AitopApp(load_snapshot(straggler_run.snapshot, PACKAGED))
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(pilot)
         panel = app.screen.query_one(RanksPanel)

@@ -21,6 +21,7 @@ from aitop.engine.records import snapshot
 from aitop.engine.records.snapshot import SnapshotError, check_export_path, load_snapshot
 from aitop.probes.session import Session
 from support.jobs import run_aitop
+from support.knowledge import PACKAGED
 from support.tui_pilot import make_app, screen_text, wait_for
 from support.tui_session import live_source
 
@@ -60,7 +61,7 @@ def test_load_snapshot_never_opens_a_fifo(tmp_path: Path) -> None:
 
     def load() -> None:
         try:
-            load_snapshot(fifo)
+            load_snapshot(fifo, PACKAGED)
         except BaseException as exc:
             errors.append(exc)
 
@@ -85,7 +86,7 @@ def test_a_file_over_the_cap_is_refused_before_reading(
     path.write_bytes(b"{" + b" " * 2048 + b"}")
     monkeypatch.setattr(snapshot, "MAX_SNAPSHOT_BYTES", 1024)
     with pytest.raises(SnapshotError) as info:
-        load_snapshot(path)
+        load_snapshot(path, PACKAGED)
     message = str(info.value)
     assert "2.0 KiB, more than the 1 KiB a snapshot may be" in message
     assert "\n" not in message and "written by aitop" in message
@@ -119,7 +120,7 @@ def test_a_sparse_file_over_the_real_cap_fails_in_one_line(tmp_path: Path) -> No
 
 def test_a_snapshot_under_the_cap_still_replays(tmp_path: Path) -> None:
     written = write_snapshot(tmp_path / "ok.json", live_source())
-    assert load_snapshot(written[0]).session.target_pid == 4242
+    assert load_snapshot(written[0], PACKAGED).session.target_pid == 4242
 
 
 # ------------------------------------------------------------- B: whole exports
@@ -222,8 +223,8 @@ def _file(path: Path) -> Path:
 
 
 async def test_an_empty_recording_opens_as_replay_not_live(tmp_path: Path) -> None:
-    empty = ReplaySource(Session(1234), [])
-    replay = load_snapshot(write_snapshot(tmp_path / "empty.json", empty)[0])
+    empty = ReplaySource(Session(1234), [], knowledge=PACKAGED)
+    replay = load_snapshot(write_snapshot(tmp_path / "empty.json", empty)[0], PACKAGED)
     assert replay.timeline() is None
     app = make_app(replay)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -17,6 +17,8 @@ from aitop.knowledge.base.findings import Diagnosis, Gain
 from aitop.probes.discovery import other_user
 from aitop.probes.ranks import Job, RankProcess
 
+from support.knowledge import PACKAGED
+
 from .tui_session import DURATION_S, NOW, PID, T0, build_diagnoses, build_session
 
 HOST = "gpu-node-07"
@@ -54,10 +56,11 @@ def ddp_source() -> ReplaySource:
         RankProcess(PID, 0, 0, 2), RankProcess(PID + 1, 1, 1, 2)))
     rank1_session = build_session()
     rank1_session.target_pid = PID + 1  # rank 1's own samples, as its recording names them
-    rank1 = ReplaySource(rank1_session, [_straggling(d, 1) for d in build_diagnoses()])
+    rank1 = ReplaySource(rank1_session, [_straggling(d, 1) for d in build_diagnoses()],
+                         knowledge=PACKAGED)
     peer = RankPeer("rank 1", PID + 1, rank1)
     return ReplaySource(lead_session, [_straggling(d, 0) for d in build_diagnoses()],
-                        peers=[peer])
+                        peers=[peer], knowledge=PACKAGED)
 
 
 def node_replay() -> NodeReplay:
@@ -66,7 +69,8 @@ def node_replay() -> NodeReplay:
         NodeJob(key=f"{PID}-1000", job_id="imagenet-resnet50", pid=PID, user="alice",
                 command=("python", "train.py", "--data", "/mnt/datasets/imagenet", "--token",
                          "***"), started_at=T0 - 600, found_at=T0, status="watched",
-                source=ReplaySource(build_session(), build_diagnoses())),
+                source=ReplaySource(build_session(), build_diagnoses(),
+                                    knowledge=PACKAGED)),
         NodeJob(key=f"{DDP_PID}-2000", job_id="bert-large-7", pid=DDP_PID, user="bob",
                 command=("python", "-m", "torch.distributed.run", "--nproc_per_node=2",
                          "pretrain.py"), started_at=T0 - 3600, found_at=T0, status="watched",
@@ -75,12 +79,13 @@ def node_replay() -> NodeReplay:
                 command=("python", "finetune.py", "--compile"), started_at=T0 + 20,
                 found_at=T0 + 22, status="watched",
                 source=ReplaySource(build_session(),
-                                    [_compiling(d) for d in build_diagnoses()])),
+                                    [_compiling(d) for d in build_diagnoses()],
+                                    knowledge=PACKAGED)),
         NodeJob(key="7100-4000", job_id="5d1e0b7a", pid=7100, user="dave",
                 command=("python", "sweep.py", "--trial", "12"), started_at=T0 - 120,
                 found_at=T0, status="not_watched", reason=other_user(1003, 1001)),
     ]
-    return NodeReplay(HOST, jobs, recorded_pace=1.7, written_at=NOW)
+    return NodeReplay(HOST, jobs, PACKAGED, recorded_pace=1.7, written_at=NOW)
 
 
 __all__ = ["DURATION_S", "HOST", "NOW", "T0", "node_replay"]

@@ -53,3 +53,23 @@ THREE_MISTAKES = (
     "    for: soon\n"  # line 7: not a duration
     "    source: {document: diagnose}\n"
 )
+
+
+#: A team's own bands and straggler cut, and a rule of its own: every reader of a
+#: run judges with them once they are given with ``--rules`` (the panels' colours,
+#: the key-metrics table, a replay's straggler flag, ``aitop diff``'s advice).
+MOVED_TARGETS = """\
+targets:
+  - {metric: gpu_util, low: 10.0, high: 100.0, text: "10-100 % (this team's band)"}
+  - {metric: phase_data_wait, high: 0.5, text: "< 50 % of step time"}
+conditions:
+  holds_back_job: straggler_score < 0.3
+rules:
+  - name: slow_logging
+    expr: phase_other >= 0.2 and enough_samples
+    severity: medium
+    category: host
+    title: "Logging takes {phase_other:.0%} of the loop"
+    techniques: [mixed_precision]
+    source: {document: optimize, section: "Optimization Priority Framework"}
+"""

@@ -24,7 +24,8 @@ from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.base.rules import RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
-from aitop.knowledge.metrics.window import compute_metrics, compute_words
+from aitop.knowledge.metrics.window import compute_metrics
+from aitop.knowledge.metrics.words import compute_words
 from aitop.probes.kernel.cgroups import MemoryLimit
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
@@ -46,6 +47,8 @@ from aitop.probes.samples import (
     ThreadInfo,
 )
 from aitop.probes.session import PHASES, Session
+
+from support.knowledge import HELPER_THREADS, HOLDS_BACK
 
 #: 2023-11-14 22:13:20 UTC: every synthetic time is ``T0 + i`` (exact in a float).
 T0 = 1_700_000_000.0
@@ -415,7 +418,7 @@ def metrics_at(
     session: Session, tick: float, window_s: float = WINDOW_S
 ) -> dict[str, float | None]:
     """``compute_metrics`` for the window ending at ``T0 + tick``."""
-    return compute_metrics(session, T0 + tick, window_s)
+    return compute_metrics(session, T0 + tick, window_s, HELPER_THREADS)
 
 
 # ------------------------------------------------------------------ driving
@@ -443,7 +446,7 @@ def evaluate(
     session: Session, evaluator: RuleEngine | Diagnoser, now: float, window_s: float = WINDOW_S
 ) -> Tick:
     """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
-    metrics = compute_metrics(session, now, window_s)
+    metrics = compute_metrics(session, now, window_s, HELPER_THREADS)
     words = compute_words(session, now, window_s)
     given = _PEERS.get(id(session))
     if given:
@@ -453,7 +456,7 @@ def evaluate(
         own = RankView("rank 0", PID, metrics.get("comm_share"), None, None, None)
         judgement = judge_ranks([own, *(RankView(f"rank {i + 1}", PID + 1000 * (i + 1), c,
                                                None, cause, "data wait 40%")
-                                      for i, c in enumerate(peers))])
+                                      for i, c in enumerate(peers))], HOLDS_BACK)
         metrics.update(judgement.metrics())
         words.update(judgement.words())
     if isinstance(evaluator, Diagnoser):

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aitop.engine.live.node import NodeReplay
 from aitop.tui.node_app import NodeApp
+from support.knowledge import PACKAGED
 from support.node_session import HOST, NOW, node_replay
 from support.tui_pilot import wait_for
 from textual.pilot import Pilot
@@ -53,5 +54,5 @@ def test_node_120x30(snap_compare: Any) -> None:
 
 
 def test_empty_node_100x20(snap_compare: Any) -> None:
-    app = NodeApp(NodeReplay(HOST, [], written_at=NOW), clock=lambda: NOW)
+    app = NodeApp(NodeReplay(HOST, [], PACKAGED, written_at=NOW), clock=lambda: NOW)
     assert snap_compare(app, terminal_size=(100, 20), run_before=drawn())

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.jobs import LIGHT_TRAINING
 from support.processes import start_logged, stop_tree
 from support.terminal import pane_command
+
+from benchmarks.jobs import LIGHT_JOB
 
 pytestmark = pytest.mark.attach
 
@@ -55,7 +56,7 @@ def tmux_session() -> Iterator[None]:
 
 
 def test_aitop_alone_shows_the_node_and_opens_a_job(tmp_path: Path, tmux_session: None) -> None:
-    job = start_logged([sys.executable, "-c", LIGHT_TRAINING, str(tmp_path)])
+    job = start_logged([sys.executable, "-c", LIGHT_JOB, str(tmp_path)])
     try:
         aitop = pane_command([sys.executable, "-m", "aitop.tui", "--match", str(tmp_path)])
         tmux("new-session", "-d", "-s", SESSION, "-x", "200", "-y", "45", "-c", str(tmp_path),

@@ -17,6 +17,7 @@ from aitop.tui.screens.help import HelpScreen
 from aitop.tui.screens.main import MainScreen
 from aitop.tui.screens.node import NodeScreen
 from aitop.tui.widgets.grouped_table import GroupedTable
+from support.knowledge import PACKAGED
 from support.node_session import HOST, NOW, T0, node_replay
 from support.tui_pilot import screen_text, wait_exports, wait_for
 from textual.pilot import Pilot
@@ -151,13 +152,13 @@ async def test_s_exports_the_node_recording_and_it_replays(tmp_path: Path) -> No
         await wait_for(pilot, lambda: bool(app.exports), timeout=10)
     assert app.exports[0] == [target, target.with_suffix(".md"), target.with_suffix(".svg")]
     assert "bert-large-7" in target.with_suffix(".svg").read_text()
-    back = load_recording(target)
+    back = load_recording(target, PACKAGED)
     assert isinstance(back, NodeReplay)
     assert {j.job_id for j in back.recorded()} == {j.job_id for j in node_replay().recorded()}
 
 
 async def test_an_empty_machine_says_how_to_start_the_demo() -> None:
-    empty = NodeReplay(HOST, [], written_at=NOW)
+    empty = NodeReplay(HOST, [], PACKAGED, written_at=NOW)
     async with make_node_app(empty).run_test(size=(120, 20)) as pilot:
         app = pilot.app
         await wait_for(pilot, lambda: isinstance(app, NodeApp) and app.node_table is not None)

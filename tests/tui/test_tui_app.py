@@ -26,6 +26,7 @@ from aitop.tui.widgets.advisor_panel import AdvisorPanel
 from aitop.tui.widgets.gpu_panel import GpuPanel
 from aitop.tui.widgets.header import ExitBanner
 from aitop.tui.widgets.panel import Panel
+from support.knowledge import PACKAGED
 from support.tui_pilot import make_app, screen_text, settle, wait_for
 from support.tui_session import NOW, T0, FixtureSource, live_source
 from textual.filter import Monochrome, NoColor
@@ -411,7 +412,7 @@ async def test_an_empty_session_draws_and_every_key_is_safe() -> None:
             await pilot.pause()
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
-    replay = ReplaySource(Session(99), [])
+    replay = ReplaySource(Session(99), [], knowledge=PACKAGED)
     app = make_app(replay)
     async with app.run_test(size=(100, 30)) as pilot:
         for key in ("left", "right", "home", "end", "space", "enter", "escape"):

@@ -18,6 +18,7 @@ from aitop.probes.ranks import RankProcess
 from aitop.probes.session import RING_KINDS
 from aitop.tui.app import EXIT_UNSAVED
 from aitop.tui.screens.export_path import ExportPathScreen
+from support.knowledge import PACKAGED
 from support.tui_pilot import make_app, settle, wait_exports, wait_for
 from support.tui_session import NOW, live_source
 from textual.widgets import Input
@@ -36,7 +37,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
     assert data["target_pid"] == 4242
     assert data["environment"]["torch_version"] == "2.4.1+cu124"
     assert data["probe_status"]["stacks"] == {"state": "ok", "detail": "py-spy 0.4.0, 100 Hz"}
-    replay = load_snapshot(paths[0])
+    replay = load_snapshot(paths[0], PACKAGED)
     assert isinstance(replay, ReplaySource) and replay.live is False
     assert sample_counts(replay.session) == sample_counts(source.session)
     # the typed samples come back equal, not just similar
@@ -56,7 +57,7 @@ def test_write_then_load_round_trips_every_sample_and_finding(tmp_path: Path) ->
 
 def test_exit_info_survives_the_round_trip(tmp_path: Path) -> None:
     source = live_source(exited=True)
-    replay = load_snapshot(write_snapshot(tmp_path / "x.json", source)[0])
+    replay = load_snapshot(write_snapshot(tmp_path / "x.json", source)[0], PACKAGED)
     assert replay.session.target_exited_at == NOW
     assert replay.session.target_exit_status == 1
 
@@ -68,12 +69,12 @@ def test_the_job_and_its_ranks_survive_the_round_trip(tmp_path: Path) -> None:
         RankProcess(pid, 0, 0, 2, 0, "run-1"), RankProcess(pid + 1, 1, 1, 2, 0, "run-1")))
     path = write_snapshot(tmp_path / "ranks.json", source)[0]
     assert json.loads(path.read_text())["job"]["launcher_pid"] == 77
-    assert load_snapshot(path).session.job == source.session.job
+    assert load_snapshot(path, PACKAGED).session.job == source.session.job
     # Older files have no job: they replay as before.
     data = json.loads(path.read_text())
     del data["job"]
     path.write_text(json.dumps(data))
-    assert load_snapshot(path).session.job is None
+    assert load_snapshot(path, PACKAGED).session.job is None
 
 
 def test_markdown_report_says_what_to_paste_into_an_issue(tmp_path: Path) -> None:
@@ -113,7 +114,7 @@ def test_bad_files_fail_with_one_line_that_says_what_to_do(
     path = tmp_path / "bad.json"
     path.write_bytes(content)
     with pytest.raises(SnapshotError) as info:
-        load_snapshot(path)
+        load_snapshot(path, PACKAGED)
     message = str(info.value)
     assert says in message
     assert "\n" not in message
@@ -122,7 +123,7 @@ def test_bad_files_fail_with_one_line_that_says_what_to_do(
 
 def test_missing_file_fails_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match=r"cannot read .*nope\.json"):
-        load_snapshot(tmp_path / "nope.json")
+        load_snapshot(tmp_path / "nope.json", PACKAGED)
 
 
 def test_failed_write_leaves_nothing_behind_and_says_why(tmp_path: Path) -> None:
@@ -133,8 +134,8 @@ def test_failed_write_leaves_nothing_behind_and_says_why(tmp_path: Path) -> None
 
 
 def test_a_replay_can_be_exported_again(tmp_path: Path) -> None:
-    first = load_snapshot(write_snapshot(tmp_path / "a.json", live_source())[0])
-    second = load_snapshot(write_snapshot(tmp_path / "b.json", first)[0])
+    first = load_snapshot(write_snapshot(tmp_path / "a.json", live_source())[0], PACKAGED)
+    second = load_snapshot(write_snapshot(tmp_path / "b.json", first)[0], PACKAGED)
     assert sample_counts(second.session) == sample_counts(first.session)
     assert second.history() == first.history()
     raw = msgspec.json.decode((tmp_path / "b.json").read_bytes())
@@ -166,7 +167,7 @@ async def test_s_writes_json_markdown_and_svg_and_the_export_replays(tmp_path: P
     assert "<h1>aitop report</h1>" in paths[2].read_text()
     assert svg.lstrip().startswith("<svg") and "</svg>" in svg
     # replay the export: same samples, same findings
-    replay = load_snapshot(paths[0])
+    replay = load_snapshot(paths[0], PACKAGED)
     assert sample_counts(replay.session) == sample_counts(source.session)
     assert [[f.id for f in d.findings] for d in replay.history()] == [
         [f.id for f in d.findings] for d in source.history()
@@ -258,4 +259,4 @@ async def test_exited_target_can_still_be_exported(tmp_path: Path) -> None:
         await pilot.press("s")
         await wait_exports(app)
         await wait_for(pilot, lambda: bool(app.exports))
-    assert load_snapshot(target).session.target_exit_status == 1
+    assert load_snapshot(target, PACKAGED).session.target_exit_status == 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from aitop.engine.headless.export import write_snapshot
 from aitop.engine.records.snapshot import load_snapshot
 from aitop.tui.screens.main import MainScreen
+from support.knowledge import PACKAGED
 from support.tui_pilot import make_app, screen_text, settle, wait_for
 from support.tui_session import CHECKPOINT, NOW, T0, replay_source
 
@@ -92,7 +93,7 @@ async def test_live_only_keys_are_hidden_in_replay_and_arrows_still_navigate() -
 
 async def test_replay_of_an_exported_file_opens(tmp_path: Path) -> None:
     path = write_snapshot(tmp_path / "r.json", replay_source())[0]
-    app = make_app(load_snapshot(path))
+    app = make_app(load_snapshot(path, PACKAGED))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         assert "DATA LOADING" in screen_text(app)
@@ -137,7 +138,8 @@ def app_code(snapshot: Path, **kwargs: object) -> str:
         "from pathlib import Path\n"
         "from aitop.tui.app import run_app\n"
         "from aitop.engine.records.snapshot import load_snapshot\n"
-        f"sys.exit(run_app(load_snapshot(Path({str(snapshot)!r})){args}))\n"
+        "from aitop.knowledge.reading.loader import load_knowledge_base\n"
+        f"sys.exit(run_app(load_snapshot(Path({str(snapshot)!r}), load_knowledge_base()){args}))\n"
     )
 
 
@@ -167,7 +169,7 @@ def test_sigterm_on_a_real_terminal_exports_and_exits_cleanly(tmp_path: Path) ->
         assert term.proc.wait(timeout=10) == 0
         assert b"\x1b[?1049l" in term.seen
         assert b"aitop: saved" in term.seen
-        assert load_snapshot(out).history()  # a complete, loadable snapshot
+        assert load_snapshot(out, PACKAGED).history()  # a complete, loadable snapshot
         assert out.with_suffix(".svg").exists()
     finally:
         term.close()

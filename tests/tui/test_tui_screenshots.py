@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.tui_pilot import make_app, settle, wait_for
+from support.tui_pilot import make_app, settle
 from support.tui_session import CHECKPOINT, T0, live_source, replay_source
 from textual.pilot import Pilot
 
@@ -81,8 +81,6 @@ def test_detail_screen_120x40(snap_compare: Any, keys: list[str]) -> None:
         await settle(pilot)
         for key in keys:
             await pilot.press(key)
-        # the knowledge screen parses its file on a thread
-        await wait_for(pilot, lambda: not getattr(app.screen, "pending", False))
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=open_screen)

@@ -13,6 +13,7 @@ from aitop.knowledge.evaluator import HISTORY_METRICS, Evaluator, compact
 from aitop.knowledge.metrics.packed import PackedMetrics
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
+from support.knowledge import PACKAGED
 from support.synthetic import T0, Job, extend, mix
 
 
@@ -91,7 +92,8 @@ def test_a_snapshot_writes_packed_metrics_as_the_mapping_they_read_as(tmp_path: 
     history = list(evaluator.history())
     assert isinstance(history[0].metrics, PackedMetrics)
     path = tmp_path / "run.json"
-    path.write_bytes(encode(snapshot_of(ReplaySource(evaluator.session, history))))
-    back = load_snapshot(path).history()
+    replay = ReplaySource(evaluator.session, history, knowledge=PACKAGED)
+    path.write_bytes(encode(snapshot_of(replay)))
+    back = load_snapshot(path, PACKAGED).history()
     assert [d.t for d in back] == [d.t for d in history]
     assert [dict(d.metrics) for d in back] == [dict(d.metrics) for d in history]

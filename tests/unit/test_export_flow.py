@@ -16,6 +16,7 @@ import aitop.engine.headless.export as export_module
 import pytest
 from aitop.engine.headless.export import EXIT_UNSAVED, Exported, ExportFlow, ExportRequest
 from aitop.engine.records.snapshot import load_snapshot
+from support.knowledge import PACKAGED
 from support.tui_session import NOW, replay_source
 
 
@@ -41,7 +42,7 @@ def test_a_background_export_lands_on_its_own_daemon_thread(tmp_path: Path) -> N
     assert [p.name for p in outcome.paths] == ["run.json", "run.md", "run.html", "run.svg"]
     assert flow.exports == [list(outcome.paths)] and flow.unsaved_failure is None
     assert flow.messages == []  # the UI says so itself
-    assert load_snapshot(outcome.paths[0]).history()
+    assert load_snapshot(outcome.paths[0], PACKAGED).history()
 
 
 def test_a_failure_is_remembered_until_an_export_elsewhere_succeeds(tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 from aitop.engine.reports.key_metrics import gpu_utilization
-from aitop.knowledge.metrics.window import compute_metrics, gpu_util, gpu_util_over
+from aitop.knowledge.metrics.gpu import gpu_util, gpu_util_over
+from aitop.knowledge.metrics.window import compute_metrics
 from aitop.probes.samples import GpuSample
+from support.knowledge import HELPER_THREADS, PACKAGED
 from support.tui_session import NOW, build_session, gpu
 
 WINDOW_S = 20.0
@@ -30,8 +32,9 @@ def test_utilisation_is_the_mean_of_the_targets_gpus_else_of_every_healthy_one()
 
 def test_the_key_metric_reads_what_the_rules_read_before_and_after_a_diagnosis() -> None:
     session = build_session(gpus=2)
-    rules = compute_metrics(session, NOW, WINDOW_S)["gpu_util_mean"]
+    rules = compute_metrics(session, NOW, WINDOW_S, HELPER_THREADS)["gpu_util_mean"]
     assert rules is not None
     assert rules == gpu_util_over(session.gpu.window(NOW - WINDOW_S, NOW))
     # Without a diagnosis yet, the key-metrics table computes the same number.
-    assert gpu_utilization(session, None, NOW, WINDOW_S).display == f"{rules:.0f}% mean"
+    reading = gpu_utilization(session, None, NOW, WINDOW_S, PACKAGED.facts.targets)
+    assert reading.display == f"{rules:.0f}% mean"

@@ -11,6 +11,7 @@ from aitop.engine.compare.runs import run_of_report
 from aitop.engine.headless.source_report import recorded_report
 from aitop.engine.html.page import CONTENT_SECURITY_POLICY, render_html
 from aitop.engine.html.svg import nice_ceiling
+from support.knowledge import PACKAGED
 from support.tui_session import replay_source
 
 
@@ -91,6 +92,7 @@ def test_a_baseline_adds_the_before_and_after_comparison() -> None:
     report = recorded_report(source)
     slower = run_of_report(report, "before")
     page = render_html(report, source.session,
-                       comparison=compare(slower, run_of_report(report, "after")))
+                       comparison=compare(slower, run_of_report(report, "after"),
+                                          knowledge=PACKAGED))
     assert 'id="comparison"' in page and "no significant change" in page
     assert 'id="comparison"' not in render_html(report, source.session)

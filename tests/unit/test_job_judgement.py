@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from aitop.knowledge.metrics.straggler import RankView, hidden_comm, judge_ranks
+from support.knowledge import HOLDS_BACK
 
 
 def cpu_rank(**metrics: float | None) -> dict[str, float | None]:
@@ -52,7 +53,8 @@ def view(label: str, comm: float | None) -> RankView:
 
 
 def test_the_rank_that_waits_least_is_the_straggler_with_nvidias_score() -> None:
-    judgement = judge_ranks([view("rank 0", 0.70), view("rank 1", 0.24), view("rank 2", 0.68)])
+    judgement = judge_ranks([view("rank 0", 0.70), view("rank 1", 0.24), view("rank 2", 0.68)],
+                            HOLDS_BACK)
     straggler = judgement.straggler
     assert straggler is not None and straggler.label == "rank 1"
     # Fastest own work 0.30 (rank 0) over rank 1's 0.76.
@@ -65,11 +67,11 @@ def test_the_rank_that_waits_least_is_the_straggler_with_nvidias_score() -> None
 
 
 def test_ranks_that_wait_alike_have_no_flagged_straggler() -> None:
-    judgement = judge_ranks([view("rank 0", 0.45), view("rank 1", 0.40)])
+    judgement = judge_ranks([view("rank 0", 0.45), view("rank 1", 0.40)], HOLDS_BACK)
     assert judgement.straggler is not None
     assert not judgement.flagged
 
 
 def test_ranks_without_a_reading_are_not_judged() -> None:
-    judgement = judge_ranks([view("rank 0", 0.5), view("rank 1", None)])
+    judgement = judge_ranks([view("rank 0", 0.5), view("rank 1", None)], HOLDS_BACK)
     assert judgement.straggler is None and judgement.metrics()["straggler_score"] is None

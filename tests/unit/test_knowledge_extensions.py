@@ -14,11 +14,13 @@ from aitop.knowledge.base import catalogue
 from aitop.knowledge.base.facts import Facts
 from aitop.knowledge.judging.diagnosis import Diagnoser
 from aitop.knowledge.metrics import window as metrics
+from aitop.knowledge.metrics.series import series_values
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes.phases import PhaseClassifier, StackReading, parse_raw
 from aitop.probes.samples import StackWindow
 from aitop.probes.stack_window import summarize_window
+from support.knowledge import HELPER_THREADS, HOLDS_BACK
 from support.synthetic import T0, WINDOW_S, make_session
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -75,7 +77,7 @@ def test_a_new_loader_library_and_idle_function_reach_the_stack_probe(tmp_path: 
 def test_a_helper_thread_prefix_is_not_counted_as_compute(tmp_path: Path) -> None:
     session = make_session(busy_threads=2, busy_thread_names=("python", "myhelper_0"))
     now = T0 + 30
-    packaged = metrics.compute_metrics(session, now, WINDOW_S)
+    packaged = metrics.compute_metrics(session, now, WINDOW_S, HELPER_THREADS)
     assert packaged["main_busy_threads_mean"] == 2.0
     kb = _kb(tmp_path, "helper_threads: [myhelper]\n")
     assert kb.phases.helper_threads[-1] == "pt_data_pin", "the pin-memory thread always is"
@@ -104,10 +106,20 @@ def test_a_rule_file_adds_targets(tmp_path: Path) -> None:
     assert "phase_eval" not in load_knowledge_base().facts.targets
 
 
+def test_a_rule_files_target_replaces_the_documents_own(tmp_path: Path) -> None:
+    """The documents' data-loading target (under 5 %) wins over aitop's own
+    targets, not over the user's: the findings' evidence and every panel move."""
+    packaged = load_knowledge_base().facts.targets["phase_data_wait"]
+    assert (packaged.high, packaged.source) == (0.05, "optimize")
+    kb = _kb(tmp_path, "targets:\n  - {metric: phase_data_wait, high: 0.2, text: '< 20 %'}\n")
+    assert kb.facts.targets["phase_data_wait"].high == 0.2
+    assert kb.facts.targets["gpu_util"] == load_knowledge_base().facts.targets["gpu_util"]
+
+
 def test_the_straggler_cut_is_the_knowledge_bases_condition(tmp_path: Path) -> None:
     ranks = [RankView("rank 0", 1, 0.40, None, None, None),
              RankView("rank 1", 2, 0.10, None, None, None)]  # score 0.60 / 0.90 = 0.67
-    assert judge_ranks(ranks).flagged, "below the packaged cut"
+    assert judge_ranks(ranks, HOLDS_BACK).flagged, "below the packaged cut"
     kb = _kb(tmp_path, "conditions:\n  holds_back_job: straggler_score < 0.5\n")
     assert not judge_ranks(ranks, kb.rules.conditions["holds_back_job"]).flagged
     straggler = next(r for r in kb.rules.rules if r.id == "straggler_holds_back_job")
@@ -115,4 +127,10 @@ def test_the_straggler_cut_is_the_knowledge_bases_condition(tmp_path: Path) -> N
 
 
 def test_every_catalogued_series_is_computed_and_nothing_else() -> None:
-    assert [name for name, *_ in catalogue.SERIES] == [name for name, *_ in metrics.SERIES_VALUES]
+    # By name: a catalogue entry without a value function, or a value function
+    # for a name the catalogue lacks, fails here (not a metric read as another).
+    computed = set(series_values(()))
+    catalogued = {name for name, *_ in catalogue.SERIES}
+    assert not catalogued - computed, "catalogue series without a value function"
+    assert not computed - catalogued, "value functions for names the catalogue lacks"
+    assert len(catalogue.SERIES) == len(catalogued), "a series catalogued twice"

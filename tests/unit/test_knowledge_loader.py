@@ -147,7 +147,7 @@ def test_one_file_is_read_against_the_packaged_conditions(tmp_path: Path) -> Non
                   "    expr: phase_other > 0.5 and enough_samples\n"
                   "    severity: low\n    category: host\n    title: t\n"
                   "    source: {document: diagnose}\n")
-    ruleset = rules_in_document(load_yaml_file(path))
+    ruleset = rules_in_document(load_yaml_file(path), load_knowledge_base())
     assert ruleset.rules[0].condition.expr == "phase_other > 0.5 and phase_samples >= 20"
 
 

@@ -110,13 +110,17 @@ def test_a_users_target_moves_every_rule_that_names_it(tmp_path: Path) -> None:
     assert kb.facts.targets["host_ram_used"].high == 80.0
 
 
-def test_the_documents_target_wins_over_a_users(tmp_path: Path) -> None:
-    """The documents' key metrics win over `targets:`, for the rules as for the evidence."""
+def test_a_users_target_moves_the_rules_that_name_it(tmp_path: Path) -> None:
+    """A user's `targets:` entry wins over the documents' key metric, for the rules that
+    name the target as for the evidence; without it the documents' 5 % holds."""
+    state = next(s for s in KB.rules.states if s.id == "high_data_loading_latency")
+    assert state.condition.expr == "phase_data_wait >= 0.05"
     path = tmp_path / "mine.yaml"
     path.write_text("targets:\n  - {metric: phase_data_wait, high: 0.5, text: 'mine'}\n")
     kb = load_knowledge_base([path])
     state = next(s for s in kb.rules.states if s.id == "high_data_loading_latency")
-    assert state.condition.expr == "phase_data_wait >= 0.05"
+    assert state.condition.expr == "phase_data_wait >= 0.5"
+    assert kb.facts.targets["phase_data_wait"].high == 0.5
 
 
 def test_prometheus_gets_the_number_in_the_series_unit() -> None:

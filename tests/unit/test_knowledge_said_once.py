@@ -330,7 +330,7 @@ def _judged(util: float) -> tuple[list[str], bool | None, list[str], list[str], 
     diagnoser = Diagnoser(KB.rules, KB.facts)
     for t in range(30):
         diagnosis = diagnoser.diagnose(metrics, 1000.0 + t)
-    view = View(Session(4242), diagnosis, 1029.0, live=True)
+    view = View(Session(4242), diagnosis, 1029.0, live=True, knowledge=KB)
     shown = [line.text.plain for line in AdvisorPanel().lines(view, 120)]
     table = priority_table(KB.documents, view)
     marked = [cell.plain for cell, now in zip(table.columns[1].cells, table.columns[0].cells,

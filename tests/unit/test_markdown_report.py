@@ -10,6 +10,7 @@ from aitop.engine.reports import humanize as fmt
 from aitop.engine.reports.build import RunFacts
 from aitop.engine.reports.markdown import Wording, render_markdown, wording_of
 from aitop.knowledge.base.catalogue import CATALOGUE
+from support.knowledge import PACKAGED
 from support.tui_session import DATA_SOURCE, NOW, T0, replay_source
 
 
@@ -32,11 +33,11 @@ def test_the_words_the_report_only_names_come_from_the_diagnoses() -> None:
     report = report_of(source, NOW, source.latest(), RunFacts(180.0, None, None), T0)
     lead = report.findings[0]
     quote = f"> {DATA_SOURCE.quote}"
-    bare = render_markdown(report, source.session)
+    bare = render_markdown(report, source.session, PACKAGED)
     assert quote not in bare
     described = CATALOGUE["phase_data_wait"].description
     assert f"| {described} | 42% |" in bare, "a label not found is the catalogue's"
-    worded = render_markdown(report, source.session,
+    worded = render_markdown(report, source.session, PACKAGED,
                              wording_of(report, reversed(source.history())))
     assert quote in worded and "| Data wait share of step | 42% |" in worded
     assert wording_of(report, []) == Wording()

@@ -28,6 +28,7 @@ from aitop.engine.reports import schema
 from aitop.engine.reports.build import RunFacts
 from aitop.knowledge.base.findings import JOB_STATES, Diagnosis
 from aitop.knowledge.judging.job_state import job_state
+from support.knowledge import PACKAGED
 from support.node_session import HOST, NOW, T0, node_replay
 from support.report_schema import errors_of
 from support.tui_session import build_diagnoses, replay_source
@@ -88,7 +89,7 @@ def test_a_recording_shows_the_jobs_that_ran_at_the_cursor() -> None:
     early = {r.job_id for r in node_table(node, T0 + 10).rows}
     assert early == {"imagenet-resnet50", "bert-large-7"}
     ended = NodeReplay(HOST, [dataclasses.replace(j, ended_at=T0 + 30)
-                              for j in node.recorded()], written_at=NOW)
+                              for j in node.recorded()], PACKAGED, written_at=NOW)
     assert node_table(ended, T0 + 40).empty and not node_table(ended, T0 + 29).empty
 
 
@@ -111,7 +112,7 @@ def test_a_node_recording_reads_back_as_the_node_it_was(tmp_path: Path) -> None:
     written = write_node_snapshot(path, node, screenshot_svg="<svg/>")
     assert written == [path, path.with_suffix(".md"), path.with_suffix(".svg")]
     assert json.loads(path.read_text())["schema"] == NODE_SCHEMA
-    back = load_recording(path)
+    back = load_recording(path, PACKAGED)
     assert isinstance(back, NodeReplay) and back.hostname == HOST
     assert back.timeline() == node.timeline()
     assert node_table(back, NOW) == node_table(node, NOW)
@@ -126,11 +127,11 @@ def test_a_job_snapshot_still_reads_and_a_node_one_is_refused_where_one_job_is_w
         tmp_path: Path) -> None:
     job = tmp_path / "job.json"
     write_snapshot(job, replay_source())
-    assert isinstance(load_recording(job), ReplaySource)
+    assert isinstance(load_recording(job, PACKAGED), ReplaySource)
     node = tmp_path / "node.json"
     write_node_snapshot(node, node_replay())
     with pytest.raises(SnapshotError) as caught:
-        load_snapshot(node)
+        load_snapshot(node, PACKAGED)
     message = str(caught.value)
     assert "is a node recording" in message and f"aitop replay {node}" in message
     assert "\n" not in message
@@ -140,7 +141,7 @@ def test_a_damaged_node_recording_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "node.json"
     path.write_text(json.dumps({"schema": NODE_SCHEMA, "jobs": 3}))
     with pytest.raises(SnapshotError) as caught:
-        load_recording(path)
+        load_recording(path, PACKAGED)
     assert "damaged or incompatible aitop.node-snapshot/1" in str(caught.value)
     assert "\n" not in str(caught.value)
 
@@ -180,7 +181,7 @@ def test_the_node_report_holds_each_jobs_own_report_and_validates(tmp_path: Path
 
 
 def test_a_node_without_jobs_says_how_to_start_one() -> None:
-    empty = NodeReplay(HOST, [], written_at=NOW)
+    empty = NodeReplay(HOST, [], PACKAGED, written_at=NOW)
     report = node_report(empty, NOW)
     assert report.note == NO_JOBS and "`aitop demo`" in NO_JOBS
     assert errors_of(json.loads(schema.report_json(report))) == []

@@ -8,6 +8,7 @@ from aitop.engine.live.source import Conclusion, ReplaySource
 from aitop.engine.prometheus.exporter import Publisher
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.session import Session
+from support.knowledge import PACKAGED
 from support.tui_session import NOW, PID, build_diagnoses, build_session, replay_source
 
 
@@ -45,7 +46,7 @@ def test_each_frame_reads_the_rank_afresh_and_the_counters_carry_on() -> None:
     first = publisher.frame(NOW)
     successor = build_session()
     successor.target_pid = PID + 7
-    watched.source = ReplaySource(successor, build_diagnoses())
+    watched.source = ReplaySource(successor, build_diagnoses(), knowledge=PACKAGED)
     later = publisher.frame(NOW + 1)
     assert (first.target_pid, later.target_pid) == (PID, PID + 7)
     assert dict(later.stack_samples) == dict(first.stack_samples), \

@@ -33,6 +33,7 @@ from aitop.knowledge.judging import gains
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.probes import ranks as probe_ranks
 from aitop.probes.status import PROBE_STATES
+from support.knowledge import HOLDS_BACK
 from support.report_schema import errors_of, shipped_schema
 from support.tui_session import replay_source
 
@@ -106,7 +107,8 @@ def test_a_rank_row_is_written_as_the_report_rank_rounded() -> None:
     started = source.session.started_at or now
     diagnosis = source.at(now).diagnosis
     judgement = judge_ranks([RankView("rank 0", 1, 0.123456, 2.0, None, None),
-                             RankView("rank 1", 2, 0.6, 2.0, None, "data wait 47%")])
+                             RankView("rank 1", 2, 0.6, 2.0, None, "data wait 47%")],
+                            HOLDS_BACK)
     report = build_report(source.session, diagnosis, source.history(),
                           RunFacts(now - started, None, None), started, ranks=[row],
                           judgement=judgement)

@@ -20,7 +20,7 @@ import pytest
 from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
-from aitop.knowledge.metrics.window import memory_growth
+from aitop.knowledge.metrics.memory import memory_growth
 from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
 from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.gpu import GpuProbe
@@ -1586,7 +1586,7 @@ def _load_user_file(path: Path) -> RuleSet:
     error cases below are about the user's file, so they read only that (a few go
     through ``load_knowledge_base`` itself to show the errors surface there unchanged).
     """
-    return rules_in_document(load_yaml_file(path))
+    return rules_in_document(load_yaml_file(path), load_knowledge_base())
 
 
 def _line_of(text: str, needle: str) -> int:

@@ -23,6 +23,7 @@ from aitop.probes.session import (
     aggregate,
     percentile,
 )
+from support.knowledge import HELPER_THREADS
 from support.synthetic import PID, T0, Job, extend, host_sample, make_session, metrics_at
 
 
@@ -317,7 +318,7 @@ def test_appends_from_threads_while_reading() -> None:
             while not done.is_set() or reads < 3:
                 now = session.latest_time()
                 if now is not None:
-                    compute_metrics(session, now, 20.0)
+                    compute_metrics(session, now, 20.0, HELPER_THREADS)
                     session.phase_fractions(now, 20.0)
                     for kind in kinds:
                         items = getattr(session, kind).items()

@@ -7,7 +7,6 @@ no Textual.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 import time
@@ -33,7 +32,15 @@ from aitop.probes.collector import Collector
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.session import Session
-from support.tui_session import NOW, PID, build_diagnoses, build_session
+from support.knowledge import PACKAGED
+from support.tui_session import (
+    NOW,
+    PID,
+    build_diagnoses,
+    build_session,
+    two_rank_replay,
+    with_comm,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,29 +57,12 @@ def live_rank(session: Session | None = None, evaluator: Evaluator | None = None
     return LiveSource(session, idle_collector(session), evaluator)
 
 
-def with_comm(d: Diagnosis, comm: float) -> Diagnosis:
-    """A diagnosis whose rank spends ``comm`` of its time waiting for the others."""
-    return dataclasses.replace(d, metrics={**dict(d.metrics), "comm_share": comm})
-
-
-def two_rank_replay() -> ReplaySource:
-    """A recorded 2-rank job: the lead waits 60 % for rank 1 (the straggler, 10 %)."""
-    lead, peer = build_session(), build_session()
-    job = RankJob(PID - 1, PID - 1, "env", (RankProcess(PID, 0, 0, 2),
-                                           RankProcess(PID + 1, 1, 1, 2)))
-    lead.job = peer.job = job
-    peer.target_pid = PID + 1
-    peer_source = ReplaySource(peer, [with_comm(d, 0.1) for d in build_diagnoses()])
-    return ReplaySource(lead, [with_comm(d, 0.6) for d in build_diagnoses()],
-                        peers=[RankPeer("rank 1", PID + 1, peer_source)])
-
-
 # ----------------------------------------------------------- the protocol
 
 
 def test_live_rank_live_job_and_replay_all_implement_the_protocol() -> None:
     rank = live_rank()
-    for source in (rank, LiveJob(rank), ReplaySource(Session(1), [])):
+    for source in (rank, LiveJob(rank), ReplaySource(Session(1), [], knowledge=PACKAGED)):
         assert isinstance(source, DataSource), type(source).__name__
         assert isinstance(source.latest(), Conclusion)
         assert isinstance(source.at(NOW), Conclusion)
@@ -99,13 +89,13 @@ def test_no_reader_reaches_past_the_protocol() -> None:
 
 def test_a_replay_answers_at_a_time_with_what_was_recorded_then() -> None:
     diagnoses = build_diagnoses()
-    replay = ReplaySource(build_session(), diagnoses)
+    replay = ReplaySource(build_session(), diagnoses, knowledge=PACKAGED)
     assert replay.at(diagnoses[0].t - 1) == NOTHING  # before the first diagnosis
     assert replay.at(diagnoses[3].t + 0.5).diagnosis is diagnoses[3]
     assert replay.latest().diagnosis is diagnoses[-1]
     timeline = replay.timeline()
     assert timeline is not None and timeline.end == NOW and timeline.step_s == 1.0
-    assert ReplaySource(Session(1), []).timeline() is None
+    assert ReplaySource(Session(1), [], knowledge=PACKAGED).timeline() is None
 
 
 def test_a_replayed_jobs_judgement_is_made_once_per_time_asked(
@@ -115,9 +105,9 @@ def test_a_replayed_jobs_judgement_is_made_once_per_time_asked(
     calls: list[int] = []
     real = source_module.judge_ranks
 
-    def counting(ranks: Any) -> JobJudgement:
+    def counting(ranks: Any, holds_back: Any) -> JobJudgement:
         calls.append(len(ranks))
-        return real(ranks)
+        return real(ranks, holds_back)
 
     monkeypatch.setattr(source_module, "judge_ranks", counting)
     replay = two_rank_replay()
@@ -180,7 +170,8 @@ def test_the_jobs_judgement_is_made_once_per_evaluation_and_rows_only_read_it() 
     session = build_session()
     session.job = RankJob(PID - 1, PID - 1, "env", (RankProcess(PID, 0, 0, 2),
                                                    RankProcess(PID + 1, 1, 1, 2)))
-    peer_source = ReplaySource(build_session(), [with_comm(d, 0.1) for d in build_diagnoses()])
+    peer_source = ReplaySource(build_session(), [with_comm(d, 0.1) for d in build_diagnoses()],
+                               knowledge=PACKAGED)
     peers = [RankPeer("rank 1", PID + 1, peer_source)]
     asked: list[float] = []
 
@@ -211,7 +202,7 @@ def test_rows_take_scores_and_the_straggler_from_the_conclusion() -> None:
 
 
 def test_judge_at_is_none_for_a_single_process() -> None:
-    assert judge_at(build_session(), None, []) is None
+    assert judge_at(build_session(), None, [], PACKAGED) is None
 
 
 # -------------------------------------------------------------------- job

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aitop.knowledge.base.expressions import MAX_WORD_CHARS
 from aitop.knowledge.metrics.stall_feeder import stall_feeder
-from aitop.knowledge.metrics.window import compute_words
+from aitop.knowledge.metrics.words import compute_words
 from aitop.probes.samples import (
     HotFrame,
     LogEvent,

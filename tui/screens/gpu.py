@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from aitop.engine.live.series import gpu_values, latest, reason_durations, upto
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,26 +21,35 @@ from .base import DetailScreen
 
 Getter = Callable[[GpuDevice], float | None]
 
+#: How a device's last value is judged, against the run's targets.
+Judge = Callable[[GpuDevice, Targets], str]
+
+
+def _unjudged(d: GpuDevice, targets: Targets) -> str:
+    return "unknown"
+
+
 #: (key, title, getter, how to print a value, how to judge the last value)
-METRICS: list[tuple[str, str, Getter, Callable[[float], str], Callable[[GpuDevice], str]]] = [
+METRICS: list[tuple[str, str, Getter, Callable[[float], str], Judge]] = [
     ("util", "Utilisation", lambda d: d.util_percent, lambda v: f"{v:.0f}%",
-     lambda d: verdicts.gpu_util(d.util_percent)),
+     lambda d, targets: verdicts.gpu_util(d.util_percent, targets)),
     ("mem", "Memory used", lambda d: d.mem_used_bytes, fmt.human_bytes,
-     lambda d: verdicts.gpu_memory(d.mem_used_bytes / d.mem_total_bytes
-                          if d.mem_used_bytes is not None and d.mem_total_bytes else None)),
+     lambda d, targets: verdicts.gpu_memory(
+         d.mem_used_bytes / d.mem_total_bytes
+         if d.mem_used_bytes is not None and d.mem_total_bytes else None, targets)),
     ("memutil", "Memory bandwidth busy", lambda d: d.mem_util_percent, lambda v: f"{v:.0f}%",
-     lambda d: "unknown"),
+     _unjudged),
     ("temp", "Temperature", lambda d: d.temperature_c, lambda v: f"{v:.0f}°C",
-     lambda d: verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)),
-    ("power", "Power", lambda d: d.power_w, lambda v: f"{v:.0f}W", lambda d: "unknown"),
-    ("clock", "SM clock", lambda d: d.sm_clock_mhz, lambda v: f"{v:.0f}MHz",
-     lambda d: "unknown"),
-    ("pcie_tx", "PCIe TX", lambda d: d.pcie_tx_bps, fmt.human_rate, lambda d: "unknown"),
-    ("pcie_rx", "PCIe RX", lambda d: d.pcie_rx_bps, fmt.human_rate, lambda d: "unknown"),
+     lambda d, targets: verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c,
+                                                 targets)),
+    ("power", "Power", lambda d: d.power_w, lambda v: f"{v:.0f}W", _unjudged),
+    ("clock", "SM clock", lambda d: d.sm_clock_mhz, lambda v: f"{v:.0f}MHz", _unjudged),
+    ("pcie_tx", "PCIe TX", lambda d: d.pcie_tx_bps, fmt.human_rate, _unjudged),
+    ("pcie_rx", "PCIe RX", lambda d: d.pcie_rx_bps, fmt.human_rate, _unjudged),
     ("target_sm", "Target's SM share", lambda d: d.target_sm_percent, lambda v: f"{v:.0f}%",
-     lambda d: "unknown"),
+     _unjudged),
     ("target_mem", "Target's memory", lambda d: d.target_mem_bytes, fmt.human_bytes,
-     lambda d: "unknown"),
+     _unjudged),
 ]
 
 
@@ -133,7 +143,7 @@ class GpuScreen(DetailScreen):
         for d in sample.devices:
             if d.index not in self.indices:
                 continue
-            self._update_device(d, samples)
+            self._update_device(d, samples, view.targets)
         self._update_processes(sample)
 
     async def _rebuild(self) -> None:
@@ -142,7 +152,7 @@ class GpuScreen(DetailScreen):
         if view is not None:
             self.update_view(view)
 
-    def _update_device(self, d: GpuDevice, samples: list[GpuSample]) -> None:
+    def _update_device(self, d: GpuDevice, samples: list[GpuSample], targets: Targets) -> None:
         i = d.index
         title = Text(f"GPU {i} · {d.name or '?'}", style="bold")
         title.append(f"   {limits(d)}", style="dim")
@@ -154,7 +164,7 @@ class GpuScreen(DetailScreen):
             series = gpu_values(samples, i, get)
             note = "not supported by this driver" if key in d.unsupported else ""
             top = chart_top(key, d)
-            chart.update_series(series, judge(d), note, hi=float(top) if top else None)
+            chart.update_series(series, judge(d, targets), note, hi=float(top) if top else None)
         durations = reason_durations(samples, i)
         total = samples[-1].t - samples[0].t if len(samples) > 1 else 0.0
         rows = []

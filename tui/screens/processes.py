@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from aitop.engine.live.series import latest
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.samples import ProcessTreeSample
 from rich.text import Text
 from textual.app import ComposeResult
@@ -38,13 +39,14 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def rows_of(tree: ProcessTreeSample, with_threads: bool) -> list[tuple[str, list[Cell]]]:
+def rows_of(tree: ProcessTreeSample, with_threads: bool,
+            targets: Targets) -> list[tuple[str, list[Cell]]]:
     """One row per process, then (optionally) one per thread."""
     rows: list[tuple[str, list[Cell]]] = []
     for p in tree.processes:
         # Only a process outside its target is coloured: the table is for finding
         # the one that fills its core, not for grading every row.
-        cpu = verdicts.process_cpu(p.cpu_percent)
+        cpu = verdicts.process_cpu(p.cpu_percent, targets)
         cpu_style = fmt.STATUS_STYLE[cpu] if cpu == "outside" else ""
         rows.append((f"p{p.pid}", [
             Cell("process", "process"),
@@ -136,4 +138,4 @@ class ProcessScreen(DetailScreen):
         text.append(f"   sorted by {table.sort_column} "
                     f"({'descending' if table.sort_reverse else 'ascending'})", style="dim")
         summary.update(text)
-        table.set_rows(rows_of(tree, self.with_threads))
+        table.set_rows(rows_of(tree, self.with_threads, view.targets))

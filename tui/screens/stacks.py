@@ -118,8 +118,8 @@ class StacksScreen(DetailScreen):
                          style=fmt.PHASE_STYLE.get(phase, "reverse"))
             title.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ", style="bold")
             if phase == "data_wait":
-                status = verdicts.data_wait(frac)
-                target = verdicts.target("phase_data_wait")
+                status = verdicts.data_wait(frac, view.targets)
+                target = verdicts.target("phase_data_wait", view.targets)
                 said = f" (target < {target.high:.0%})" if target and target.high else ""
                 title.append(f"{frac * 100:.1f}% {fmt.STATUS_SYMBOL[status]}{said}",
                              style=fmt.STATUS_STYLE[status])

@@ -46,4 +46,4 @@ class BaselineBar(Static):
     def line(self, view: View) -> str:
         """The summary for one frame (no next steps: they are for ``aitop diff``)."""
         run = run_of_session(view.session, view.diagnosis, "this run", "live")
-        return summary_line(compare(self.baseline, run, advise=False))
+        return summary_line(compare(self.baseline, run, knowledge=None))

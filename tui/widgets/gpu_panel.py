@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aitop.engine.live.series import gpu_values, latest, recent
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.samples import GpuDevice, GpuSample
 from rich.text import Text
 from textual.widget import Widget
@@ -31,7 +32,8 @@ def neutral(text: str, width: int = 18) -> Text:
     return Text(f"{text:<{width}}")
 
 
-def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Line]:
+def device_lines(d: GpuDevice, history: list[GpuSample], width: int,
+                 targets: Targets) -> list[Line]:
     """All the lines for one GPU, most important first in priority."""
     out: list[Line] = []
     idx = d.index
@@ -48,7 +50,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
 
     util = d.util_percent
     out.append(Line(spark_line(
-        label("util", 9) + value(fmt.pct(util), verdicts.gpu_util(util)),
+        label("util", 9) + value(fmt.pct(util), verdicts.gpu_util(util, targets)),
         gpu_values(history, idx, lambda x: x.util_percent), width, lo=0, hi=100,
     ), 0))
 
@@ -58,7 +60,7 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     mem_text = (f"{fmt.human_bytes(d.mem_used_bytes)}/{total}"
                 f" {fmt.pct(None if frac is None else frac * 100)}")
     out.append(Line(spark_line(
-        label("mem", 9) + value(mem_text, verdicts.gpu_memory(frac)),
+        label("mem", 9) + value(mem_text, verdicts.gpu_memory(frac, targets)),
         gpu_values(history, idx, lambda x: x.mem_used_bytes), width, lo=0,
         hi=float(d.mem_total_bytes) if d.mem_total_bytes else None,
     ), 1))
@@ -68,7 +70,8 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
         temp_text += f" /{d.temperature_slowdown_c:.0f}"
     out.append(Line(spark_line(
         label("temp", 9)
-        + value(temp_text, verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)),
+        + value(temp_text, verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c,
+                                                    targets)),
         gpu_values(history, idx, lambda x: x.temperature_c), width, lo=None,
     ), 3))
 
@@ -107,21 +110,21 @@ def device_lines(d: GpuDevice, history: list[GpuSample], width: int) -> list[Lin
     return out
 
 
-def compact_line(d: GpuDevice) -> Text:
+def compact_line(d: GpuDevice, targets: Targets) -> Text:
     """One GPU in one line, for when several share a small panel."""
     text = Text(f"{d.index} ", style="bold")
     text.append(f"{(d.name or 'GPU').replace('NVIDIA ', '')[:14]:<14} ")
     if d.lost:
         text.append("lost", style=fmt.STATUS_STYLE["outside"])
         return text
-    status = verdicts.gpu_util(d.util_percent)
+    status = verdicts.gpu_util(d.util_percent, targets)
     text.append(f"util {fmt.pct(d.util_percent):>4}", style=fmt.STATUS_STYLE[status])
     frac = (d.mem_used_bytes / d.mem_total_bytes
             if d.mem_used_bytes is not None and d.mem_total_bytes else None)
-    status = verdicts.gpu_memory(frac)
+    status = verdicts.gpu_memory(frac, targets)
     text.append(f"  mem {fmt.pct(None if frac is None else frac * 100):>4}",
                 style=fmt.STATUS_STYLE[status])
-    status = verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c)
+    status = verdicts.gpu_temperature(d.temperature_c, d.temperature_slowdown_c, targets)
     text.append(f"  {fmt.num(d.temperature_c, '.0f', '°C')}", style=fmt.STATUS_STYLE[status])
     reasons = tuple(r for r in d.clock_event_reasons if r != "gpu_idle")
     if reasons:
@@ -183,11 +186,11 @@ class GpuPanel(Panel):
             text.append("  (compute means the CPU)", style="dim")
             return [Line(text, 0)]
         history = recent(view.session.gpu, view.now, HISTORY_S)
-        self._compact = ([Line(compact_line(d), 0) for d in sample.devices]
+        self._compact = ([Line(compact_line(d, view.targets), 0) for d in sample.devices]
                          if len(sample.devices) > 1 else None)
         out: list[Line] = []
         for n, d in enumerate(sample.devices):
-            lines = device_lines(d, history, width)
+            lines = device_lines(d, history, width, view.targets)
             # With several GPUs, later devices yield to the first one's detail.
             out += [Line(line.text, line.priority + 3 * n) for line in lines]
         if not sample.devices:

@@ -11,6 +11,7 @@ import statistics
 
 from aitop.engine.live.series import latest, recent, tree_cpu, values
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.samples import ProcessInfo
 from rich.text import Text
 
@@ -21,10 +22,10 @@ from .view import View
 HISTORY_S = 300.0
 
 
-def process_line(p: ProcessInfo, name: str) -> Text:
+def process_line(p: ProcessInfo, name: str, targets: Targets) -> Text:
     """``name  cpu  rss  state`` for one process."""
     text = Text(f"{name:<14}")
-    cpu = verdicts.process_cpu(p.cpu_percent)
+    cpu = verdicts.process_cpu(p.cpu_percent, targets)
     text.append(f"{fmt.pct(p.cpu_percent):>6}",
                 style=fmt.STATUS_STYLE[cpu] if cpu in ("near", "outside") else "")
     text.append(f" {fmt.human_bytes(p.rss_bytes):>7}")
@@ -92,7 +93,7 @@ class HostPanel(Panel):
         else:
             main = tree.main
             if main is not None:
-                out.append(Line(process_line(main, f"main {main.pid}"), 0))
+                out.append(Line(process_line(main, f"main {main.pid}", view.targets), 0))
             workers = tree.workers
             if workers:
                 cpus = [w.cpu_percent for w in workers if w.cpu_percent is not None]
@@ -101,12 +102,12 @@ class HostPanel(Panel):
                 if cpus:
                     mean = statistics.fmean(cpus)
                     summary.append(f"{fmt.pct(mean):>6}",
-                                   style=fmt.STATUS_STYLE[verdicts.process_cpu(mean)])
+                                   style=fmt.STATUS_STYLE[verdicts.process_cpu(mean, view.targets)])
                     summary.append(f" {fmt.human_bytes(sum(rss)) if rss else '—':>7}")
                     summary.append(f"  each {min(cpus):.0f}-{max(cpus):.0f}%", style="dim")
                 out.append(Line(summary, 1))
                 for w in workers:
-                    out.append(Line(process_line(w, f" worker {w.pid}"), 6))
+                    out.append(Line(process_line(w, f" worker {w.pid}", view.targets), 6))
             else:
                 out.append(Line(Text("no DataLoader workers (num_workers=0?)",
                                      style=fmt.STATUS_STYLE["near"]), 1))
@@ -133,7 +134,8 @@ class HostPanel(Panel):
             out.append(Line(cores_line(host.per_core_percent, width), 5))
         out.append(Line(spark_line(
             label("iowait") + Text(f"{fmt.pct(host.iowait_percent, digits=1):<11}",
-                                   style=fmt.STATUS_STYLE[verdicts.iowait(host.iowait_percent)]),
+                                   style=fmt.STATUS_STYLE[verdicts.iowait(host.iowait_percent,
+                                                                          view.targets)]),
             values(hosts, lambda h: h.iowait_percent), width, lo=0, hi=None,
         ), 3))
         frac = (host.ram_used_bytes / host.ram_total_bytes
@@ -141,7 +143,7 @@ class HostPanel(Panel):
         ram = label("RAM")
         ram.append(f"{fmt.human_bytes(host.ram_used_bytes)}/"
                    f"{fmt.human_bytes(host.ram_total_bytes, precision=0)}",
-                   style=fmt.STATUS_STYLE[verdicts.host_ram(frac)])
+                   style=fmt.STATUS_STYLE[verdicts.host_ram(frac, view.targets)])
         if host.swap_used_bytes:
             ram.append(f"  swap {fmt.human_bytes(host.swap_used_bytes)}",
                        style=fmt.STATUS_STYLE["near"])

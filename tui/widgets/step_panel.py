@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aitop.engine.live.series import latest
 from aitop.knowledge.judging import verdicts
+from aitop.knowledge.judging.verdicts import Targets
 from aitop.probes.session import PHASES
 from aitop.probes.steps import step_rates
 from rich.text import Text
@@ -56,7 +57,7 @@ def phase_bar(fractions: dict[str, float], width: int) -> Text:
     return text
 
 
-def phase_legend(fractions: dict[str, float]) -> list[Text]:
+def phase_legend(fractions: dict[str, float], targets: Targets) -> list[Text]:
     """``D data wait 42% ✗`` entries, the data wait one judged."""
     out = []
     for phase in ordered_phases(fractions):
@@ -66,7 +67,7 @@ def phase_legend(fractions: dict[str, float]) -> list[Text]:
         entry.append(f" {letter} ", style=fmt.PHASE_STYLE.get(phase, "reverse"))
         entry.append(f" {fmt.PHASE_LABEL.get(phase, phase)} ")
         if phase == "data_wait":
-            status = verdicts.data_wait(frac)
+            status = verdicts.data_wait(frac, targets)
             entry.append(f"{frac * 100:.0f}% {fmt.STATUS_SYMBOL[status]}",
                          style=fmt.STATUS_STYLE[status])
         else:
@@ -110,7 +111,7 @@ class StepPanel(Panel):
             fractions = d.phases
         if fractions:
             out.append(Line(phase_bar(fractions, width), 0))
-            for i, line in enumerate(wrap_entries(phase_legend(fractions), width)):
+            for i, line in enumerate(wrap_entries(phase_legend(fractions, view.targets), width)):
                 out.append(Line(line, 1 + 2 * i))
         else:
             status = view.session.probe_text("stacks", "waiting for py-spy…")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from aitop.engine.live.job import Rank
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
+from aitop.knowledge.judging.verdicts import Targets
+from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.session import Session
 
 
@@ -24,6 +26,9 @@ class View:
     diagnosis: Diagnosis | None
     now: float
     live: bool
+    #: The run's knowledge base (the source's: the packaged one with ``--rules``),
+    #: whose targets every panel's colour is judged against.
+    knowledge: KnowledgeBase
     paused: bool = False
     refresh_s: float = 1.0
     #: Diagnoses so far (for the steps/s history when no step counter is read).
@@ -37,6 +42,11 @@ class View:
     ranks: tuple[Rank, ...] = ()
     #: The rank shown when it is not the lead one ("rank 1"), else None.
     viewing: str | None = None
+
+    @property
+    def targets(self) -> Targets:
+        """The targets a panel judges a value against (``verdicts``' second argument)."""
+        return self.knowledge.facts.targets
 
     @property
     def window_s(self) -> float:
