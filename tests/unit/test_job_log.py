@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aitop.probes.job_log import LOG_SOURCE, JobLog, StepLineFinder, find_log
+from aitop.probes.job_log import LOG_SOURCE, JobLog, JobLogs, StepLineFinder, find_log
 from aitop.probes.samples import StepCounterSample
 from aitop.probes.step_sources import choose_step_readings
 from aitop.probes.steps import steps_per_second
@@ -196,8 +196,8 @@ def test_a_thread_that_died_on_an_exception_is_read_from_the_jobs_log(tmp_path: 
             if b"still waiting" in out.read_bytes():
                 break
             time.sleep(0.05)
-        log = JobLog.of(job.pid)
-        assert log is not None
+        log = JobLogs.of(job.pid)
+        assert log.logs, log.reason
         log.read()
         events = log.take_events()
     finally:
