@@ -189,6 +189,9 @@ def _phases(session: Session, diagnosis: Diagnosis | None) -> list[str]:
     if diagnosis is not None and diagnosis.steps_per_s is not None:
         rate = f"{diagnosis.steps_per_s:.2f}{_steps_from(session, diagnosis)}"
         out += ["", f"Steps per second: {rate}"]
+    elif diagnosis is not None and (source := steps_source(session, diagnosis)) is not None:
+        out += ["", "Steps per second: unknown; sources tried:", ""]
+        out += [f"- {cell(why)}" for why in source.tried]
     return [*out, ""]
 
 
