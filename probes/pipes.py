@@ -31,7 +31,7 @@ from .kernel.procfs import (
 READ, WRITE, READ_WRITE, ACCESS_MODE = 0, 1, 2, 3
 #: Pipes followed from the job to a process that writes a file.
 MAX_HOPS = 3
-#: Files kept per writer (its stdout and stderr first).
+#: Files kept per writer.
 MAX_FILES = 4
 #: Top-level folders where no log lives: the kernel's filesystems, devices and
 #: shared memory (a DataLoader's tensors in ``/dev/shm``).
@@ -86,10 +86,12 @@ def _may_be_log(name: str) -> bool:
 
 
 def written_files(pid: int, proc_root: str = PROC) -> list[WrittenFile]:
-    """Regular files ``pid`` holds open for writing, its stdout and stderr first."""
+    """Regular files ``pid`` holds open for writing: its stdout first, then the
+    files it opened, in the order it opened them. Its stderr is where it writes
+    its own errors, not what it passes on."""
     out: list[WrittenFile] = []
-    for fd in sorted(list_fds(pid, proc_root) or (), key=lambda fd: (fd not in (1, 2), fd)):
-        if fd == 0 or not fd_is_regular_file(pid, fd, proc_root):
+    for fd in list_fds(pid, proc_root) or ():
+        if fd in (0, 2) or not fd_is_regular_file(pid, fd, proc_root):
             continue
         if fd_mode(pid, fd, proc_root) not in (WRITE, READ_WRITE):
             continue
@@ -97,9 +99,9 @@ def written_files(pid: int, proc_root: str = PROC) -> list[WrittenFile]:
         if name is None or not _may_be_log(name):
             continue
         out.append(WrittenFile(pid, fd, name))
-        if len(out) == MAX_FILES:
-            break
-    return out
+    # A file deleted since it was opened (a tool's temporary file) comes last.
+    out.sort(key=lambda f: f.name.endswith(" (deleted)"))
+    return out[:MAX_FILES]
 
 
 def describe_fd(pid: int, fd: int, proc_root: str = PROC) -> str:
