@@ -158,7 +158,7 @@ class CycleCounter:
             return None
         lost = {side: math.exp(-poisson_mean(_single_runs_mean(runs)))
                 for side, runs in (("end", self._ends), ("start", self._starts))}
-        return sum(lost.values()), max(lost, key=lambda s: lost[s])
+        return 1 - math.prod(1 - p for p in lost.values()), max(lost, key=lambda s: lost[s])
 
     def count(self, phases: Sequence[str], start: float, end: float,
               period_s: float) -> tuple[StepCycles | None, str | None]:
@@ -188,7 +188,7 @@ class CycleCounter:
                     if kind == "training"
                     else ("forward" if side == "end" else "wait between requests"))
             return None, (f"each step's {what} averages {_single_runs_mean(runs_of):.2g} "
-                          f"samples at {1 / period_s:.3g} Hz: {share:.0%} of the steps would "
+                          f"sample(s) at {1 / period_s:.3g} Hz: {share:.0%} of the steps would "
                           f"fall between samples (at most {MAX_MISSED:.0%}): steps too fast "
                           "to count from samples")
         chained = joined and carried is not None and carried[3]
