@@ -267,9 +267,11 @@ class Collector:
         )
         readings = 0
         previous: StepCounterSample | None = None
+        #: Whether the loop's counter has ever moved (a constant is no slow counter).
+        moved = False
 
         def work() -> None:
-            nonlocal readings, previous
+            nonlocal readings, previous, moved
             window = session.stacks.last()
             tree = session.processes.last()
             workers = tuple(p.pid for p in tree.workers) if tree is not None else ()
@@ -284,9 +286,10 @@ class Collector:
             readings += counted is not None
             # Read often until a rate is well established, then settle; a slow
             # counter is read more often still, so that its few moves are timed.
-            slow = (counted is not None and previous is not None
-                    and counted.name == previous.name and previous.value is not None
-                    and 0 <= (counted.value or 0) - previous.value <= SLOW_COUNTER_STEPS)
+            step = (None if counted is None or previous is None or previous.value is None
+                    or counted.name != previous.name else (counted.value or 0) - previous.value)
+            moved = moved or bool(step)
+            slow = step is not None and moved and 0 <= step <= SLOW_COUNTER_STEPS
             if slow:
                 task.interval_s = min(cfg.steps_slow_interval_s, cfg.steps_interval_s)
             elif readings >= cfg.steps_warmup_readings:
