@@ -87,6 +87,11 @@ TABLE: dict[str, Row] = {
         "per-window rates that `aitop diff` builds its interval from", HEADLESS_COST),
     "steps_warmup_interval_s": Row(
         2.0, 2.0, _same, "the step counter's warm-up cadence", HEADLESS_COST),
+    "steps_slow_interval_s": Row(
+        1.0, 1.0, lambda v, n: max(60.0, v),
+        "a counter that moved 2 steps or fewer since its last reading (slow steps) is read "
+        "this often: its rate runs between the readings where it moved, each late by up to "
+        "this; a peer's is read every minute", PYSPY_COST),
     "evaluate_every_s": Row(
         2.0, 2.0, lambda v, n: 5.0,
         "rule evaluations once the first verdict formed; each costs CPU and keeps a diagnosis "
@@ -112,6 +117,7 @@ class Profile:
     steps_interval_s: float
     steps_warmup_readings: int
     steps_warmup_interval_s: float
+    steps_slow_interval_s: float
     evaluate_every_s: float
     evaluate_warmup_s: float
 

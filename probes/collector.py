@@ -23,6 +23,7 @@ from .pyspy import PySpyError
 from .samples import LogEvent, StackWindow, StepCounterSample
 from .session import Session
 from .status import ProbeStatus
+from .steps import SLOW_COUNTER_STEPS
 
 #: A failing task retries after this long at first (even one that runs back to
 #: back when healthy, like py-spy windows), doubling up to ``MAX_RETRY_S``.
@@ -53,7 +54,7 @@ class StackSampler(Protocol):
 class StepSampler(Protocol):
     def sample(
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
-    ) -> StepCounterSample: ...
+    ) -> Sequence[StepCounterSample]: ...
 
     def read_log(self) -> StepCounterSample | None: ...
 
@@ -61,6 +62,9 @@ class StepSampler(Protocol):
 
     @property
     def log_name(self) -> str | None: ...
+
+    @property
+    def log_via(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class CollectorConfig:
     #: Readings taken every ``steps_warmup_interval_s`` before settling.
     steps_warmup_readings: int = UI.steps_warmup_readings
     steps_warmup_interval_s: float = UI.steps_warmup_interval_s
+    #: Readings of a counter that moves few steps between readings (slow steps).
+    steps_slow_interval_s: float = UI.steps_slow_interval_s
 
     def stack_window(self, index: int) -> int:
         """Length of the index-th py-spy window: the first one, doubling up to the
@@ -260,29 +266,47 @@ class Collector:
             self.stop_event, first_delay_s=cfg.first_stack_window_s + 0.5,
         )
         readings = 0
+        previous: StepCounterSample | None = None
+        #: Whether the loop's counter has ever moved (a constant is no slow counter).
+        moved = False
 
         def work() -> None:
-            nonlocal readings
+            nonlocal readings, previous, moved
             window = session.stacks.last()
             tree = session.processes.last()
             workers = tuple(p.pid for p in tree.workers) if tree is not None else ()
-            sample = steps.sample(
+            samples = steps.sample(
                 window.loop_frame if window else None,
                 window.thread_id if window else None,
                 workers,
             )
-            session.add(sample)
-            readings += sample.value is not None
-            # Read often until a rate is well established, then settle.
-            if readings >= cfg.steps_warmup_readings:
+            for sample in samples:
+                session.add(sample)
+            counted = next((s for s in samples if s.value is not None), None)
+            readings += counted is not None
+            # Read often until a rate is well established, then settle; a slow
+            # counter is read more often still, so that its few moves are timed.
+            step = (None if counted is None or previous is None or previous.value is None
+                    or counted.name != previous.name else (counted.value or 0) - previous.value)
+            moved = moved or bool(step)
+            slow = step is not None and moved and 0 <= step <= SLOW_COUNTER_STEPS
+            if slow:
+                task.interval_s = min(cfg.steps_slow_interval_s, cfg.steps_interval_s)
+            elif readings >= cfg.steps_warmup_readings:
                 task.interval_s = cfg.steps_interval_s
-            printed = (f"; its log {steps.log_name} is read for a step it prints"
+            else:
+                task.interval_s = min(cfg.steps_interval_s, cfg.steps_warmup_interval_s)
+            previous = counted if counted is not None and counted.source == "loop" else None
+            via = f" (written by {steps.log_via})" if steps.log_via else ""
+            printed = (f"; its log {steps.log_name}{via} is read for a step it prints"
                        if steps.log_name else "")
+            missing = samples[0].error if samples else None
             session.probe_status["steps"] = (
-                ProbeStatus("ok", f"counter '{sample.name}' every {task.interval_s:g} s{printed}")
-                if sample.name
+                ProbeStatus("ok", f"counter '{counted.name}' every {task.interval_s:g} s"
+                                  f"{printed}")
+                if counted is not None
                 else ProbeStatus("ok", f"no counter{printed}") if steps.log_name
-                else ProbeStatus("partial", sample.error or "no step counter found")
+                else ProbeStatus("partial", missing or "no step counter found")
             )
 
         task.work = work

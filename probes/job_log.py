@@ -6,11 +6,16 @@ show), ``| epoch 1 |  200/ 2983 batches |`` (pytorch/examples'
 word_language_model, whose loop local ``i`` steps by the sequence length), a
 progress bar's ``450/1000 [00:30<00:37, 14.8it/s]``. Where the job's stdout or
 stderr is a regular file (``nohup``, Slurm, ``> train.log``), aitop reads what
-the job appends, finds the integer that counts steps, and stamps each reading
-with the file's modification time: the moment the job wrote its newest line,
-however rarely aitop looks. Output the job buffers arrives in blocks (Python
-buffers a redirected stdout unless ``-u``/``PYTHONUNBUFFERED`` or
-``flush=True``); each block's last line is still stamped when it was written.
+the job appends; where it is a pipe (``| tee train.log``, ``| ts > train.log``),
+aitop reads the file the pipe's reader writes (``probes.pipes``), never the
+pipe; where it is neither (a terminal), the regular files the job itself holds
+open for writing (a ``logging.FileHandler``'s) are candidates. Among the
+candidates, the first whose lines show a step count is kept. aitop finds the
+integer that counts steps, and stamps each reading with the file's modification
+time: the moment the newest line was written, however rarely aitop looks.
+Output the job buffers arrives in blocks (Python buffers a redirected or piped
+stdout unless ``-u``/``PYTHONUNBUFFERED`` or ``flush=True``); each block's last
+line is still stamped when it was written.
 
 Which integer counts steps is read from the lines themselves, never guessed from
 one line: lines are grouped by their shape (the text with its numbers taken
@@ -24,6 +29,7 @@ never candidates; labels that count something else per step (``tokens``,
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,6 +38,7 @@ from pathlib import Path
 
 from .kernel.process_files import of_fd, read_bounded
 from .kernel.procfs import PROC, fd_is_regular_file, read_link
+from .pipes import describe_fd, follow_pipe, written_files
 from .redact import redact_text
 from .samples import LogEvent, StepCounterSample
 
@@ -75,19 +82,70 @@ _BAR = re.compile(r"\|[^|A-Za-z]*\|")
 _INT = re.compile(r"(?<![\w.])(?<!\d:)(\d+)(?!\.\d)(?![\w%])(?!:\d)")
 _DIGITS = re.compile(r"\d+")
 _WORD = re.compile(r"[A-Za-z_]+")
+#: Words of a line's prefix that change from line to line or day to day.
+_VARYING = re.compile(
+    r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun|Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+    r"|AM|PM|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL|TRACE|NOTICE)\b")
+#: The word they become in a shape.
+_VARIES = "~"
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """A file that may hold the job's output: what aitop opens, and its name."""
+
+    #: ``/proc/PID/fd/N`` of the process writing it: opens the file that process
+    #: writes, in its own mount namespace, even when renamed or deleted since.
+    link: Path
+    name: str
+    #: The pipe's reader that writes it (``tee (PID 812)``), if not the job.
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogSearch:
+    """The files that may hold the job's output, best first, and why there are none."""
+
+    files: list[LogFile]
+    reason: str | None = None
+
+
+def find_logs(pid: int, proc_root: str = PROC) -> LogSearch:
+    """Where the job's stdout and stderr end up: a regular file they are, the files
+    the reader of a pipe they are writes, else the files the job writes itself."""
+    files: list[LogFile] = []
+    notes: list[str] = []
+    followed: set[str] = set()
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        name = read_link(pid, "fd", str(fd), proc_root=proc_root)
+        if name is not None and fd_is_regular_file(pid, fd, proc_root):
+            files.append(LogFile(Path(of_fd(pid, fd, proc_root)), name))
+        elif name is not None and name.startswith("pipe:"):
+            if name in followed:
+                continue
+            followed.add(name)
+            found = follow_pipe(pid, fd, proc_root, exclude=(os.getpid(),))
+            via = ", ".join(found.readers) or None
+            files += [LogFile(Path(of_fd(f.pid, f.fd, proc_root)), f.name, via)
+                      for f in found.files]
+            if not found.files:
+                notes.append(f"{stream} is a pipe read by {via}, which writes no file" if via
+                             else f"{stream} is a pipe whose reader aitop cannot see")
+        else:
+            notes.append(f"{stream} is {describe_fd(pid, fd, proc_root)}")
+    if not files:
+        files = [LogFile(Path(of_fd(pid, f.fd, proc_root)), f.name)
+                 for f in written_files(pid, proc_root)]
+        if not files:
+            notes.append("the job writes no other file")
+    unique = list({f.name: f for f in reversed(files)}.values())[::-1]
+    return LogSearch(unique, None if unique else "; ".join(notes))
 
 
 def find_log(pid: int, proc_root: str = PROC) -> tuple[Path, str] | None:
-    """The job's stdout (else stderr) when it is a regular file: ``/proc`` link, its name.
-
-    Reading through ``/proc/PID/fd/N`` opens the file the job writes, in the
-    job's own mount namespace, even when it has been deleted or renamed.
-    """
-    for fd in (1, 2):
-        name = read_link(pid, "fd", str(fd), proc_root=proc_root)
-        if name is not None and fd_is_regular_file(pid, fd, proc_root):
-            return Path(of_fd(pid, fd, proc_root)), name
-    return None
+    """The first file that may hold the job's output: its ``/proc`` link and name."""
+    found = find_logs(pid, proc_root).files
+    return (found[0].link, found[0].name) if found else None
 
 
 def normalise(line: str) -> str:
@@ -104,12 +162,18 @@ def shape_of(line: str) -> tuple[str, list[int]]:
     parts: list[str] = []
     last = 0
     for match in _INT.finditer(line):
-        parts.append(_DIGITS.sub("9", line[last:match.start()]))
+        parts.append(_text_shape(line[last:match.start()]))
         parts.append("#")
         values.append(int(match.group(1)))
         last = match.end()
-    parts.append(_DIGITS.sub("9", line[last:]))
+    parts.append(_text_shape(line[last:]))
     return "".join(parts), values
+
+
+def _text_shape(text: str) -> str:
+    """Text between a line's integers as its shape holds it: digits as ``9``, the
+    words that vary in a prefix (``_VARYING``) as one word."""
+    return _VARYING.sub(_VARIES, _DIGITS.sub("9", text))
 
 
 def _label(shape: str, slot: int) -> tuple[str, bool]:
@@ -238,6 +302,7 @@ class JobLog:
 
     def __init__(self, link: Path, name: str) -> None:
         self.link = link
+        self.link_name = name
         #: The file's name as shown (a secret in a path is redacted like any other).
         self.name = redact_text(name)
         self.finder = StepLineFinder()
@@ -247,11 +312,6 @@ class JobLog:
         self._offset: int | None = None
         self._partial = ""
         self._stamped: float | None = None
-
-    @classmethod
-    def of(cls, pid: int, proc_root: str = PROC) -> JobLog | None:
-        found = find_log(pid, proc_root)
-        return cls(*found) if found else None
 
     def read(self) -> StepCounterSample | None:
         """The newest step the log shows, stamped with its write; None if nothing new."""
@@ -283,3 +343,55 @@ class JobLog:
         """The events the reads since the last call found, oldest first."""
         events, self._events = self._events, []
         return events
+
+
+class JobLogs:
+    """The files that may hold the job's output (``find_logs``), each read until one
+    shows a step count; from then on that one alone."""
+
+    def __init__(self, search: LogSearch) -> None:
+        self.logs = [JobLog(f.link, f.name) for f in search.files]
+        self._via = {f.name: f.via for f in search.files}
+        #: Why there is no file to read, when there is none.
+        self.reason = search.reason
+        self.chosen: JobLog | None = None
+
+    @classmethod
+    def of(cls, pid: int, proc_root: str = PROC) -> JobLogs:
+        return cls(find_logs(pid, proc_root))
+
+    @property
+    def name(self) -> str | None:
+        """The file read for steps (the first candidate until one shows them)."""
+        log = self.chosen or (self.logs[0] if self.logs else None)
+        return log.name if log else None
+
+    @property
+    def via(self) -> str | None:
+        """The pipe's reader that writes the file read, if not the job itself."""
+        log = self.chosen or (self.logs[0] if self.logs else None)
+        via = self._via.get(log.link_name) if log else None
+        return redact_text(via) if via else None
+
+    def read(self) -> StepCounterSample | None:
+        """The newest step since the last call, from the chosen file (or the first
+        candidate that shows one, which becomes the chosen one)."""
+        if self.chosen is not None:
+            return self.chosen.read()
+        for log in self.logs:
+            reading = log.read()
+            if reading is not None:
+                self.chosen = log
+                return reading
+        return None
+
+    def take_events(self) -> list[LogEvent]:
+        return [e for log in ([self.chosen] if self.chosen else self.logs)
+                for e in log.take_events()]
+
+    def status(self) -> str:
+        """Why no step has been read from a file yet (the reason, or the files read)."""
+        if not self.logs:
+            return self.reason or "no file holds the job's output"
+        names = ", ".join(log.name for log in self.logs)
+        return f"no rising step count in the lines of {names} yet"

@@ -27,7 +27,8 @@ import time
 
 import psutil
 
-from .kernel.procfs import list_fds, read_environ, read_fdinfo, read_link
+from .kernel.procfs import read_environ
+from .pipes import READ, WRITE, pipe_ends
 from .redact import redact_argv
 from .samples import OtherProcess
 
@@ -48,29 +49,6 @@ KTHREADD = 2
 MAX_COMMAND_CHARS = 80
 
 
-#: ``/proc/PID/fdinfo`` flags' access mode: a pipe's read end and its write end.
-_READ, _WRITE, _ACCESS_MODE = 0, 1, 3
-
-
-def pipe_ends(pid: int) -> set[tuple[str, int]]:
-    """The pipes a process holds open, as (``pipe:[inode]``, access mode) pairs.
-
-    Empty where its file descriptors cannot be read (another user's process
-    without the rights to it, a process that has exited).
-    """
-    ends: set[tuple[str, int]] = set()
-    for fd in list_fds(pid) or ():
-        target = read_link(pid, "fd", str(fd))
-        if target is None or not target.startswith("pipe:"):
-            continue
-        flags = (read_fdinfo(pid, fd) or {}).get("flags")
-        try:
-            ends.add((target, int(flags or "", 8) & _ACCESS_MODE))
-        except ValueError:
-            continue
-    return ends
-
-
 def pipe_partner(job_ends: set[tuple[str, int]], pid: int) -> bool:
     """Whether ``pid`` reads a pipe the job writes, or writes one the job reads.
 
@@ -79,8 +57,8 @@ def pipe_partner(job_ends: set[tuple[str, int]], pid: int) -> bool:
     """
     if not job_ends:
         return False
-    opposite = {(pipe, _WRITE if mode == _READ else _READ)
-                for pipe, mode in job_ends if mode in (_READ, _WRITE)}
+    opposite = {(pipe, WRITE if mode == READ else READ)
+                for pipe, mode in job_ends if mode in (READ, WRITE)}
     return bool(opposite & pipe_ends(pid))
 
 

@@ -256,6 +256,12 @@ def parse_frame(text: str, paths: dict[str, str] | None = None) -> Frame:
     return Frame(match["function"], short, int(match["line"]))
 
 
+def parse_thread_label(text: str) -> tuple[str, str | None] | None:
+    """``thread (123): MainThread`` -> ("123", "MainThread"); None if it is no thread label."""
+    match = _THREAD_RE.match(text)
+    return (match["tid"], match["name"] or None) if match else None
+
+
 def parse_raw_line(line: str, paths: dict[str, str] | None = None) -> RawStack | None:
     """Parse ``thread (123): MainThread;f (a.py:1);g (b.py:2) 7``; None if malformed."""
     line = line.rstrip("\n")
@@ -263,12 +269,12 @@ def parse_raw_line(line: str, paths: dict[str, str] | None = None) -> RawStack |
     if not sep or not count_text.isdigit():
         return None
     parts = stack_text.split(";")
-    thread_id = thread_name = None
+    thread_id: str | None = None
+    thread_name: str | None = None
     if parts and parts[0].startswith("thread ("):
-        match = _THREAD_RE.match(parts[0])
-        if match:
-            thread_id = match["tid"]
-            thread_name = match["name"] or None
+        label = parse_thread_label(parts[0])
+        if label:
+            thread_id, thread_name = label
         parts = parts[1:]
     # py-spy may add a "process NNN:" root when sampling subprocesses.
     if parts and parts[0].startswith("process "):

@@ -223,6 +223,31 @@ class ThreadActivity:
 
 
 @dataclass(frozen=True, slots=True)
+class StepCycles:
+    """Step cycles counted in one stack window's sample sequence (``probes.step_cycles``).
+
+    ``count`` boundaries were seen, the first at ``t_first`` and the last at
+    ``t_last`` (epoch seconds, estimated from their place among the window's
+    samples); a boundary is where the training thread leaves a step's backward
+    and optimizer for the next step's data or forward (a server's: where it
+    leaves a request's forward).
+    """
+
+    count: int
+    t_first: float
+    t_last: float
+    #: What a cycle is: "training" (backward -> optimizer -> data|forward) or
+    #: "serving" (forward -> the wait for the next request).
+    kind: str = "training"
+    #: The share of boundaries expected to fall between samples (each cycle
+    #: stands for ``1 / (1 - missed)`` steps).
+    missed: float = 0.0
+    #: The window follows one whose last boundary is one cycle before this
+    #: one's first (the side the samples were on carried across the gap).
+    joined: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StackWindow:
     """The training thread's stack samples over one py-spy window, by phase.
 
@@ -249,6 +274,10 @@ class StackWindow:
     data_source: str | None = None
     #: The target's other threads, busiest first (at most a few).
     other_threads: tuple[ThreadActivity, ...] = ()
+    #: The training thread's step cycles, where the samples resolve each one.
+    cycles: StepCycles | None = None
+    #: Why no cycles were counted in this window, when they were not.
+    cycles_note: str | None = None
 
 
 #: A hot frame's identity across windows: (phase, function, location, caller).
@@ -270,16 +299,27 @@ def hot_frame_counts(windows: Iterable[StackWindow]) -> list[tuple[FrameKey, int
 
 @dataclass(frozen=True, slots=True)
 class StepCounterSample:
-    """An integer loop counter read from the training frame's locals."""
+    """A reading of a count that advances with the steps, and where it came from.
+
+    ``value`` is None when the source could not be read, and ``error`` says why.
+    """
 
     t: float
     name: str | None
     value: int | None
     frame: str | None = None
     error: str | None = None
-    #: "loop" (a local of the loop frame or the DataLoader workers' index) or
-    #: "log" (the step the job printed, ``probes.job_log``; ``frame`` is the file).
+    #: "loop" (an integer local of the loop frame), "workers" (the DataLoader
+    #: workers' batch index), "log" (the step the job printed, ``probes.job_log``;
+    #: ``frame`` is the file) or "stacks" (step cycles, ``probes.step_cycles``).
+    #: Recordings made before "workers" existed mark the workers' index "loop".
     source: str = "loop"
+    #: A count starts afresh here: the steps since the reading before are not
+    #: known (stack windows count cycles within each window, not between them).
+    start: bool = False
+    #: Read right after the reading before it, to bound how fast the count
+    #: moves between two readings (``probes.step_sources``, the workers' index).
+    paired: bool = False
 
 
 @dataclass(frozen=True, slots=True)

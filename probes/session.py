@@ -27,6 +27,7 @@ from .samples import (
     StorageSample,
 )
 from .status import ProbeStatus
+from .step_cycles import cycle_readings
 from .step_sources import StepReadings, choose_step_readings
 
 T = TypeVar("T")
@@ -239,10 +240,13 @@ class Session:
         }
 
     def step_readings(self, lo: float | None = None, hi: float | None = None) -> StepReadings:
-        """The readings steps/s comes from in ``(lo, hi]`` (all when not given)."""
+        """The readings steps/s comes from in ``(lo, hi]`` (all when not given): the
+        step probe's, and the step cycles of the stack windows ending then."""
         if lo is None or hi is None:
-            return choose_step_readings(self.steps.items())
-        return choose_step_readings(self.steps.window(lo, hi))
+            steps, windows = self.steps.items(), self.stacks.items()
+        else:
+            steps, windows = self.steps.window(lo, hi), self.stacks.window(lo, hi)
+        return choose_step_readings([*steps, *cycle_readings(windows)])
 
     def probe_text(self, name: str, default: str) -> str:
         """A probe's status as a person reads it, or ``default`` before it has one."""
@@ -301,9 +305,11 @@ class Session:
             seen = sum(sample.phase_counts.get(p, 0) for p in STEP_EVIDENCE_PHASES)
             return sample.t_end if seen >= STEP_EVIDENCE_SAMPLES else None
         if isinstance(sample, StepCounterSample) and sample.value is not None:
-            last = self.steps.last()
-            if (last is not None and last.name == sample.name and last.value is not None
-                    and last.value != sample.value):
+            # The newest reading of the same count (the probe adds other sources'
+            # readings, and notes of why they could not be read, between them).
+            last = next((r for r in reversed(self.steps.items())
+                         if r.name == sample.name and r.value is not None), None)
+            if last is not None and last.value != sample.value:
                 return sample.t
         return None
 

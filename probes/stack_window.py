@@ -39,12 +39,13 @@ for any loop shape, from the stacks alone:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
-from .samples import HotFrame, StackWindow, ThreadActivity
+from .samples import HotFrame, StackWindow, StepCycles, ThreadActivity
 from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
+from .step_cycles import CycleCounter
 
 CHECKPOINT = "checkpoint"
 #: How many hot frames per phase a window keeps (bounds memory per sample).
@@ -372,6 +373,27 @@ def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) 
             s.phase = "eval"
 
 
+@dataclass(frozen=True, slots=True)
+class SampledSpan:
+    """When a window's samples were taken (epoch seconds), and their mean interval."""
+
+    start: float
+    end: float
+    period_s: float
+
+
+def _cycle_phase(sample: _Sample | None, classifier: PhaseClassifier) -> str:
+    """A sample's phase as a step cycle reads it: anything beneath backward is
+    backward (activation checkpointing runs forward passes there)."""
+    if sample is None:
+        return OTHER
+    if sample.phase != "backward" and any(
+            (hit := classifier.frame_phase(f)) is not None and hit[0] == "backward"
+            for f in sample.stack.frames):
+        return "backward"
+    return sample.phase
+
+
 def _other_threads(
     stacks: Sequence[RawStack], training: str | None, idle: frozenset[str]
 ) -> tuple[ThreadActivity, ...]:
@@ -414,19 +436,29 @@ def summarize_window(
     previous_thread: str | None = None,
     source: SourceReader | None = None,
     previous_loop: str | None = None,
+    order: Mapping[str, Sequence[int]] | None = None,
+    sampled: SampledSpan | None = None,
+    counter: CycleCounter | None = None,
 ) -> StackWindow:
-    """Phase counts, hot frames, loop frame and producers of one window."""
+    """Phase counts, hot frames, loop frame and producers of one window.
+
+    ``order``: each thread's samples in the order taken, as indexes into
+    ``stacks``, taken over ``sampled``; with them ``counter`` counts the
+    training thread's step cycles (``probes.step_cycles``).
+    """
     thread = pick_training_thread(stacks, classifier, pid, previous_thread)
     techniques: set[str] = set()
     samples: list[_Sample] = []
+    sample_of: dict[int, _Sample] = {}
     thread_name = None
-    for stack in stacks:
+    for index, stack in enumerate(stacks):
         techniques |= classifier.techniques_in(stack.frames)
         if stack.thread_id != thread or not stack.frames:
             continue
         thread_name = stack.thread_name or thread_name
         result = classifier.classify(stack.frames)
         samples.append(_Sample(stack, result.phase, result.outermost_index))
+        sample_of[index] = samples[-1]
     _undo_false_evaluation(samples, classifier)
     loop_frame = find_loop_frame(samples, classifier, previous_loop)
     _refine(samples, classifier, loop_frame, source)
@@ -454,6 +486,12 @@ def summarize_window(
         if per_phase[phase] < HOT_FRAMES_PER_PHASE:
             per_phase[phase] += 1
             hot_frames.append(HotFrame(phase, function, location, n, caller))
+    cycles: StepCycles | None = None
+    cycles_note: str | None = "no sample order (collapsed stacks)"
+    if order is not None and sampled is not None and counter is not None and thread:
+        sequence = [_cycle_phase(sample_of.get(i), classifier) for i in order.get(thread, ())]
+        cycles, cycles_note = counter.count(sequence, sampled.start, sampled.end,
+                                            sampled.period_s)
     return StackWindow(
         t_start=t_start,
         t_end=t_end,
@@ -466,4 +504,6 @@ def summarize_window(
         loop_frame=loop_frame,
         data_source=sources.most_common(1)[0][0] if sources else None,
         other_threads=_other_threads(stacks, thread, classifier.reading.idle_functions),
+        cycles=cycles,
+        cycles_note=cycles_note,
     )

@@ -1,6 +1,6 @@
 """The stack probe: py-spy ``record`` windows turned into phase counts.
 
-Why rolling ``record --format raw`` windows rather than periodic ``dump``: each
+Why rolling ``record`` windows rather than periodic ``dump``: each
 ``dump`` is a fresh attach, so sampling with dumps costs one attach per sample,
 while one ``record`` process attaches once per window and then each sample is a
 small fraction of an attach; the price of launching it is spread over the
@@ -19,12 +19,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from .phases import PhaseClassifier, parse_raw
+from .phases import PhaseClassifier
 from .pyspy import PySpyError, classify_failure, pyspy_env, record_args, require_pyspy
 from .samples import StackWindow
 from .source_lines import SourceLines
-from .stack_window import kept_loop_frame, summarize_window
+from .speedscope import OrderedStacks, parse_speedscope
+from .stack_window import SampledSpan, kept_loop_frame, summarize_window
+from .step_cycles import CycleCounter
 
+#: Seconds from launching ``py-spy record`` to its first sample: its launch and
+#: attach (tens of ms of CPU, docs/benchmarks.md, What one py-spy call costs).
+PYSPY_LAUNCH_S = 0.05
 #: py-spy writes each window under a directory named after aitop's own PID, so a
 #: later run can tell an abandoned one (its aitop was SIGKILLed) from a live one.
 WORKDIR_PREFIX = "aitop-stacks-"
@@ -88,15 +93,18 @@ class StackProbe:
         self._paths: dict[str, str] = {}
         self._proc: subprocess.Popen[str] | None = None
         self._stopped = False
+        #: When ``stop`` cut the window in progress short (its samples end then).
+        self._stopped_at: float | None = None
+        self._cycles = CycleCounter()
 
     def run_window(self, window_s: int | None = None) -> StackWindow:
         duration = window_s or self.window_s
-        output = Path(self._tmpdir.name) / "window.txt"
+        output = Path(self._tmpdir.name) / "window.json"
         output.unlink(missing_ok=True)
         t_start = time.time()
-        args = record_args(
-            self.binary, self.pid, rate=self.rate_hz, duration=duration, output=str(output)
-        )
+        rate = self.rate_hz  # read once: set_pace may change it for the next window
+        args = record_args(self.binary, self.pid, rate=rate, duration=duration,
+                           output=str(output))
         try:
             self._proc = subprocess.Popen(
                 args,
@@ -116,13 +124,19 @@ class StackProbe:
         returncode = self._proc.returncode
         self._proc = None
         t_end = time.time()
+        stopped_at, self._stopped_at = self._stopped_at, None
         text = output.read_text(errors="replace") if output.exists() else ""
         if self._stopped and not text:
             return StackWindow(t_start, t_end, None, None, 0, error="stopped")
         if returncode != 0 and not text:
             raise classify_failure(self.pid, stderr or "")
+        try:
+            ordered = parse_speedscope(text, self._paths) if text.strip() else OrderedStacks([], {})
+        except ValueError:
+            return StackWindow(t_start, t_end, None, None, 0,
+                               error="py-spy wrote an unreadable profile")
         window = summarize_window(
-            parse_raw(text, self._paths),
+            ordered.stacks,
             self.classifier,
             pid=self.pid,
             t_start=t_start,
@@ -130,6 +144,9 @@ class StackProbe:
             previous_thread=self._thread,
             source=self._source_line,
             previous_loop=self._loop,
+            order=ordered.order,
+            sampled=SampledSpan(t_start + PYSPY_LAUNCH_S, stopped_at or t_end, 1.0 / rate),
+            counter=self._cycles,
         )
         self._thread = window.thread_id or self._thread
         self._loop = kept_loop_frame(window, self._loop)
@@ -148,6 +165,7 @@ class StackProbe:
         self._stopped = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
+            self._stopped_at = time.time()
             proc.send_signal(signal.SIGINT)
 
     def close(self) -> None:

@@ -12,8 +12,15 @@ generator around the loader, a module-level loop whose variables are globals,
 which py-spy does not show), DataLoader worker processes still count: each
 worker's ``_worker_loop`` holds ``idx``, the index of the batch it is fetching,
 numbered across all workers. The highest index over the workers advances by one
-per batch the loop consumes (it resets when an epoch starts a new iterator, which
-the differencing treats as a reset). Each reading names its source.
+per batch the loop consumes, ahead of it by up to the prefetch depth, and starts
+again at 0 with each epoch's iterator. Each tick reads it twice, a moment apart:
+the short interval bounds how far it moves between two readings, so that an
+epoch that turns over between readings (the count seen modulo the epoch's
+length) is caught rather than read as a slow loop (``probes.step_sources``).
+
+Each reading names its source; a source that could not be read leaves a reading
+that says why (the report lists every source tried). The arithmetic of rates
+is ``probes.step_rate``'s.
 """
 
 from __future__ import annotations
@@ -21,13 +28,34 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-from .job_log import JobLog
+from .job_log import JobLogs
 from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
 from .samples import LogEvent, StepCounterSample
+from .step_rate import (
+    OUTLIER_FACTOR,
+    counter_increments,
+    step_rates,
+    steps_per_second,
+    usual_intervals,
+)
+
+#: The rate arithmetic, importable from here as it always was.
+__all__ = [
+    "OUTLIER_FACTOR",
+    "StepProbe",
+    "counter_increments",
+    "find_thread",
+    "parse_int_repr",
+    "read_counter",
+    "read_worker_index",
+    "step_rates",
+    "steps_per_second",
+    "usual_intervals",
+]
 
 _INT_RE = re.compile(r"^-?\d+$")
 
@@ -66,13 +94,31 @@ def read_counter(
     thread_id: str | None,
     counter_names: Sequence[str],
 ) -> tuple[str, int] | None:
-    """The first counter name (in preference order) that the loop frame holds as an int."""
+    """The first counter name (in preference order) that the loop frame holds as an
+    int; where it holds none, the innermost caller of it that does (a loop in a
+    ``train_one_epoch`` whose caller counts ``global_step``)."""
+    found = read_counter_frame(dump, loop_frame=loop_frame, thread_id=thread_id,
+                               counter_names=counter_names)
+    return None if found is None else (found[0], found[1])
+
+
+def read_counter_frame(
+    dump: Sequence[dict[str, Any]],
+    *,
+    loop_frame: str,
+    thread_id: str | None,
+    counter_names: Sequence[str],
+) -> tuple[str, int, str] | None:
+    """``read_counter``'s name and value, and the label of the frame that holds it."""
     thread = find_thread(dump, thread_id)
     if thread is None:
         return None
-    for frame in thread.get("frames") or []:
-        if _frame_label(frame) != loop_frame:
-            continue
+    frames = list(thread.get("frames") or [])  # innermost first
+    labels = [_frame_label(f) for f in frames]
+    if loop_frame not in labels:
+        return None
+    for frame, label in zip(frames[labels.index(loop_frame):], labels[labels.index(loop_frame):],
+                            strict=True):
         values: dict[str, int] = {}
         for local in frame.get("locals") or []:
             value = parse_int_repr(local.get("repr"))
@@ -80,8 +126,7 @@ def read_counter(
                 values[str(local.get("name"))] = value
         for name in counter_names:
             if name in values:
-                return name, values[name]
-        return None
+                return name, values[name], label
     return None
 
 
@@ -108,13 +153,22 @@ def read_worker_index(dump: Sequence[dict[str, Any]]) -> int | None:
     return None
 
 
+#: A loop counter that moves this many steps or fewer between readings is slow:
+#: the collector reads it every ``steps_slow_interval_s`` (``probes.cadence``).
+SLOW_COUNTER_STEPS = 2
 #: Reads of the workers per step-counter sample when none is fetching a batch.
 WORKER_INDEX_TRIES = 3
 WORKER_INDEX_RETRY_S = 0.3
+#: The second reading of the workers' index follows the first after this long.
+WORKER_PAIR_GAP_S = 0.3
+#: Where a reading from the workers says it came from.
+WORKER_SOURCE = "workers"
+WORKER_FRAME_LABEL = f"{WORKER_FRAME} (torch/utils/data/_utils/worker.py)"
 
 
 class StepProbe:
-    """Reads the loop counter with one ``py-spy dump --locals`` per call."""
+    """Reads the loop counter with one ``py-spy dump --locals`` per call, the
+    workers' batch index where the loop has none, and the job's log."""
 
     def __init__(
         self, pid: int, counter_names: Sequence[str], *, binary: str | None = None
@@ -123,55 +177,83 @@ class StepProbe:
         self.counter_names = tuple(counter_names)
         self.binary = binary or require_pyspy()
         self._loop_counted = False
-        self._log = JobLog.of(pid)
+        self._log = JobLogs.of(pid)
 
     @property
     def log_name(self) -> str | None:
-        """The job's log file this probe reads steps from, if its output goes to one."""
-        return self._log.name if self._log else None
+        """The file this probe reads printed steps from, if the job's output reaches one."""
+        return self._log.name
+
+    @property
+    def log_via(self) -> str | None:
+        """The pipe's reader that writes that file (``tee (PID 812)``), if not the job."""
+        return self._log.via
 
     def read_log(self) -> StepCounterSample | None:
-        """The newest step the job printed to its log since the last call, if any."""
-        return self._log.read() if self._log else None
+        """The newest step the job printed since the last call, if any."""
+        return self._log.read()
 
     def log_events(self) -> list[LogEvent]:
         """What the log reads since the last call found (threads that died)."""
-        return self._log.take_events() if self._log else []
+        return self._log.take_events()
 
     def sample(
         self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
-    ) -> StepCounterSample:
-        """The loop's own counter, else the DataLoader workers' batch index."""
+    ) -> list[StepCounterSample]:
+        """The loop's own counter; the DataLoader workers' batch index where the loop
+        has none; and why the log gave no step yet, while it has given none."""
         counted = self._loop_counter(loop_frame, thread_id)
+        out = [counted]
         if counted.value is not None:
             self._loop_counted = True
-            return counted
-        if self._loop_counted or not worker_pids:
-            # The loop has a counter, absent this moment (Lightning assigns
-            # batch_idx after fetching): one source per series, not a mix.
-            return counted
-        from_workers = self._worker_index(worker_pids)
-        return from_workers if from_workers.value is not None else counted
+        elif not self._loop_counted:
+            # A loop whose counter is absent this moment (Lightning assigns
+            # batch_idx after fetching) keeps one source per series, not a mix.
+            out += self._worker_index(worker_pids)
+        if self._log.chosen is None:
+            out.append(StepCounterSample(counted.t, None, None, error=self._log.status(),
+                                         source="log"))
+        return out
 
-    def _worker_index(self, worker_pids: Sequence[int]) -> StepCounterSample:
-        """The highest batch index a worker is fetching; tried again shortly when
-        none is (all parked on a full prefetch queue, or a dump failed under load:
-        a 15 s CI report once got one reading of five)."""
-        t = time.time()
-        values: list[int] = []
+    def _worker_index(self, worker_pids: Sequence[int]) -> list[StepCounterSample]:
+        """The highest batch index a worker is fetching, read twice
+        (``WORKER_PAIR_GAP_S`` apart); tried again shortly when none is (all
+        parked on a full prefetch queue, or a dump failed under load: a 15 s CI
+        report once got one reading of five)."""
+        if not worker_pids:
+            return [StepCounterSample(time.time(), None, None, source=WORKER_SOURCE,
+                                      error="the job has no DataLoader workers")]
+        first = self._tries(worker_pids, paired=False)
+        if first is None:
+            return [StepCounterSample(time.time(), None, None, source=WORKER_SOURCE,
+                                      error="no worker was fetching a batch")]
+        time.sleep(WORKER_PAIR_GAP_S)
+        second = self._tries(worker_pids, paired=True)
+        return [first] if second is None else [first, second]
+
+    def _tries(self, worker_pids: Sequence[int], *, paired: bool) -> StepCounterSample | None:
+        """``_highest_index``, tried up to ``WORKER_INDEX_TRIES`` times."""
         for attempt in range(WORKER_INDEX_TRIES):
             if attempt:
                 time.sleep(WORKER_INDEX_RETRY_S)
-            t = time.time()
-            values = [v for v in (self._one_worker_index(pid) for pid in worker_pids)
-                      if v is not None]
-            if values:
-                break
-        if not values:
-            return StepCounterSample(t, None, None, error="no worker was fetching a batch")
-        frame = f"{WORKER_FRAME} (torch/utils/data/_utils/worker.py)"
-        return StepCounterSample(t, WORKER_COUNTER, max(values), frame=frame)
+            found = self._highest_index(worker_pids, paired=paired)
+            if found is not None:
+                return found
+        return None
 
+    def _highest_index(self, worker_pids: Sequence[int],
+                       paired: bool = False) -> StepCounterSample | None:
+        """One reading of every worker: the highest index, stamped when it was read."""
+        found: list[tuple[int, float]] = []
+        for pid in worker_pids:
+            value = self._one_worker_index(pid)
+            if value is not None:
+                found.append((value, time.time()))
+        if not found:
+            return None
+        value, t = max(found)
+        return StepCounterSample(t, WORKER_COUNTER, value, frame=WORKER_FRAME_LABEL,
+                                 source=WORKER_SOURCE, paired=paired)
     def _one_worker_index(self, pid: int) -> int | None:
         try:
             dump = json.loads(run_dump(self.binary, pid, locals_=True))
@@ -195,7 +277,7 @@ class StepProbe:
         # attach (tens to hundreds of ms, more on a loaded box): stamped then, a
         # loop of a thousand steps a second reads within a few steps.
         t = time.time()
-        found = read_counter(
+        found = read_counter_frame(
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )
         if found is None:
@@ -204,130 +286,10 @@ class StepProbe:
             known = ", ".join(self.counter_names[:4])
             return StepCounterSample(
                 t, None, None, frame=loop_frame,
-                error=f"no integer local of a step counter's name ({known}, ...) in the loop frame",
+                error=f"no integer local of a step counter's name ({known}, ...) in the loop "
+                      "frame or its callers",
             )
-        name, value = found
-        return StepCounterSample(t, name, value, frame=loop_frame)
+        name, value, frame = found
+        return StepCounterSample(t, name, value, frame=frame)
 
 
-def counter_increments(
-    samples: Sequence[StepCounterSample],
-) -> list[tuple[StepCounterSample, StepCounterSample, int]]:
-    """Consecutive readings of the newest counter and the steps between each pair.
-
-    The one reading of a loop counter that every rate uses. Only the most recent
-    counter name counts (the loop frame may change between readings). A drop to
-    half or less is a reset (a new epoch for ``i``/``batch_idx``, a new iterator
-    for the workers' index): the interval counts the rest of the old epoch (up
-    to the highest value seen, a lower bound on its length) and the new one's
-    steps. A smaller
-    step back (seen on the workers' index, a few batches behind the last reading)
-    is a misreading: that reading is skipped, the interval runs on to the next.
-    So is a spike: a reading over twice every other one, that the next falls
-    from by half or more while carrying on from the reading before (255, 9807,
-    378 from a workers' index in a CI run: no new epoch, whose 378 steps in 2 s
-    had tripled the rate).
-    """
-    named = [s for s in samples if s.value is not None and s.name is not None]
-    if not named:
-        return []
-    name = named[-1].name
-    same = [s for s in named if s.name == name]
-    spikes = _spikes(same)
-    same = [s for i, s in enumerate(same) if i not in spikes]
-    out: list[tuple[StepCounterSample, StepCounterSample, int]] = []
-    base = same[0]
-    peak = max(s.value or 0 for s in same)
-    for i, cur in enumerate(same[1:], start=1):
-        assert base.value is not None and cur.value is not None
-        if cur.t <= base.t:
-            continue
-        if cur.value >= base.value:
-            out.append((base, cur, cur.value - base.value))
-        elif cur.value <= base.value // 2:
-            # A new epoch: the steps to the end of the last one (its length is
-            # at least the highest value seen) and those of the new one.
-            out.append((base, cur, max(peak - base.value, 0) + cur.value))
-        elif _base_was_misread(base, cur, same[i + 1:]):
-            # The readings carry on from here: the base was the misreading.
-            if out and out[-1][1] is base:
-                before = out.pop()[0]
-                assert before.value is not None
-                if cur.value >= before.value:
-                    out.append((before, cur, cur.value - before.value))
-        else:
-            continue  # a small step back is a misreading, not a new epoch: skip it
-        base = cur
-    return out
-
-
-def _base_was_misread(base: StepCounterSample, cur: StepCounterSample,
-                      later: Sequence[StepCounterSample]) -> bool:
-    """Whether a small step back from ``base`` to ``cur`` is ``base``'s error, not
-    ``cur``'s: the next reading carries on from ``cur`` and still stays under
-    ``base`` (577, 313, 369, 396, 425 in a CI run: a first reading misread high
-    made every later one a "step back", and the report had no rate at all).
-    """
-    if not later:
-        return False
-    nxt = later[0].value
-    assert base.value is not None and cur.value is not None and nxt is not None
-    return cur.value <= nxt < base.value
-
-
-def _spikes(same: Sequence[StepCounterSample]) -> set[int]:
-    """Indexes of misread highs (``counter_increments``): over twice every other
-    reading, with the next reading between the one before and half the spike."""
-    values = [s.value or 0 for s in same]
-    if len(values) < 3:
-        return set()
-    top, second = sorted(values, reverse=True)[:2]
-    out = set()
-    for i in range(1, len(values) - 1):
-        before, value, after = values[i - 1], values[i], values[i + 1]
-        highest_other = second if value == top else top
-        if before <= after <= value // 2 and value > 2 * highest_other:
-            out.add(i)
-    return out
-
-
-def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]]:
-    """``(t, steps/s)`` between consecutive readings (the rate's history)."""
-    return [(cur.t, n / (cur.t - prev.t)) for prev, cur, n in counter_increments(samples)]
-
-
-#: An interval this many times faster than the median is a misreading (a
-#: counter that jumped, a reset mistaken for progress), not the job's pace.
-OUTLIER_FACTOR = 3.0
-
-
-T = TypeVar("T")
-
-
-def usual_intervals(intervals: Sequence[T], rate: Callable[[T], float]) -> list[T]:
-    """The intervals whose rate is at most ``OUTLIER_FACTOR`` times the median's
-    (all of them when there are fewer than three to take a median of)."""
-    if len(intervals) < 3:
-        return list(intervals)
-    rates = sorted(rate(i) for i in intervals)
-    half = len(rates) // 2
-    median = rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
-    return [i for i in intervals if rate(i) <= OUTLIER_FACTOR * max(median, 1e-9)]
-
-
-def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
-    """Rate of the counter over the samples; None unless it is clearly counting.
-
-    Needs readings at least 2 s apart with some increase. Intervals more than
-    ``OUTLIER_FACTOR`` times faster than the median interval's rate are left out
-    (with their time), so one bad reading cannot multiply the rate.
-    """
-    increments = counter_increments(samples)
-    if not increments:
-        return None
-    kept = usual_intervals(increments, lambda i: i[2] / (i[1].t - i[0].t))
-    span = sum(cur.t - prev.t for prev, cur, _n in kept)
-    increase = sum(n for _prev, _cur, n in kept)
-    if span < 2.0 or increase <= 0:
-        return None
-    return increase / span

@@ -216,7 +216,8 @@ def steps_span(session: Session, diagnosis: Diagnosis | None) -> tuple[float, fl
 
 
 def steps_source(session: Session, diagnosis: Diagnosis | None) -> s.StepsSource | None:
-    """Where steps/s comes from (the counter's name and frame) and its raw readings."""
+    """Where steps/s comes from (the count's name, frame and source), its raw
+    readings, and what the other sources said."""
     if diagnosis is None:
         return None
     lookback = max(diagnosis.window_s, STEPS_WINDOW_S)
@@ -224,15 +225,17 @@ def steps_source(session: Session, diagnosis: Diagnosis | None) -> s.StepsSource
     readings = chosen.readings
     named = [r for r in readings if r.value is not None]
     last = named[-1] if named else (readings[-1] if readings else None)
-    if last is None:
+    if last is None and not chosen.tried:
         return None
     return s.StepsSource(
-        counter=last.name,
-        frame=last.frame,
-        error=None if named else last.error,
+        counter=last.name if last else None,
+        frame=last.frame if last else None,
+        error=None if named or last is None else last.error,
         rejected=chosen.rejected,
         readings=[(round(r.t, 3), r.name, r.value) for r in named[-STEP_READINGS_KEPT:]
                   if r.value is not None],
+        source=chosen.source,
+        tried=list(chosen.tried),
     )
 
 

@@ -252,6 +252,9 @@ def _phases(report: Report) -> list[str]:
     if report.steps_per_s is not None:
         rate = f"{report.steps_per_s:.2f}{_steps_from(report.steps_source)}"
         out += ["", f"Steps per second: {rate}"]
+    elif diagnosis is not None and (source := steps_source(session, diagnosis)) is not None:
+        out += ["", "Steps per second: unknown; sources tried:", ""]
+        out += [f"- {cell(why)}" for why in source.tried]
     return [*out, ""]
 
 

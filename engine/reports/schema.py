@@ -108,16 +108,23 @@ class JobVerdict(msgspec.Struct, kw_only=True):
 
 
 class StepsSource(msgspec.Struct, kw_only=True):
-    """Where steps/s comes from: the loop counter, its frame, its newest readings."""
+    """Where steps/s comes from: the count read, its frame, its newest readings, and
+    what every other source said (``probes.step_sources``)."""
 
     counter: str | None = None
     frame: str | None = None
     error: str | None = None
-    #: Why the loop's counter was set aside for the backward passes the stacks
-    #: count (``probes.step_sources``), when it was.
+    #: Why the loop's counter was set aside for the step the job prints or the
+    #: cycles the stacks count, when it was.
     rejected: str | None = None
     #: ``[epoch s, counter name, value]``, the newest last.
     readings: list[tuple[float, str | None, int]] = []
+    #: The source of the readings: ``loop``, ``log``, ``workers`` or ``stacks``
+    #: (None: no source gave a rate).
+    source: str | None = None
+    #: ``"<source>: <why it did not serve>"`` for each other source tried; with no
+    #: rate, every source, so that an unknown steps/s says why.
+    tried: list[str] = []
 
 
 class Evidence(msgspec.Struct, kw_only=True):
@@ -328,7 +335,7 @@ class NodeReport(msgspec.Struct, kw_only=True):
 ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
     "Report": frozenset({"job", "ranks", "job_verdict"}),
     "Rank": frozenset({"gpus"}),
-    "StepsSource": frozenset({"rejected"}),
+    "StepsSource": frozenset({"rejected", "source", "tried"}),
 }
 
 

@@ -14,10 +14,19 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aitop.probes.job_log import LOG_SOURCE, JobLog, StepLineFinder, find_log
+from aitop.probes.job_log import (
+    LOG_SOURCE,
+    JobLog,
+    JobLogs,
+    StepLineFinder,
+    find_log,
+    normalise,
+    shape_of,
+)
 from aitop.probes.samples import StepCounterSample
 from aitop.probes.step_sources import choose_step_readings
 from aitop.probes.steps import steps_per_second
@@ -196,8 +205,8 @@ def test_a_thread_that_died_on_an_exception_is_read_from_the_jobs_log(tmp_path: 
             if b"still waiting" in out.read_bytes():
                 break
             time.sleep(0.05)
-        log = JobLog.of(job.pid)
-        assert log is not None
+        log = JobLogs.of(job.pid)
+        assert log.logs, log.reason
         log.read()
         events = log.take_events()
     finally:
@@ -210,3 +219,45 @@ def test_a_thread_that_died_on_an_exception_is_read_from_the_jobs_log(tmp_path: 
     assert "hunter2" not in died[("thread_died", "batch-producer")]
     assert died[("thread_died", "Thread-1")] == "ValueError: bad row 7"
     assert log.take_events() == [], "each event is taken once"
+
+
+#: One step line as timestampers and loggers prefix it (``ts``, ``awk '{print
+#: strftime(), $0}'``, a python -u log keeper, ``logging`` with ``%(asctime)s``,
+#: torchrun's ``[rank0]:`` and ``[default0]:``, elapsed-time prefixes).
+PREFIXES = {
+    "ts": lambda t, i: f"{t:%b %d %H:%M:%S} step {i} | loss 0.5",
+    "ts-iso": lambda t, i: f"{t:%Y-%m-%d %H:%M:%S}.{t.microsecond:06d} step {i} | loss 0.5",
+    "awk-strftime": lambda t, i: f"{t:%a %b %e %H:%M:%S %Y} step {i} | loss 0.5",
+    "keeper": lambda t, i: f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond:06d} step {i} | loss 0.5",
+    "logging": lambda t, i: (f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} [rank0]: "
+                             f"{'WARNING' if i % 7 == 0 else 'INFO'} step {i} | loss 0.5"),
+    "torchrun": lambda t, i: f"[default0]:{t:%Y-%m-%d %H:%M:%S} | step: {i:>6} | lr 3e-4",
+    "epoch-seconds": lambda t, i: f"{t.timestamp():.0f} step {i} loss 0.3",
+    "elapsed": lambda t, i: f"[{(t - T0).total_seconds():8.2f}s] it {i} loss 0.3",
+    "brackets": lambda t, i: f"[{t:%H:%M:%S}.{t.microsecond // 1000}] step={i} loss=0.3",
+    "12-hour": lambda t, i: f"{t:%I:%M:%S %p} step {i} loss 0.3",
+}
+#: Just before midnight on the last day of April: the day, the weekday, the month
+#: and AM/PM all change while the lines are read.
+T0 = datetime(2024, 4, 30, 23, 59, 55)
+
+
+@pytest.mark.parametrize("style", list(PREFIXES))
+def test_a_step_is_found_behind_a_prefix_that_varies_from_line_to_line(style: str) -> None:
+    t, times, lines = T0, [], []
+    for i in range(1, 31):
+        t += timedelta(seconds=0.4 + (i % 3) * 0.1)
+        times.append(t)
+        lines.append(PREFIXES[style](t, i))
+    found = step_line(lines)
+    assert found is not None and found[1] == 30, (style, lines[-3:])
+    # Four lines around midnight (the day, weekday, month and AM/PM change after
+    # the second), as aitop reads the tail of a log it attached to then.
+    turn = next(i for i, when in enumerate(times) if when.day == 1)
+    assert step_line(lines[turn - 2:turn + 2]) == (found[0], turn + 2), lines[turn - 2:turn + 2]
+
+
+def test_words_that_vary_in_a_prefix_make_one_shape() -> None:
+    a, _ = shape_of(normalise("Tue Apr 30 11:59:59 PM 2024 INFO step 5 | loss 0.5"))
+    b, _ = shape_of(normalise("Wed May  1 12:00:00 AM 2024 WARNING step 6 | loss 0.5"))
+    assert a == b

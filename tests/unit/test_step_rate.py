@@ -49,14 +49,23 @@ def readings(values: list[int], name: str = "step",
 def test_rate_over_readings_and_epoch_resets() -> None:
     assert steps_per_second(readings([0, 50, 100, 150])) == pytest.approx(10.0)
     # The worker index restarts with each epoch's iterator: the interval counts
-    # the old epoch's rest up to the highest value seen (450) and the new steps.
+    # the old epoch's rest and the new one's steps. The epoch's length is learnt
+    # from the pace across the reset (450, then 20: 480 batches at 10/s), not
+    # from the highest value read (450: read every 5 s, rarely the last batch).
     assert steps_per_second(readings([400, 450, 20, 70], WORKER_COUNTER)) == pytest.approx(
-        (50 + 20 + 50) / 15
-    )
-    # Short epochs (batch_idx 0..49, read every 5 s): the rest of each epoch counts.
-    assert steps_per_second(readings([10, 49, 20, 7, 45])) == pytest.approx(
-        (39 + (49 - 49 + 20) + (49 - 20 + 7) + 38) / 20
-    )
+        10.0)
+    # Short epochs (batch_idx 0..99 at 6 steps/s, read every 5 s): the highest
+    # value read is 90, and counting from it lost 9 steps at each reset.
+    values = [(10 + 30 * k) % 100 for k in range(8)]
+    assert values == [10, 40, 70, 0, 30, 60, 90, 20]
+    assert steps_per_second(readings(values)) == pytest.approx(6.0)
+
+
+def test_the_epoch_is_never_shorter_than_the_values_read() -> None:
+    # With no pace to go by (every interval a reset), the highest value read
+    # bounds the epoch: batches 0..49, so 50 - 49 + 20 after the first drop.
+    assert steps_per_second(readings([49, 20, 7], every_s=5.0)) == pytest.approx(
+        ((50 - 49 + 20) + (50 - 20 + 7)) / 10)
 
 
 def test_a_small_step_back_is_not_an_epoch() -> None:
@@ -79,8 +88,8 @@ def test_one_misread_high_is_no_new_epoch() -> None:
     spiked = readings([132, 193, 255, 9807, 378], WORKER_COUNTER, every_s=2.0)
     assert steps_per_second(spiked) == pytest.approx((378 - 132) / 8)
     # An epoch that ends high and starts again is still a reset.
-    assert steps_per_second(readings([10, 49, 20, 7, 45])) == pytest.approx(
-        (39 + 20 + (49 - 20 + 7) + 38) / 20)
+    values = [(10 + 30 * k) % 100 for k in range(8)]
+    assert steps_per_second(readings(values, every_s=5.0)) == pytest.approx(6.0)
 
 
 def test_a_first_reading_misread_high_does_not_hide_the_rate() -> None:

@@ -1,0 +1,263 @@
+"""Steps per second from readings of a count, whatever the source.
+
+A reading is a count at a moment: the loop's counter and the workers' batch
+index are stamped when py-spy returns, the job's log when the job wrote its
+line, a stack window's cycles at their boundaries. The count may restart (a new
+epoch), be misread (a worker a few batches behind, a value read mid-update), or
+start afresh by design (``StepCounterSample.start``: each stack window counts
+its own cycles). ``counter_increments`` turns readings into intervals with the
+steps taken in each; ``steps_per_second`` turns intervals into one rate.
+
+A slow count is read more often than it moves: intervals of 0 and 1 steps. Its
+rate is then taken between the moments it moved, each timed as the middle of
+the two readings around it, never from one step, and never with the fast rule
+that drops intervals many times the median (with a median of 0, every step
+would be dropped).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from .samples import StepCounterSample
+
+#: One interval between two readings of the same count, and the steps in it.
+Interval = tuple[StepCounterSample, StepCounterSample, int]
+
+#: An interval this many times faster than the median is a misreading (a
+#: counter that jumped, a reset mistaken for progress), not the job's pace.
+OUTLIER_FACTOR = 3.0
+#: A rate needs this much time between its readings, and this many steps.
+MIN_SPAN_S = 2.0
+MIN_STEPS = 2
+
+T = TypeVar("T")
+
+
+def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
+    """Consecutive readings of the newest count and the steps between each pair.
+
+    Only the most recent count's name counts (the loop frame may change between
+    readings). A reading marked ``start`` begins a new count: no interval ends
+    at it. A drop is a new epoch when that reading makes a plausible interval
+    (``_reset_steps``): the interval counts the rest of the old epoch (up to the
+    highest value seen, a lower bound on its length) and the new one's steps.
+    Any other drop is a misreading: that reading is skipped, the interval runs
+    on to the next (a worker a few batches behind), unless the next reading
+    carries on from it (``_base_was_misread``: then the reading before was the
+    error). So is a spike: a reading over twice every other one, that the next
+    falls from by half or more while carrying on from the reading before (255,
+    9807, 378 from a workers' index in a CI run: no new epoch, whose 378 steps
+    in 2 s had tripled the rate).
+    """
+    named = [s for s in samples if s.value is not None and s.name is not None]
+    if not named:
+        return []
+    name = named[-1].name
+    same = [s for s in named if s.name == name]
+    spikes = _spikes(same)
+    same = [s for i, s in enumerate(same) if i not in spikes]
+    pace = _median_rise_rate(same)
+    epoch = _epoch_length(same, pace)
+    out: list[Interval] = []
+    base = same[0]
+    for i, cur in enumerate(same[1:], start=1):
+        if cur.start:
+            base = cur
+            continue
+        was, now = base.value, cur.value
+        assert was is not None and now is not None
+        if cur.t <= base.t:
+            continue
+        if now >= was:
+            out.append((base, cur, now - was))
+        elif (steps := _reset_steps(base, cur, epoch, pace)) is not None:
+            out.append((base, cur, steps))
+        elif _base_was_misread(base, cur, same[i + 1:]):
+            # The readings carry on from here: the base was the misreading.
+            if out and out[-1][1] is base:
+                before = out.pop()[0]
+                assert before.value is not None
+                if now >= before.value:
+                    out.append((before, cur, now - before.value))
+        else:
+            continue  # a small step back is a misreading, not a new epoch: skip it
+        base = cur
+    return out
+
+
+def _median_rise_rate(same: Sequence[StepCounterSample]) -> float | None:
+    """The median steps/s of the intervals that rose or held (None: none did)."""
+    rates = sorted(
+        (b.value - a.value) / (b.t - a.t) for a, b in itertools.pairwise(same)
+        if a.value is not None and b.value is not None and b.t > a.t and b.value >= a.value
+        and not b.start)
+    if not rates:
+        return None
+    half = len(rates) // 2
+    return rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
+
+
+def _epoch_length(same: Sequence[StepCounterSample], pace: float | None) -> float:
+    """How many steps an epoch of the count holds, at least the highest value seen
+    plus one (counts are numbered from 0: ``enumerate``, a batch index).
+
+    The highest value read is a lower bound: a reading every few seconds rarely
+    lands on an epoch's last step. Each drop gives an estimate where the other
+    intervals give a pace: the value before it, plus the steps the pace makes
+    in the interval, less the value after it. Their median is taken where it is
+    above the bound (a drop that implies an epoch shorter than values already
+    seen is a misreading, not a reset).
+    """
+    peak = max(s.value or 0 for s in same) + 1
+    if not pace:
+        return peak
+    lengths = sorted(
+        a.value + pace * (b.t - a.t) - b.value for a, b in itertools.pairwise(same)
+        if a.value is not None and b.value is not None and b.value < a.value and not b.start
+        and b.t > a.t)
+    lengths = [n for n in lengths if n >= peak]
+    return max(peak, statistics.median(lengths)) if lengths else peak
+
+
+def _reset_steps(base: StepCounterSample, cur: StepCounterSample, epoch: float,
+                 pace: float | None) -> int | None:
+    """The steps of an interval across a new epoch, or None if the drop is no reset.
+
+    ``epoch - base`` steps finished the old epoch (``_epoch_length``) and
+    ``cur`` began the new one. Where the other intervals give a pace, the reset
+    must make an interval within a factor of two of it (a worker a few batches
+    behind would otherwise read as an epoch's whole length); where they do not,
+    a drop to half or less is a reset.
+    """
+    assert base.value is not None and cur.value is not None
+    steps = round(max(epoch - base.value, 0)) + cur.value
+    if pace is None or pace <= 0:
+        return steps if cur.value <= base.value // 2 else None
+    expected = pace * (cur.t - base.t)
+    return steps if abs(steps - expected) < expected else None
+
+
+def _base_was_misread(base: StepCounterSample, cur: StepCounterSample,
+                      later: Sequence[StepCounterSample]) -> bool:
+    """Whether a small step back from ``base`` to ``cur`` is ``base``'s error, not
+    ``cur``'s: the next reading carries on from ``cur`` and still stays under
+    ``base`` (577, 313, 369, 396, 425 in a CI run: a first reading misread high
+    made every later one a "step back", and the report had no rate at all).
+    """
+    if not later:
+        return False
+    nxt = later[0].value
+    assert base.value is not None and cur.value is not None and nxt is not None
+    return cur.value <= nxt < base.value
+
+
+def _spikes(same: Sequence[StepCounterSample]) -> set[int]:
+    """Indexes of misread highs (``counter_increments``): over twice every other
+    reading, with the next reading between the one before and half the spike."""
+    values = [s.value or 0 for s in same]
+    if len(values) < 3:
+        return set()
+    top, second = sorted(values, reverse=True)[:2]
+    out = set()
+    for i in range(1, len(values) - 1):
+        before, value, after = values[i - 1], values[i], values[i + 1]
+        highest_other = second if value == top else top
+        if before <= after <= value // 2 and value > 2 * highest_other:
+            out.add(i)
+    return out
+
+
+def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]]:
+    """``(t, steps/s)`` between consecutive readings (the rate's history)."""
+    return [(cur.t, n / (cur.t - prev.t)) for prev, cur, n in counter_increments(samples)]
+
+
+def usual_intervals(intervals: Sequence[T], rate: Callable[[T], float]) -> list[T]:
+    """The intervals whose rate is at most ``OUTLIER_FACTOR`` times the median's
+    (all of them when there are fewer than three to take a median of)."""
+    if len(intervals) < 3:
+        return list(intervals)
+    rates = sorted(rate(i) for i in intervals)
+    half = len(rates) // 2
+    median = rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
+    return [i for i in intervals if rate(i) <= OUTLIER_FACTOR * max(median, 1e-9)]
+
+
+def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
+    """Rate of the count over the samples; None unless it is clearly counting.
+
+    Needs ``MIN_SPAN_S`` of readings and ``MIN_STEPS`` steps. Where the count
+    moved in every interval, intervals more than ``OUTLIER_FACTOR`` times faster
+    than the median interval's rate are left out (with their time), so one bad
+    reading cannot multiply the rate. Where it held still in some (it is read
+    more often than it moves), the rate runs between the readings where it moved
+    (``rate_between_moves``).
+    """
+    increments = counter_increments(samples)
+    if not increments:
+        return None
+    if any(n == 0 for _prev, _cur, n in increments):
+        return rate_between_moves(increments)
+    kept = usual_intervals(increments, lambda i: i[2] / (i[1].t - i[0].t))
+    span = sum(cur.t - prev.t for prev, cur, _n in kept)
+    increase = sum(n for _prev, _cur, n in kept)
+    if span < MIN_SPAN_S or increase < MIN_STEPS:
+        return None
+    return increase / span
+
+
+def rate_between_moves(increments: Sequence[Interval]) -> float | None:
+    """Steps/s of a slow count (read more often than it moves), the better of two.
+
+    *Between moves*: a move happened between the reading before it and the one
+    that first shows it, taken as the middle of that bracket; the rate runs from
+    the first move to the last within each unbroken run of intervals. Its error
+    is half the first and the last brackets' widths over the span.
+    *Over the span*: the steps over the whole time, as for a fast count; its
+    error is a step at each end of each run.
+    The one with the smaller error is taken. Needs ``MIN_STEPS`` steps (never a
+    rate from one step) over ``MIN_SPAN_S``.
+    """
+    moved = _between_moves(increments)
+    total = float(sum(n for *_, n in increments))
+    runs = 1 + sum(prev is not before for (_, before, _), (prev, _, _)
+                   in itertools.pairwise(increments))
+    over_span = (total, sum(cur.t - prev.t for prev, cur, _ in increments),
+                 runs / total if total else math.inf)
+    steps, span, _error = min((moved, over_span), key=lambda r: r[2]) if moved else over_span
+    if span < MIN_SPAN_S or steps < MIN_STEPS:
+        return None
+    return steps / span
+
+
+def _between_moves(increments: Sequence[Interval]) -> tuple[float, float, float] | None:
+    """Steps, span and relative error of the rate between moves; None with no span."""
+    steps = span = error = 0.0
+    #: (time, bracket width, count after its first step, count after its last).
+    moves: list[tuple[float, float, int, int]] = []
+
+    def close_run() -> None:
+        nonlocal steps, span, error
+        if len(moves) >= 2:
+            steps += moves[-1][2] - moves[0][3]
+            span += moves[-1][0] - moves[0][0]
+            error += (moves[0][1] + moves[-1][1]) / 2
+        moves.clear()
+
+    count = 0
+    last: StepCounterSample | None = None
+    for prev, cur, n in increments:
+        if prev is not last:
+            close_run()
+            count = 0
+        count += n
+        if n > 0:
+            moves.append(((prev.t + cur.t) / 2, cur.t - prev.t, count - n + 1, count))
+        last = cur
+    close_run()
+    return (steps, span, error / span) if span > 0 and steps > 0 else None

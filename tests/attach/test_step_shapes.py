@@ -1,0 +1,94 @@
+"""Steps/s of loops that keep no counter aitop can read, or print nothing, or
+print through a pipe: real PyTorch loops (``tests/support/workloads/``), each
+timing its own steps, watched by the real CLI with real py-spy.
+
+Each loop is written the way people write it; the test names the source that
+must read it and holds aitop's steps/s within a tenth of the loop's own rate
+over the span of the readings behind it. One loop has no source at all (a
+fast ``for x, y in loader:`` with no workers, no counter, no output): there
+steps/s must stay unknown and the report must say, for every source, why it
+did not serve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.step_shapes import Shape, aitop_report, start, true_rate
+
+pytestmark = pytest.mark.attach
+
+#: How near the loop's own rate aitop's must be.
+TOLERANCE = 0.10
+
+
+def _case(shape: Shape, watch_s: float, source: str) -> object:
+    return pytest.param(shape, watch_s, source, id=shape.name)
+
+
+#: (the loop, seconds watched, the source that must read it).
+LOOPS = [
+    # `for x, y in loader:` with workers: their batch index.
+    _case(Shape("noindex_workers", "noindex_loader.py", ("--workers", "2", "--read-ms", "1")),
+          15, "workers"),
+    # Short epochs (120 batches, ~6 s) with workers started afresh each epoch: the
+    # index restarts; the epoch's length is learnt from the pace across resets.
+    _case(Shape("short_epochs", "noindex_loader.py",
+                ("--workers", "2", "--batches", "120", "--read-ms", "3", "--no-persistent")),
+          15, "workers"),
+    # `while True:` with no counter, ~0.5 steps/s: the step cycles in the stacks.
+    _case(Shape("while_true", "while_true.py", ("--step-s", "2.0")), 20, "stacks"),
+    # Slow steps with the loop's own `step`: ~0.5 and ~1 step/s.
+    _case(Shape("slow_half", "slow_steps.py", ("--step-s", "2.0")), 20, "loop"),
+    _case(Shape("slow_one", "slow_steps.py", ("--step-s", "1.0")), 20, "loop"),
+    # A module-level loop printing its step: through `| tee LOG`, through `ts`,
+    # through a python -u log keeper, and to a file with a logging prefix.
+    _case(Shape("tee", "printing_loop.py", (), "tee"), 15, "log"),
+    _case(Shape("ts", "printing_loop.py", (), "ts"), 15, "log"),
+    _case(Shape("stamper", "printing_loop.py", (), "stamper"), 15, "log"),
+    _case(Shape("prefixed", "printing_loop.py", ("--style", "logging"), "file"), 15, "log"),
+    # A model server that prints nothing, answering ~0.7 requests/s.
+    _case(Shape("server", "inference_server.py", ("--forward-s", "0.6"), client=True),
+          20, "stacks"),
+]
+
+
+@pytest.mark.parametrize(("shape", "watch_s", "source"), LOOPS)
+def test_steps_per_second_of_a_loop_within_a_tenth_of_its_own(
+        shape: Shape, watch_s: float, source: str, tmp_path: Path) -> None:
+    run = start(shape, tmp_path)
+    try:
+        report = aitop_report(run.job.pid, watch_s)
+    finally:
+        run.stop()
+    steps = report["steps_source"] or {}
+    got = report["steps_per_s"]
+    span = report["steps_span"]
+    assert got is not None and span is not None, steps
+    truth = true_rate(run.truth, *span)
+    print(f"| {shape.name} | {truth:.3f} | {got:.3f} | {steps.get('source')} "
+          f"`{steps.get('counter')}` | {100 * (got / truth - 1):+.1f} % |")
+    assert steps["source"] == source, steps
+    assert got == pytest.approx(truth, rel=TOLERANCE), steps
+
+
+def test_a_loop_with_no_source_says_why_for_each(tmp_path: Path) -> None:
+    """``for x, y in loader:`` with no workers, ~30 steps/s, output to /dev/null:
+    no counter, no log, no workers' index, steps too fast for the samples."""
+    run = start(Shape("noindex_inline", "noindex_loader.py"), tmp_path)
+    try:
+        report = aitop_report(run.job.pid, 15)
+    finally:
+        run.stop()
+    assert report["steps_per_s"] is None
+    tried = dict(line.split(": ", 1) for line in report["steps_source"]["tried"])
+    print(f"| noindex_inline | {true_rate(run.truth, 0, float('inf')):.3f} | unknown | "
+          f"{tried} |")
+    assert set(tried) == {"loop counter", "job log", "DataLoader workers' batch index",
+                          "step cycles in the stacks"}, tried
+    assert tried["loop counter"].startswith("no integer local of a step counter's name")
+    # Its stderr is a file (the test keeps it), with no step in it.
+    assert tried["job log"].startswith("no rising step count in the lines of"), tried
+    assert tried["DataLoader workers' batch index"] == "the job has no DataLoader workers"
+    assert tried["step cycles in the stacks"] not in ("", "not read"), tried

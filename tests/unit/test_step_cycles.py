@@ -1,0 +1,170 @@
+"""Steps counted from the order of stack samples, validated against loops whose
+steps are known: a loop's phases laid out in time, sampled as py-spy samples
+(exponentially distributed intervals at 10 Hz, a fixed number per window,
+windows back to back with a relaunch gap), read by the real ``CycleCounter``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+
+import pytest
+from aitop.probes.phases import FrameSignature, PhaseClassifier, PhaseRule
+from aitop.probes.samples import StackWindow
+from aitop.probes.speedscope import parse_speedscope
+from aitop.probes.stack_window import SampledSpan, summarize_window
+from aitop.probes.step_cycles import (
+    MAX_MISSED,
+    CycleCounter,
+    cycle_readings,
+    poisson_mean,
+    read_runs,
+)
+from aitop.probes.step_rate import steps_per_second
+
+RATE_HZ = 10.0
+PERIOD = 1 / RATE_HZ
+
+#: One step of a large model: data, forward, backward, optimizer, the loop's own code.
+SLOW_STEP = (("data_wait", 0.3), ("forward", 0.6), ("backward", 1.0), ("optimizer", 0.1),
+             ("other", 0.1))
+
+
+def phase_at(step: Sequence[tuple[str, float]], t: float) -> str:
+    t %= sum(d for _, d in step)
+    for phase, duration in step:
+        if t < duration:
+            return phase
+        t -= duration
+    return step[-1][0]
+
+
+def sampled_windows(step: Sequence[tuple[str, float]], windows: Sequence[int], seed: int,
+                    gap_s: float = 0.15) -> list[tuple[list[str], float, float]]:
+    """Each window's phases as py-spy samples them (``n`` samples at exponential
+    intervals), and when it sampled: (phases, start, end)."""
+    rng = random.Random(seed)
+    t = rng.uniform(0, 5)
+    out = []
+    for n in windows:
+        start = t
+        phases = []
+        for _ in range(n):
+            t += rng.expovariate(RATE_HZ)
+            phases.append(phase_at(step, t))
+        out.append((phases, start, t))
+        t += gap_s
+    return out
+
+
+def counted_rate(step: Sequence[tuple[str, float]], windows: Sequence[int],
+                 seed: int) -> tuple[float | None, list[str | None]]:
+    counter = CycleCounter()
+    found = []
+    notes = []
+    for phases, start, end in sampled_windows(step, windows, seed):
+        cycles, note = counter.count(phases, start, end, PERIOD)
+        notes.append(note)
+        found.append(StackWindow(start, end, "MainThread", "1", len(phases), cycles=cycles,
+                                 cycles_note=note))
+    return steps_per_second(cycle_readings(found)), notes
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("step", [
+    SLOW_STEP,  # 0.48 steps/s
+    (("forward", 0.5), ("backward", 0.6), ("other", 0.15)),  # 0.8 steps/s, no data wait
+], ids=["0.5-steps-per-s", "0.8-steps-per-s"])
+def test_slow_steps_are_counted_within_a_tenth_of_their_rate(
+        step: tuple[tuple[str, float], ...], seed: int) -> None:
+    true = 1 / sum(d for _, d in step)
+    # A headless report's windows: 3 s, 6 s, 12 s (a fixed count of samples each).
+    rate, notes = counted_rate(step, [30, 60, 120, 150], seed)
+    assert rate is not None, notes
+    assert rate == pytest.approx(true, rel=0.10)
+
+
+def test_steps_too_fast_for_the_samples_are_not_counted() -> None:
+    fast = (("data_wait", 0.02), ("forward", 0.08), ("backward", 0.12), ("optimizer", 0.03))
+    rate, notes = counted_rate(fast, [30, 60, 150], seed=1)
+    assert rate is None
+    assert notes[-1] is not None and "steps too fast to count from samples" in notes[-1]
+    assert "would fall between samples" in notes[-1]
+
+
+def test_the_limit_is_where_a_tenth_of_the_boundaries_would_be_missed() -> None:
+    # Each side averaging ~3 samples (0.3 s at 10 Hz) is about the limit.
+    assert 2.2 < poisson_mean(2.5) < 2.4
+    for side_s, counted in ((0.22, False), (0.45, True)):
+        step = (("forward", side_s), ("backward", side_s))
+        rate, notes = counted_rate(step, [60, 150, 150], seed=3)
+        assert (rate is not None) == counted, (side_s, notes, MAX_MISSED)
+
+
+def test_a_forward_recomputed_inside_backward_does_not_start_a_cycle() -> None:
+    """Activation checkpointing runs forward passes beneath backward: the samples
+    there read as backward for the count (``stack_window._cycle_phase``)."""
+    rules = [
+        PhaseRule("backward", 10, (FrameSignature("backward", "torch/autograd/__init__.py"),)),
+        PhaseRule("forward", 10, (FrameSignature("_call_impl", "torch/nn/modules/module.py"),)),
+        PhaseRule("optimizer", 5, (FrameSignature("*", "torch/optim/*"),)),
+    ]
+    classifier = PhaseClassifier(rules)
+    frames = {"train": ("train", "/job/train.py", 9),
+              "fwd": ("_call_impl", "/venv/lib/python3.11/site-packages/torch/nn/modules/"
+                      "module.py", 1),
+              "bwd": ("backward", "/venv/lib/python3.11/site-packages/torch/autograd/"
+                      "__init__.py", 2),
+              "opt": ("step", "/venv/lib/python3.11/site-packages/torch/optim/adam.py", 3),
+              "thread": ("thread (1): MainThread", "", 0)}
+    names = list(frames)
+    table = [{"name": n, "file": f, "line": ln} for n, f, ln in frames.values()]
+
+    def stack(*parts: str) -> list[int]:
+        return [names.index(p) for p in ("thread", "train", *parts)]
+
+    one_step = ([stack("fwd")] * 5 + [stack("bwd")] * 3 + [stack("bwd", "fwd")] * 3
+                + [stack("bwd")] * 3 + [stack("opt")] * 2)
+    doc = {"shared": {"frames": table},
+           "profiles": [{"type": "sampled", "name": "t", "samples": one_step * 6,
+                         "weights": [0.1] * 96}]}
+    ordered = parse_speedscope(json.dumps(doc))
+    assert ordered.order["1"][:5] == [0] * 5
+    window = summarize_window(ordered.stacks, classifier, pid=1, t_start=0.0, t_end=9.6,
+                              order=ordered.order, sampled=SampledSpan(0.0, 9.6, PERIOD),
+                              counter=CycleCounter())
+    assert window.cycles is not None, window.cycles_note
+    assert window.cycles.count == 5  # six steps: five returns to forward
+
+
+def test_a_server_counts_its_forward_passes() -> None:
+    serving = (("forward", 0.5), ("other", 0.8))
+    rate, notes = counted_rate(serving, [60, 150, 150], seed=5)
+    assert rate == pytest.approx(1 / 1.3, rel=0.10), notes
+
+
+def test_runs_cut_by_the_windows_edges_are_left_out() -> None:
+    runs = read_runs(["end", "end", "start", "start", None, "start", "end", "start", "end"])
+    assert runs.boundaries == [2, 7]
+    assert runs.ends == [1]  # the first ending run began before the window
+    assert runs.starts == [3, 1]
+
+
+def test_windows_join_up_across_the_relaunch_gap() -> None:
+    """A boundary that falls in the gap between two windows is counted once, by the
+    window after it, and the count runs on from one window to the next."""
+    counter = CycleCounter()
+    ends, starts = ["backward"] * 5, ["forward"] * 5
+    first, _ = counter.count((ends + starts) * 4 + ends, 0.0, 4.5, PERIOD)
+    second, _ = counter.count(starts + ends + starts, 4.6, 6.1, PERIOD)
+    assert first is not None and second is not None
+    assert (first.count, second.count, first.joined, second.joined) == (4, 2, False, True)
+    assert second.t_first == 4.6  # the step crossed the gap: timed at the window's start
+    windows = [StackWindow(0.0, 4.5, "MainThread", "1", 45, cycles=first),
+               StackWindow(4.6, 6.1, "MainThread", "1", 15, cycles=second)]
+    readings = cycle_readings(windows)
+    assert [(r.value, r.start) for r in readings] == [(0, True), (3, False), (4, False),
+                                                     (5, False)]
+    assert steps_per_second(readings) == pytest.approx(5 / (second.t_last - first.t_first))
