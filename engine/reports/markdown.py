@@ -252,9 +252,9 @@ def _phases(report: Report) -> list[str]:
     if report.steps_per_s is not None:
         rate = f"{report.steps_per_s:.2f}{_steps_from(report.steps_source)}"
         out += ["", f"Steps per second: {rate}"]
-    elif diagnosis is not None and (source := steps_source(session, diagnosis)) is not None:
+    elif report.steps_source is not None and report.steps_source.tried:
         out += ["", "Steps per second: unknown; sources tried:", ""]
-        out += [f"- {cell(why)}" for why in source.tried]
+        out += [f"- {cell(why)}" for why in report.steps_source.tried]
     return [*out, ""]
 
 
