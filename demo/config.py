@@ -148,9 +148,9 @@ CONFIGS: dict[str, Config] = {
         record_count=1_500_000,
     ),
     "sawtooth": Config(
-        width=64, depth=1, batch_size=32, num_workers=2, decode_ms=3.0,
+        width=64, depth=1, batch_size=32, num_workers=2, decode_ms=2.0,
         checkpoint_every=0, threads=1, loop="records", records="images",
-        record_count=3000, persistent_workers=False,
+        record_count=2000, persistent_workers=False,
     ),
 }
 

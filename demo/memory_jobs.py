@@ -30,7 +30,7 @@ from typing import TypedDict
 import psutil
 import torch
 from aitop.demo.config import Config
-from aitop.demo.truth import Truth
+from aitop.demo.truth import Truth, memory_truth_path
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -41,11 +41,6 @@ IMAGE_BYTES = 64 << 10
 #: Seconds between two memory records.
 MEMORY_EVERY_S = 1.0
 WORDS = ("the", "a", "model", "token", "batch", "worker", "page", "shared", "copy", "read")
-
-
-def memory_truth_path(truth_path: Path) -> Path:
-    """Where a job with truth ``truth_path`` records its memory."""
-    return truth_path.with_name(truth_path.stem + ".memory.jsonl")
 
 
 def _features(values: list[int], label: int) -> Sample:

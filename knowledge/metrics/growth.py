@@ -70,9 +70,22 @@ MAX_FLOORS = 12
 Point = tuple[float, float]
 
 
-def memory_growth(points: Sequence[Point]) -> float | None:
+def slope_per_minute(points: Sequence[Point]) -> float | None:
+    """The plain least-squares slope, MB per minute (None under two points)."""
+    if len(points) < 2:
+        return None
+    t_mean = statistics.fmean(t for t, _ in points)
+    v_mean = statistics.fmean(v for _, v in points)
+    sxx = sum((t - t_mean) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    return sum((t - t_mean) * (v - v_mean) for t, v in points) / sxx * 60.0
+
+
+def memory_growth(points: Sequence[Point], min_points: int = 5) -> float | None:
     """MB per minute the memory grows: the least-squares slope where it stands out
-    of the memory's own swings, 0 where it does not, None before 10 s of points.
+    of the memory's own swings, 0 where it does not, None before 10 s of points
+    (and ``min_points`` of them).
 
     A slope alone reads a job whose memory swings (the allocator returning and
     taking back tens of MB every few seconds; pytorch/examples'
@@ -81,7 +94,7 @@ def memory_growth(points: Sequence[Point]) -> float | None:
     there stays under 3.1, a steady leak's climbs with the span.
     """
     span = points[-1][0] - points[0][0] if points else 0.0
-    if len(points) < 5 or span < GROWTH_EARLY_SPAN_S:
+    if len(points) < max(min_points, 3) or span < GROWTH_EARLY_SPAN_S:
         return None
     needed = GROWTH_MIN_T if span >= GROWTH_MIN_SPAN_S else GROWTH_EARLY_T
     ts = [t for t, _ in points]

@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from aitop.probes.samples import ProcessTreeSample
 from aitop.probes.session import Session
 
-from .growth import GROWTH_LOOKBACK_S, memory_growth
+from .growth import GROWTH_LOOKBACK_S, memory_growth, slope_per_minute
 from .units import Values, mb, pct
+
+#: Private memory is read every 2 to 6 s (``probes/private_memory.py``: a big
+#: process less often), so a worker's growth is read from 4 readings spanning
+#: 10 s, where RSS read each second needs 5: a copy's smooth climb stands 8
+#: standard errors out of its wobble well within them.
+PRIVATE_MIN_POINTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +45,12 @@ class ProcessMemory:
     rss_mb: float | None
     #: RSS at the newest private reading (USS and RSS of one moment).
     rss_at_uss_mb: float | None
+    #: USS growth, read where it stands out of its wobble (``memory_growth``).
     uss_growth: float | None
+    #: RSS growth where it stands out (the training process's own growth), and
+    #: its plain slope over the span USS was read over (to compare the two).
     rss_growth: float | None
+    rss_slope: float | None
 
 
 def process_memory(session: Session, now: float) -> list[ProcessMemory]:
@@ -73,7 +83,8 @@ def _one(trees: list[ProcessTreeSample], pid: int, role: str) -> ProcessMemory:
         pid=pid, role=role,
         uss_mb=uss[-1][1] if uss else None, pss_mb=pss,
         rss_mb=rss[-1][1] if rss else None, rss_at_uss_mb=rss_at_uss,
-        uss_growth=memory_growth(uss), rss_growth=memory_growth(rss_span))
+        uss_growth=memory_growth(uss, PRIVATE_MIN_POINTS), rss_growth=memory_growth(rss),
+        rss_slope=slope_per_minute(rss_span))
 
 
 def _total(values: list[float | None]) -> float | None:
@@ -89,7 +100,7 @@ def private_memory_metrics(session: Session, now: float, mem_free_mb: float | No
     read = [w for w in workers if w.uss_growth is not None]
     main = next((p for p in procs if p.role == "main"), None)
     uss_growth = _total([w.uss_growth for w in read])
-    rss_growth = _total([max(0.0, w.rss_growth) for w in read if w.rss_growth is not None])
+    rss_growth = _total([max(0.0, w.rss_slope) for w in read if w.rss_slope is not None])
     copied = (None if uss_growth is None or rss_growth is None or uss_growth <= 0
               else max(0.0, min(1.0, 1.0 - rss_growth / uss_growth)))
     shared = _total([w.rss_at_uss_mb - w.uss_mb for w in workers
