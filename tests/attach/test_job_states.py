@@ -14,14 +14,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 from aitop.probes.kernel.cgroups import memory_limit
-from support.cgroups import MemoryCgroup, memory_cgroup
+from support.cgroups import memory_cgroup
 from support.jobs import (
     read_truth,
     run_aitop,
@@ -29,6 +27,8 @@ from support.jobs import (
     start_paced_loop,
     stop_job,
     truth_between,
+    watch,
+    watch_side_by_side,
 )
 
 pytestmark = pytest.mark.attach
@@ -99,39 +99,6 @@ def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
     assert "workload.py" in summary, "where the time goes: the job's own code"
     assert report["findings"][0]["id"] == "warming_up_loading"
     assert report["metrics"]["steps_seen"] == 0
-
-
-def watch(scenario: str, workdir: Path, seconds: float,
-          settle_s: float = 0.0, cgroup: MemoryCgroup | None = None) -> tuple[dict, Path]:
-    """The job watched headless for ``seconds``, ``settle_s`` after its first step
-    (in ``cgroup`` from then on, when given)."""
-    truth = workdir / f"{scenario}.jsonl"
-    job = start_job(scenario, truth)
-    try:
-        if cgroup is not None:
-            cgroup.add(job.pid)
-        time.sleep(settle_s)
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                           str(seconds), timeout=seconds + 90)
-    finally:
-        stop_job(job)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout), truth
-
-
-def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float,
-                       settle_s: float = 0.0,
-                       cgroups: Mapping[str, MemoryCgroup] | None = None,
-                       ) -> list[tuple[dict, Path]]:
-    """:func:`watch` of each scenario at the same time, in the order given.
-
-    For tests whose verdicts read no free cores (memory growth, work per core):
-    their jobs may share the box's cores, and the test takes half the time.
-    """
-    with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-        runs = [pool.submit(watch, name, workdir, seconds, settle_s,
-                            (cgroups or {}).get(name)) for name in scenarios]
-        return [run.result() for run in runs]
 
 
 # Alone: the leak grows per step, and four tests at a time on 2 cores slowed the

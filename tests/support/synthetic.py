@@ -62,6 +62,15 @@ SWAP_TOTAL = 8 * 10**9
 #: Clock-event reasons repeat with this period (ticks), the length of a window.
 THROTTLE_PERIOD = 20
 
+#: pytorch/examples' word_language_model's resident memory (MB), read once a second
+#: from 5 s after its start: it swings 369-479 MB and does not grow.
+WORD_LM_RSS_SWING = (
+    428, 455, 455, 374, 442, 425, 472, 423, 441, 463, 423, 479, 421, 461, 461, 452, 399, 435,
+    389, 439, 423, 428, 373, 422, 422, 439, 448, 447, 425, 440, 428, 390, 433, 474, 435, 410,
+    443, 459, 376, 476, 419, 375, 424, 448, 369, 439, 412, 423, 411, 467, 437, 430, 386, 475,
+    474, 408, 402, 457, 396, 441, 457, 424, 459, 377, 402, 411, 442, 400, 439, 450, 447,
+)
+
 #: A healthy job's phase mix: 2 % data wait, 78 % compute, 20 % other.
 HEALTHY_PHASES: Mapping[str, float] = {
     "data_wait": 0.02,

@@ -31,6 +31,7 @@ from support.synthetic import (
     PID,
     T0,
     WINDOW_S,
+    WORD_LM_RSS_SWING,
     Job,
     diagnose_job,
     extend,
@@ -68,14 +69,6 @@ def k(**knobs: object) -> Knobs:
 CPU_ONLY = k(gpu=False)
 #: No GPU, and the loop's thread never waited for a core (its compute phases ran).
 CPU_ONLY_RAN = {**CPU_ONLY, **k(main_cpu_wait=0.0)}
-#: pytorch/examples' word_language_model's resident memory (MB), read once a second
-#: from 5 s after its start: it swings 369-479 MB and does not grow.
-WORD_LM_RSS_SWING = (
-    428, 455, 455, 374, 442, 425, 472, 423, 441, 463, 423, 479, 421, 461, 461, 452, 399, 435,
-    389, 439, 423, 428, 373, 422, 422, 439, 448, 447, 425, 440, 428, 390, 433, 474, 435, 410,
-    443, 459, 376, 476, 419, 375, 424, 448, 369, 439, 412, 423, 411, 467, 437, 430, 386, 475,
-    474, 408, 402, 457, 396, 441, 457, 424, 459, 377, 402, 411, 442, 400, 439, 450, 447,
-)
 
 #: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
 SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
