@@ -6,12 +6,14 @@ dicts; each worker's private memory (USS) grows while its RSS holds
 re-created every epoch, each caching what it decodes: the job's memory rises
 through each epoch and falls back. Each job writes every process's RSS, USS and
 PSS each second, and each epoch's start (``demo/truth.py``'s
-``memory_truth_path``): aitop's readings are checked against them.
+``memory_truth_path``): aitop's readings are checked against them. And a job in
+a container-sized ``/dev/shm`` of its own, mostly full.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from aitop.demo.truth import read_memory_truth
 from aitop.knowledge.metrics.growth import slope_per_minute
 from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe
-from support.jobs import watch, watch_side_by_side
+from support.jobs import read_truth, run_aitop, stop_job, watch, watch_side_by_side
 
 pytestmark = pytest.mark.attach
 
@@ -55,7 +57,9 @@ def test_workers_copying_the_dataset_are_named_and_tensors_silence_it(tmp_path: 
     (cow, cow_truth), (fixed, _) = watch_side_by_side(("cow", "cow_fixed"), tmp_path, 25,
                                                       settle_s=6)
     ids = [f["id"] for f in cow["findings"]]
+    assert "dataloader_copy_on_read" in ids, ids
     lead = cow["findings"][0]
+    cow_read = next(f for f in cow["findings"] if f["id"] == "dataloader_copy_on_read")
     m = cow["metrics"]
     records = read_memory_truth(cow_truth)
     t0, t1 = cow["attached_at"], cow["evaluated_at"]
@@ -63,7 +67,7 @@ def test_workers_copying_the_dataset_are_named_and_tensors_silence_it(tmp_path: 
     rss = truth_series(records, t0, t1, "worker", "rss")
     main_rss = truth_series(records, t0, t1, "main", "rss")
     truth_uss, truth_rss = growth_of(uss), growth_of(rss)
-    print(f"cow: {ids}, named after {lead.get('fired_after_s')} s; aitop "
+    print(f"cow: {ids}, named after {cow_read['fired_after_s']} s; aitop "
           f"{m['workers_uss_growth']:.0f} MB/min (copied {m['workers_copied_share']:.0%}), "
           f"truth {truth_uss:.0f} MB/min USS, {truth_rss:.0f} MB/min RSS, training process "
           f"{growth_of(main_rss):.0f} MB/min RSS; fixed: "
@@ -71,18 +75,23 @@ def test_workers_copying_the_dataset_are_named_and_tensors_silence_it(tmp_path: 
     # The job's own record: its two workers copy, their RSS holds, the parent's too.
     assert len(uss) == 2 and truth_uss >= 120, uss
     assert truth_rss < truth_uss / 10 and abs(growth_of(main_rss)) < 30
-    assert lead["id"] == "dataloader_copy_on_read", ids
-    assert cow["bottleneck"]["category"] == "memory"
-    assert lead["title"].startswith("Copy-on-read in the DataLoader workers: their private "
-                                    "memory grows ")
-    assert lead["title"].endswith(" MB/min while the training process's holds")
-    assert lead["fired_after_s"] is not None and lead["fired_after_s"] <= 22
+    if m["free_cores_in_compute"] is not None and m["free_cores_in_compute"] < 0.5:
+        # Every core of the box busy (other people's jobs): the loop, which waits
+        # for its workers, is told so first, with a gain; the copying comes next.
+        assert lead["category"] in ("data_loading", "host"), ids
+    else:
+        assert lead is cow_read, ids
+        assert cow["bottleneck"]["category"] == "memory"
+    assert cow_read["title"].startswith("Copy-on-read in the DataLoader workers: their "
+                                        "private memory grows ")
+    assert cow_read["title"].endswith(" MB/min while the training process's holds")
+    assert cow_read["fired_after_s"] is not None and cow_read["fired_after_s"] <= 22
     # aitop's reading is the workers' own growth, as the job measured it.
     assert m["workers_uss_growth"] == pytest.approx(truth_uss, rel=0.35)
     assert m["workers_copied_share"] >= 0.8
     for pid in uss:
-        assert f"PID {pid} " in lead["why"], lead["why"]
-    assert lead["actions"][0].startswith("Keep the dataset's records in a few large buffers")
+        assert f"PID {pid} " in cow_read["why"], cow_read["why"]
+    assert cow_read["actions"][0].startswith("Keep the dataset's records in a few large buffers")
     assert "host_memory_grows" not in ids
     # Batches in flight pass through /dev/shm: the job maps some, in the /dev/shm
     # its own mount namespace has (this one's).
@@ -172,3 +181,51 @@ def test_the_process_probe_reads_each_processs_private_memory_on_its_cadence() -
     assert parent.uss_bytes >= 45e6  # the quarter the child copied is the parent's alone
     assert all(p.uss_bytes is None for p in second.processes)
     assert first.shm_mapped_bytes == 0 and second.shm_mapped_bytes is None
+
+
+#: Docker's default /dev/shm, and what a crashed job left in it (MiB).
+SHM_MIB = 64
+LEFTOVER_MIB = 58
+
+
+def test_a_nearly_full_dev_shm_in_the_jobs_own_namespace_is_named(tmp_path: Path) -> None:
+    """The ``data`` job (a DataLoader worker passing its batches through /dev/shm)
+    in a mount namespace of its own whose /dev/shm is a 64-MiB tmpfs, as Docker
+    gives a container, 58 MiB of it left behind by a crashed job: aitop, outside
+    that namespace, reads the job's /dev/shm, not its own 24-GB one."""
+    truth = tmp_path / "data.jsonl"
+    fill = (f"mount -t tmpfs -o size={SHM_MIB}m tmpfs /dev/shm && "
+            f"head -c {LEFTOVER_MIB}M /dev/zero > /dev/shm/torch_12345_leftover && exec \"$@\"")
+    job = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", fill, "sh",
+         sys.executable, "-m", "aitop.demo.workload", "--scenario", "data", "--truth",
+         str(truth), "--duration", "120", "--checkpoint-dir", str(tmp_path / "ckpt")],
+        stdout=(tmp_path / "data.log").open("wb"), stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (truth.exists() and read_truth(truth)):
+            if job.poll() is not None or time.time() > deadline:
+                pytest.fail("the data job in a mount namespace of its own did not start "
+                            "(the tests run as root, with unshare and mount): "
+                            + (tmp_path / "data.log").read_text()[-1500:])
+            time.sleep(0.2)
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "12",
+                           timeout=100)
+    finally:
+        stop_job(job)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    m = report["metrics"]
+    ids = [f["id"] for f in report["findings"]]
+    print(f"shm: {ids}; {m['shm_used']:.1f}% of {m['shm_size_mb']:.1f} MB, job maps "
+          f"{m['job_shm_mb']} MB")
+    size_mb = SHM_MIB * 2**20 / 1e6
+    assert m["shm_size_mb"] == pytest.approx(size_mb)
+    assert m["shm_used"] >= LEFTOVER_MIB / SHM_MIB * 100
+    assert m["job_shm_mb"] is not None and m["job_shm_mb"] > 0
+    found = next(f for f in report["findings"] if f["id"] == "shm_nearly_full")
+    assert found["title"].startswith(f"/dev/shm is {m['shm_used']:.0f}% full (")
+    assert f"of {size_mb:.0f} MB): a DataLoader worker whose batch does not fit dies with a " \
+           "Bus error" in found["title"]
+    assert "--shm-size" in found["actions"][0]
