@@ -15,11 +15,10 @@ the loader re-created them), and growth is the rise of the cycles' floors:
 
 * from ``MIN_CYCLES`` closed cycles on (not counting a first one whose lowest
   point is its first: the watch began on its way up, after its trough): the
-  Theil-Sen slope of their floors (the
-  median of the slopes between every two floors, so one floor read off its
-  trough cannot set the rate), counted only where the floors' rise stands out of
-  their own scatter; a sawtooth whose floor holds reads 0, one whose floor
-  rises reads the floor's rate;
+  Theil-Sen slope of their floors (the median of the slopes between every two
+  floors, so one floor read off its trough cannot set the rate), counted only
+  where the floors' rise stands out of their own scatter; a sawtooth whose
+  floor holds reads 0, one whose floor rises reads the floor's rate;
 * with fewer, a rise that has not fallen back (the last cycle, still open) is
   read as a steady leak with the least-squares test of :func:`memory_growth`
   (the only floor a memory that never fell has is the memory itself), unless

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitop.probes.samples import ProcessTreeSample
+from aitop.probes.samples import ProcessInfo
 from aitop.probes.session import Session
 
 from .growth import GROWTH_LOOKBACK_S, memory_growth, slope_per_minute
@@ -58,33 +58,42 @@ def process_memory(session: Session, now: float) -> list[ProcessMemory]:
     trees = [t for t in session.processes.window(now - GROWTH_LOOKBACK_S, now) if t.alive]
     if not trees:
         return []
-    return [_one(trees, p.pid, p.role) for p in trees[-1].processes]
-
-
-def _one(trees: list[ProcessTreeSample], pid: int, role: str) -> ProcessMemory:
-    uss: list[tuple[float, float]] = []
-    rss: list[tuple[float, float]] = []
-    pss: float | None = None
-    rss_at_uss: float | None = None
+    readings: dict[int, _Readings] = {p.pid: _Readings() for p in trees[-1].processes}
     for tree in trees:
         for p in tree.processes:
-            if p.pid != pid:
-                continue
-            if p.rss_bytes is not None:
-                rss.append((tree.t, p.rss_bytes / 1e6))
-            if p.uss_bytes is not None:
-                uss.append((tree.t, p.uss_bytes / 1e6))
-                rss_at_uss = mb(p.rss_bytes)
-                pss = mb(p.pss_bytes)
-    # RSS over the span USS was read over: the same stretch of the worker's life.
-    since = uss[0][0] if uss else None
-    rss_span = [pt for pt in rss if since is None or pt[0] >= since]
-    return ProcessMemory(
-        pid=pid, role=role,
-        uss_mb=uss[-1][1] if uss else None, pss_mb=pss,
-        rss_mb=rss[-1][1] if rss else None, rss_at_uss_mb=rss_at_uss,
-        uss_growth=memory_growth(uss, PRIVATE_MIN_POINTS), rss_growth=memory_growth(rss),
-        rss_slope=slope_per_minute(rss_span))
+            seen = readings.get(p.pid)
+            if seen is not None:
+                seen.add(tree.t, p)
+    return [readings[p.pid].memory(p.pid, p.role) for p in trees[-1].processes]
+
+
+class _Readings:
+    """One process's readings over the lookback, oldest first."""
+
+    def __init__(self) -> None:
+        self.uss: list[tuple[float, float]] = []
+        self.rss: list[tuple[float, float]] = []
+        self.pss: float | None = None
+        self.rss_at_uss: float | None = None
+
+    def add(self, t: float, p: ProcessInfo) -> None:
+        if p.rss_bytes is not None:
+            self.rss.append((t, p.rss_bytes / 1e6))
+        if p.uss_bytes is not None:
+            self.uss.append((t, p.uss_bytes / 1e6))
+            self.rss_at_uss = mb(p.rss_bytes)
+            self.pss = mb(p.pss_bytes)
+
+    def memory(self, pid: int, role: str) -> ProcessMemory:
+        uss, rss = self.uss, self.rss
+        # RSS over the span USS was read over: the same stretch of the process's life.
+        rss_span = [pt for pt in rss if pt[0] >= uss[0][0]] if uss else rss
+        return ProcessMemory(
+            pid=pid, role=role,
+            uss_mb=uss[-1][1] if uss else None, pss_mb=self.pss,
+            rss_mb=rss[-1][1] if rss else None, rss_at_uss_mb=self.rss_at_uss,
+            uss_growth=memory_growth(uss, PRIVATE_MIN_POINTS), rss_growth=memory_growth(rss),
+            rss_slope=slope_per_minute(rss_span))
 
 
 def _total(values: list[float | None]) -> float | None:
