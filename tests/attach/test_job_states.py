@@ -124,8 +124,10 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
                                                    settle_s=6, cgroups={"leak": pod})
     ids = [f["id"] for f in leak["findings"]]
     growth = leak["metrics"]["proc_rss_growth"]
+    fixed_growth = fixed["metrics"]["proc_rss_growth"]
     print(f"leak: {growth:.0f} MB/min (slope {leak['metrics']['proc_rss_trend']:.0f}), "
-          f"findings {ids}; fixed: {fixed['metrics']['proc_rss_growth']:.0f} MB/min (slope "
+          f"findings {ids}; fixed: {fixed_growth} MB/min over "
+          f"{fixed['metrics']['proc_rss_cycles']:.0f} cycles (slope "
           f"{fixed['metrics']['proc_rss_trend']:.0f}), "
           f"findings {[f['id'] for f in fixed['findings']]}")
     assert growth >= 60, growth
@@ -145,8 +147,9 @@ def test_memory_that_grows_with_the_steps_is_named_and_its_fix_silences_it(
     own = memory_limit(os.getpid())
     assert (fixed["metrics"]["cgroup_mem_free_mb"] is None) == (own is None)
     # What the fix leaves is no growth out of the memory's own swings (its 20-s
-    # slope alone read 85 MB/min of swings once, a quarter of the leak's 276).
-    assert fixed["metrics"]["proc_rss_growth"] < growth / 4
+    # slope alone read 85 MB/min of swings once, a quarter of the leak's 276); a
+    # swing deep enough to end a cycle late in the watch leaves no verdict yet.
+    assert fixed_growth is None or fixed_growth < growth / 4
     assert "host_memory_grows" not in [f["id"] for f in fixed["findings"]]
 
 
