@@ -135,9 +135,13 @@ def test_a_sawtooth_whose_floor_holds_is_no_leak(tmp_path: Path) -> None:
     assert steepest >= 300
     assert max(lows) - min(lows) < 80, lows
     assert "host_memory_grows" not in ids
-    assert m["proc_rss_cycles"] >= 3
-    assert m["proc_rss_growth"] == 0.0
     assert m["ram_minutes_left"] is None
+    # Read on the floor: three cycles seen and level, or (epochs slowed down by
+    # a busy box) not yet enough of them, and no verdict.
+    if m["proc_rss_cycles"] >= 3:
+        assert m["proc_rss_growth"] == 0.0
+    else:
+        assert len(epochs) < 6 and m["proc_rss_growth"] is None
 
 
 #: A process holding 200 MB it touched, and a forked child that shares it and then
