@@ -60,6 +60,8 @@ def parse_shm_mappings(maps: str) -> dict[tuple[str, int], int]:
     """
     out: dict[tuple[str, int], int] = {}
     for line in maps.splitlines():
+        if SHM_DIR not in line:  # most of a torch process's thousands of lines
+            continue
         fields = line.split(maxsplit=5)
         if len(fields) < 6 or not fields[5].startswith(SHM_DIR + "/"):
             continue
