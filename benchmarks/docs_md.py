@@ -17,8 +17,8 @@ HEADER = """# Benchmarks
 python -m benchmarks.run            # full run (~30 min): writes this file
 python -m benchmarks.run --quick    # ~4-5 min smoke run: one pair, a 1-min session
 python -m benchmarks.run --only overhead   # one section (repeatable):
-                                           #   pyspy | overhead | tui_overhead | session |
-                                           #   tui | ranks | agent
+                                           #   pyspy | smaps | overhead | tui_overhead |
+                                           #   session | tui | ranks | agent
 ```
 
 Run from the repository root with the virtual environment active (`tmux` and
@@ -79,6 +79,19 @@ at one tick; the demo job shows ~2 threads). The model line multiplies these by
 aitop's default cadences (`CollectorConfig`, and `CollectorConfig.headless()` when
 it exists): launch / window + rate × threads × per-sample, plus one
 `dump --locals` per step-counter read.
+""",
+    "smaps": """### What one smaps_rollup read costs (the basis of the private-memory cadence)
+
+The kernel sums `/proc/PID/smaps_rollup` by walking the process's page tables,
+so a read's cost grows with the process's resident memory. Measured
+({reps} reads each) on a process holding 0.5 and 2 GB of touched anonymous
+memory, and on a forked child of it that shares every page (as a DataLoader
+worker shares its parent's), each read charged the reading thread's CPU time
+(`time.thread_time`: the walk is the reader's system time); `status` (what RSS
+costs) beside it (`benchmarks/smaps_cost.py`). The model line applies aitop's
+rule (`probes/private_memory.py`: a process is read again after
+cost × processes / `smaps_cpu_share`, never sooner than `smaps_interval_s`,
+both from `probes/cadence.py`) to a 2-GB training process with two forked workers.
 """,
     "overhead": """### Overhead, accuracy and speed of diagnosis — headless (targets 1, 3, 4)
 
@@ -340,6 +353,22 @@ def pyspy_detail(section: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def smaps_detail(section: dict[str, Any]) -> str:
+    """Each size's cost per read, and the cadence aitop's rule gives a 2-GB job."""
+    out = ["| process | `status` | `smaps_rollup` | `smaps_rollup` of a forked child |",
+           "|---|---|---|---|"]
+    for gb, costs in (section.get("costs") or {}).items():
+        out.append(f"| {gb} GB resident | {_sj(costs.get('status'), '.3f', ' ms', 1000)} "
+                   f"| {_sj(costs.get('smaps_rollup'), '.1f', ' ms', 1000)} "
+                   f"| {_sj(costs.get('smaps_rollup_fork'), '.1f', ' ms', 1000)} |")
+    out.append("")
+    for name, m in (section.get("model") or {}).items():
+        out.append(f"* model, {name} cadences: a 2-GB training process and two workers are "
+                   f"each read every {m['spacing_s']:.1f} s: **{m['percent']:.2f} %** of one "
+                   "core")
+    return "\n".join(out)
+
+
 def ranks_detail(section: dict[str, Any]) -> str:
     """Each multi-rank round: ranks found, CPU, worst comm error, straggler, verdict time."""
     lines = ["| ranks | round | ranks found | aitop CPU | worst comm error | straggler right "
@@ -402,7 +431,8 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
              "Verdicts judge the median, except key latency (its p95). "
              "\"not measured\" means that part did not run or failed; see its section.", "",
              "## How each figure was obtained, and the details", ""]
-    for name in ("pyspy", "overhead", "tui_overhead", "session", "tui", "ranks", "agent"):
+    for name in ("pyspy", "smaps", "overhead", "tui_overhead", "session", "tui", "ranks",
+                 "agent"):
         section = sections.get(name)
         if not section:
             continue
@@ -423,6 +453,8 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
             parts.append(session_detail(data))
         elif name == "pyspy":
             parts.append(pyspy_detail(data))
+        elif name == "smaps":
+            parts.append(smaps_detail(data))
         elif name == "ranks":
             parts.append(ranks_detail(data))
         elif name == "agent":

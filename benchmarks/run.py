@@ -9,6 +9,7 @@ how each figure was obtained). Sections:
 * ``session``: target 2 — CPU and memory of headless and TUI aitop over a session;
 * ``tui``: targets 4 and 5 — first frame and key latency with Textual's Pilot;
 * ``pyspy``: what one py-spy call costs (the unit costs behind aitop's cadences);
+* ``smaps``: what one ``smaps_rollup`` read costs (the private-memory cadence);
 * ``ranks``: aitop's CPU watching 1, 2 and 4 ranks of a torchrun job, with the
   communication error and the straggler verdict on each multi-rank round;
 * ``agent``: the node agent's CPU watching 1, 2 and 4 jobs, the time from a job's
@@ -40,9 +41,10 @@ from .pyspy_cost import run_pyspy_cost
 from .ranks import run_ranks
 from .results import all_rows, load_previous, text_table
 from .session import run_session
+from .smaps_cost import run_smaps_cost
 from .tui_latency import run_tui_latency
 
-SECTIONS: tuple[str, ...] = ("pyspy", "overhead", "tui_overhead", "session", "tui",
+SECTIONS: tuple[str, ...] = ("pyspy", "smaps", "overhead", "tui_overhead", "session", "tui",
                              "ranks", "agent")
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 
@@ -59,6 +61,7 @@ class Plan:
     key_rounds: int
     first_frame_runs: int
     pyspy_reps: int
+    smaps_reps: int = 200
     ranks_rounds: int = 3
     agent_rounds: int = 3
     agent_warmup_s: float = 20.0
@@ -90,6 +93,7 @@ QUICK = Plan(
     key_rounds=1,
     first_frame_runs=2,
     pyspy_reps=2,
+    smaps_reps=30,
     ranks_rounds=1,
     ranks_duration_s=15.0,
     agent_rounds=1,
@@ -133,6 +137,9 @@ def run_section(name: str, plan: Plan, workdir: Path) -> tuple[dict[str, Any], d
                  "duration_s": plan.agent_duration_s, "budget_s": plan.agent_budget_s},
                 run_agent(plan.agent_rounds, plan.agent_warmup_s, plan.agent_duration_s,
                           plan.agent_budget_s, workdir / name, log))
+    if name == "smaps":
+        log(f"smaps: {plan.smaps_reps} reads a size")
+        return {"reps": plan.smaps_reps}, run_smaps_cost(plan.smaps_reps, workdir / name, log)
     if name == "pyspy":
         log(f"pyspy: unit costs, {plan.pyspy_reps} round(s)")
         return {"reps": plan.pyspy_reps}, run_pyspy_cost(plan.pyspy_reps, workdir / name, log)

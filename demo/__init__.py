@@ -8,6 +8,7 @@ SCENARIOS: tuple[str, ...] = (
     "compile", "loading", "leak", "hang", "serving", "module_loop", "data_heavy",
     "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
+    "cow", "cow_fixed", "sawtooth",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied

@@ -65,6 +65,14 @@ class Config:
     # Seconds the training process spends building its records in Python before
     # the first step (a script tokenizing its corpus at start): no step is taken.
     prepare_s: float = 0.0
+    # Loop "records" (demo/memory_jobs.py; decode_ms there is a sleep, a read
+    # from storage, not CPU): the dataset's records as Python
+    # "objects" (a list of dicts), "arrays" (tensors), or "images" decoded and
+    # cached by each worker; record_count of them (samples an epoch).
+    records: str = ""
+    record_count: int = 0
+    # False: the DataLoader re-creates its workers every epoch.
+    persistent_workers: bool = True
 
 
 CONFIGS: dict[str, Config] = {
@@ -131,6 +139,19 @@ CONFIGS: dict[str, Config] = {
         width=768, depth=3, batch_size=32, num_workers=1, decode_ms=0.9,
         checkpoint_every=0, threads=1, decode_clock="cpu", loop="generator",
     ),
+    # demo/memory_jobs.py: two persistent workers reading 1.5 M records kept as
+    # Python dicts (copy-on-read), and two workers re-created every epoch, each
+    # caching the images it decodes (a sawtooth whose floor holds).
+    "cow": Config(
+        width=64, depth=1, batch_size=64, num_workers=2, decode_ms=1.0,
+        checkpoint_every=0, threads=1, loop="records", records="objects",
+        record_count=1_500_000,
+    ),
+    "sawtooth": Config(
+        width=64, depth=1, batch_size=32, num_workers=2, decode_ms=2.0,
+        checkpoint_every=0, threads=1, loop="records", records="images",
+        record_count=2000, persistent_workers=False,
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -166,6 +187,7 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
     "serving_batched": ("serving", {"serve_batch": 32}),
+    "cow_fixed": ("cow", {"records": "arrays"}),
 }
 for _name, (_base, _change) in (VARIANTS | FIXES).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

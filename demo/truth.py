@@ -55,3 +55,16 @@ class Truth:
         record = {"t": now, "steps": self.steps, "elapsed": now - self.started, **self.totals}
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
+
+
+def memory_truth_path(truth_path: Path) -> Path:
+    """Where a job with truth ``truth_path`` records its own memory (``memory_jobs.py``):
+    JSON lines, each ``{"t", "epoch", "processes": [{"pid", "role", "rss", "uss",
+    "pss"}]}`` (bytes) every second, or ``{"t", "epoch_start"}`` as an epoch starts."""
+    return truth_path.with_name(truth_path.stem + ".memory.jsonl")
+
+
+def read_memory_truth(truth_path: Path) -> list[dict[str, object]]:
+    """The records of :func:`memory_truth_path`, oldest first."""
+    path = memory_truth_path(truth_path)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

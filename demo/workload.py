@@ -50,6 +50,11 @@ Scenarios:
                  often), compute (threads = usable cores), leak (keep
                  loss.item(), a float) and serving (up to 32 waiting requests
                  per forward pass: dynamic batching)
+  cow, cow_fixed, sawtooth
+                 DataLoader workers copying a dataset of Python dicts page by
+                 page (copy-on-read), the same records in tensors, and
+                 workers re-created every epoch, each caching what it decodes
+                 (demo/memory_jobs.py; they record their own memory)
 
 Their measured shapes and the fixed variants' speed-ups are in config.py.
 """
@@ -85,6 +90,7 @@ from aitop.demo.data import (
     make_val_loader,
 )
 from aitop.demo.diskdata import real_disk_scratch
+from aitop.demo.memory_jobs import train_records
 from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -466,6 +472,8 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
         return train_streaming(cfg, time.time() + duration_s, truth_path, ready_file)
     if cfg.loop == "module":
         return run_module_level_script(duration_s, truth_path, ready_file)
+    if cfg.loop == "records":
+        return train_records(cfg, duration_s, truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

@@ -28,6 +28,7 @@ HEADLESS_COST = "docs/benchmarks.md, Overhead, accuracy and speed of diagnosis â
 UI_COST = "docs/benchmarks.md, Overhead â€” TUI; docs/ui-cost.md"
 SESSION_COST = "docs/benchmarks.md, aitop's own cost over a session"
 RANKS_COST = "docs/benchmarks.md, Every rank of a job"
+SMAPS_COST = "docs/benchmarks.md, What one smaps_rollup read costs"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,17 @@ TABLE: dict[str, Row] = {
         "a counter that moved 2 steps or fewer since its last reading (slow steps) is read "
         "this often: its rate runs between the readings where it moved, each late by up to "
         "this; a peer's is read every minute", PYSPY_COST),
+    "smaps_interval_s": Row(
+        2.0, 2.0, lambda v, n: v * 2,
+        "the soonest one process's private memory (smaps_rollup) is read again: a small "
+        "job's workers are read every other second, enough points for a minute's growth to "
+        "show within a 20-s report; a peer's half as often", SMAPS_COST),
+    "smaps_cpu_share": Row(
+        0.02, 0.02, lambda v, n: v / n,
+        "the share of one core the tree's smaps_rollup reads may take: a read walks the "
+        "process's page tables (its cost grows with resident memory), so each process is "
+        "read again after cost x processes / share; a 2-GB job and two workers are read every "
+        "few seconds; a peer's share is the lead's over the ranks", SMAPS_COST),
     "evaluate_every_s": Row(
         2.0, 2.0, lambda v, n: 5.0,
         "rule evaluations once the first verdict formed; each costs CPU and keeps a diagnosis "
@@ -118,6 +130,8 @@ class Profile:
     steps_warmup_readings: int
     steps_warmup_interval_s: float
     steps_slow_interval_s: float
+    smaps_interval_s: float
+    smaps_cpu_share: float
     evaluate_every_s: float
     evaluate_warmup_s: float
 

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from .kernel.cgroups import memory_limit
+from .kernel.shm import read_shm_usage
 from .neighbours import NeighbourScanner
 from .samples import HostSample
 
@@ -108,6 +109,8 @@ class HostProbe:
             load15=load[2],
             others=self.neighbours.others(),
             memory_limit=None if self._job_pid is None else memory_limit(self._job_pid),
+            # One statvfs: the job's /dev/shm, in its own mount namespace.
+            shm=None if self._job_pid is None else read_shm_usage(self._job_pid),
         )
 
 

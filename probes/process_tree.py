@@ -40,6 +40,7 @@ from .kernel.procfs import (
     read_stat,
     read_task_stat,
 )
+from .private_memory import PrivateMemoryReader
 from .redact import redact_argv
 from .samples import ProcessInfo, ProcessTreeSample, ThreadInfo
 
@@ -280,6 +281,8 @@ class ProcessTreeProbe:
     callable returning the exit code once known) lets the probe report how the
     target ended; without one, an exited target we did not start has
     ``exit_status=None``: a non-parent cannot learn it from /proc.
+    ``private_memory`` reads each process's USS and PSS on the ticks its own
+    cadence allows (none without one).
     """
 
     def __init__(
@@ -289,6 +292,7 @@ class ProcessTreeProbe:
         popen: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
         exit_status: Callable[[], int | None] | None = None,
         names_workers: Callable[[], bool] | None = None,
+        private_memory: PrivateMemoryReader | None = None,
     ) -> None:
         if not isinstance(target_pid, int) or target_pid <= 0:
             raise TargetNotFound(target_pid)
@@ -312,6 +316,7 @@ class ProcessTreeProbe:
         self._redacted: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._dead = handle is None
         self._pids: tuple[int, ...] = (target_pid,)
+        self._private = private_memory
 
     # -------------------------------------------------------------- public
 
@@ -355,11 +360,15 @@ class ProcessTreeProbe:
         self._pids = tuple(p.pid for p in infos)
         named = self._names_workers is not None and self._names_workers()
         roles = classify_roles(self.target_pid, nodes, structural=not named)
+        private = self._private.read(self._pids) if self._private is not None else None
+        rollups = private.rollups if private is not None else {}
         processes = tuple(
             replace(
                 p,
                 role=roles.get(p.pid, "child"),
                 threads=threads if p.pid == self.target_pid else (),
+                uss_bytes=rollups[p.pid].uss_bytes if p.pid in rollups else None,
+                pss_bytes=rollups[p.pid].pss_bytes if p.pid in rollups else None,
             )
             for p in infos
         )
@@ -374,6 +383,7 @@ class ProcessTreeProbe:
             processes=processes,
             pin_memory_thread=pin,
             error=error,
+            shm_mapped_bytes=private.shm_mapped_bytes if private is not None else None,
         )
 
     # ------------------------------------------------------------- internals
@@ -449,6 +459,7 @@ class ProcessTreeProbe:
             mem = _get(p.memory_info, "memory", denied)
             nthreads = _get(p.num_threads, "threads", denied)
             io = _get(p.io_counters, "io", denied)
+            started = _get(p.create_time, "create time", denied)
         if cpu is not None and not tracked.cpu_primed:
             tracked.cpu_primed = True
             cpu = None  # psutil's first call has no interval to measure over
@@ -482,6 +493,7 @@ class ProcessTreeProbe:
             read_bps=read_bps,
             write_bps=write_bps,
             cpu_wait_percent=cpu_wait,
+            started=started,
         )
 
     def _redact(self, argv: tuple[str, ...]) -> tuple[str, ...]:

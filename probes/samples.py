@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .kernel.cgroups import MemoryLimit
+from .kernel.shm import ShmUsage
 
 # ---------------------------------------------------------------- processes
 
@@ -52,6 +53,15 @@ class ProcessInfo:
     #: % of a core its main thread spent runnable but waiting for a CPU
     #: (/proc/PID/schedstat): contention, as opposed to sleeping on I/O.
     cpu_wait_percent: float | None = None
+    #: Its private memory (USS: pages no other process maps) and its
+    #: proportional share (PSS: shared pages divided among their mappers), from
+    #: ``smaps_rollup``; read only on the ticks its cadence allows
+    #: (``private_memory.py``), None on the others.
+    uss_bytes: int | None = None
+    pss_bytes: int | None = None
+    #: When it started (seconds since the epoch): a worker re-created each
+    #: epoch is young, a persistent one as old as the job.
+    started: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +77,10 @@ class ProcessTreeSample:
     pin_memory_thread: bool | None = None
     exit_status: int | None = None
     error: str | None = None
+    #: Bytes the tree maps from ``/dev/shm`` (batches in flight between
+    #: DataLoader workers and the training process), read with the private
+    #: memory; None on the ticks it is not read.
+    shm_mapped_bytes: int | None = None
 
     @property
     def workers(self) -> tuple[ProcessInfo, ...]:
@@ -110,6 +124,8 @@ class HostSample:
     #: The tightest cgroup memory limit over the job (``kernel/cgroups.py``);
     #: None when there is none: RAM is then the limit.
     memory_limit: MemoryLimit | None = None
+    #: The job's ``/dev/shm`` (in its own mount namespace): size and use.
+    shm: ShmUsage | None = None
 
 
 # ---------------------------------------------------------------------- GPU

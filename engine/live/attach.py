@@ -31,6 +31,7 @@ from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
 from aitop.probes.kernel.procfs import process_alive
+from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.ranks import Job, find_job, joined_job
@@ -237,8 +238,11 @@ def _build(
         env = session.environment
         return env is not None and torch_names_workers(env.torch_version)
 
+    cfg = options.collector
+    private = PrivateMemoryReader(cfg.smaps_interval_s, cfg.smaps_cpu_share)
     try:
-        process = ProcessTreeProbe(pid, popen=popen, names_workers=names_workers)
+        process = ProcessTreeProbe(pid, popen=popen, names_workers=names_workers,
+                                   private_memory=private)
     except TargetNotFound as exc:
         raise AttachError(
             f"no process with PID {pid}: find your training job's PID with "
@@ -248,7 +252,6 @@ def _build(
     session.job = job
     stacks = steps = None
     if binary is not None:
-        cfg = options.collector
         stacks = StackProbe(
             pid,
             phase_config.classifier(),

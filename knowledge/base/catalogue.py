@@ -118,11 +118,41 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "1 when the kernel's scheduler statistics (/proc/PID/schedstat) give how long the "
      "job's processes wait for a CPU"),
     ("proc_rss_growth", "MB/min",
-     "target-tree memory growth over the last minute: its least-squares slope where that "
-     "stands 4 standard errors out of the memory's swings, else 0 (none before 15 s)"),
+     "target-tree memory growth judged on its floor: cut into cycles at each fall back and "
+     "each change of DataLoader workers, the rise of the cycles' lowest points (Theil-Sen, "
+     "out of their scatter) from 3 cycles on; before that a rise that never fell back, "
+     "fitted over the last minute, 4 standard errors out of its swings (not while young "
+     "workers may be re-created each epoch); unknown until then"),
+    ("proc_rss_cycles", "",
+     "cycles of the target tree's memory seen over the last ten minutes (falls back, and "
+     "changes of the DataLoader's workers)"),
     ("ram_minutes_left", "min",
-     "minutes until memory runs out at the target tree's memory growth (proc_rss_growth): "
-     "RAM, or the job's cgroup limit when that is tighter (mem_free_mb)"),
+     "minutes until memory runs out at the floor's growth (proc_rss_growth): the room left "
+     "under RAM, or the job's cgroup limit when that is tighter, at the top of the newest "
+     "cycle"),
+    ("workers_uss_growth", "MB/min",
+     "growth of the DataLoader workers' private memory (USS, smaps_rollup), each worker's "
+     "over the last minute, summed"),
+    ("workers_copied_share", "fraction",
+     "share of the workers' private-memory growth their RSS does not show: shared pages "
+     "turned private (copy-on-read), not memory newly allocated"),
+    ("workers_uss_mb", "MB", "private memory (USS) of the DataLoader workers, summed"),
+    ("workers_shared_mb", "MB",
+     "what the DataLoader workers still share (RSS less USS, summed): how much more "
+     "copy-on-read could copy"),
+    ("main_rss_growth", "MB/min",
+     "growth of the training process's own resident memory over the last minute"),
+    ("proc_pss_mb", "MB",
+     "the job's memory with each shared page counted once (PSS of its processes, summed)"),
+    ("cow_minutes_left", "min",
+     "minutes until the memory the job may take (mem_free_mb) is used up at the workers' "
+     "copying rate, where what they still share exceeds it; unknown where it does not"),
+    ("shm_size_mb", "MB", "size of the job's /dev/shm (in its own mount namespace)"),
+    ("shm_used", "%", "share of the job's /dev/shm in use"),
+    ("shm_free_mb", "MB", "room left in the job's /dev/shm"),
+    ("job_shm_mb", "MB",
+     "bytes the job's processes map from /dev/shm: batches in flight between DataLoader "
+     "workers and the training process"),
     ("cgroup_mem_free_mb", "MB",
      "headroom under the tightest cgroup memory limit over the job (limit less its working "
      "set); unknown when no cgroup limits it"),
@@ -268,6 +298,9 @@ WORDS: frozenset[str] = frozenset({
     "stall_feeder",
     # What the job runs out of first: "RAM" or its cgroup's limit.
     "memory_limit",
+    # Each DataLoader worker's private memory and growth, and the training
+    # process's RSS and growth (knowledge/metrics/private_memory.py).
+    "worker_memory",
     # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA
     # graphs being captured.
     "warmup_work",

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from aitop.probes.samples import GpuDevice, GpuSample
 from aitop.probes.session import Session
 
-from .memory import GROWTH_LOOKBACK_S, memory_growth
+from .growth import GROWTH_LOOKBACK_S, memory_growth
 from .units import Values, mb, mean
 
 #: hw_slowdown alone is not counted: the driver raises it for power brakes too.

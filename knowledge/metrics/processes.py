@@ -7,7 +7,6 @@ from collections.abc import Callable
 from aitop.probes.samples import ProcessInfo, ProcessTreeSample
 from aitop.probes.session import Session
 
-from .memory import GROWTH_LOOKBACK_S, memory_growth
 from .units import Values, flag, mb
 
 #: A thread this busy (% of a core) counts as doing work; idle pool threads sit near 0.
@@ -116,6 +115,4 @@ def process_metrics(
     values["cpu_headroom"] = (
         max(1.0, cores / max(busy, 1.0)) if busy is not None and cores else None
     )
-    values["proc_rss_growth"] = memory_growth(session.series(
-        session.processes, PROC_RSS, now, max(window_s, GROWTH_LOOKBACK_S)))
     return values

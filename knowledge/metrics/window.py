@@ -16,6 +16,7 @@ from aitop.probes.session import Session
 from .gpu import gpu_metrics
 from .loading import loading_metrics
 from .memory import memory_metrics
+from .private_memory import private_memory_metrics, shm_metrics
 from .processes import process_metrics
 from .progress import progress_metrics, step_rate_metrics
 from .series import series_metrics
@@ -46,7 +47,9 @@ def compute_metrics(
                              gpu_util_mean=metrics["gpu_util_mean"])
     metrics |= step_rate_metrics(session, now, window_s)
     metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"])
-    metrics |= memory_metrics(session, now, window_s, metrics["proc_rss_growth"])
+    metrics |= memory_metrics(session, now, window_s)
+    metrics |= private_memory_metrics(session, now, metrics["mem_free_mb"])
+    metrics |= shm_metrics(session, now, window_s)
     metrics |= storage_metrics(session, now, window_s)
     metrics |= technique_metrics(session, now, window_s)
     metrics |= loading_metrics(session, now, window_s, metrics)

@@ -10,6 +10,7 @@ from aitop.probes.session import Session
 from .gpu import target_devices
 from .loading import busiest_child, busiest_producer, main_data_source
 from .memory import memory_limit_words
+from .private_memory import worker_memory_words
 from .stall import STALL_LOOKBACK_S, stall
 from .stall_feeder import stall_feeder
 from .step_phases import read_stacks
@@ -47,6 +48,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
             f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
     if hosts:
         words["memory_limit"] = memory_limit_words(hosts[-1])
+    words["worker_memory"] = worker_memory_words(session, now)
     gpus = session.gpu.window(now - window_s, now)
     if gpus:
         words["gpu_neighbours"] = _gpu_neighbour_words(gpus[-1])

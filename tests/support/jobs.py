@@ -11,7 +11,8 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import psutil
 from aitop.probes.kernel.procfs import read_environ
 
 from benchmarks.jobs import read_truth, start_job, stop_job, truth_between
+from support.cgroups import MemoryCgroup
 
 __all__ = [
     "EXIT_GATE",
@@ -37,6 +39,8 @@ __all__ = [
     "stop_job",
     "truth_between",
     "two_node_launcher",
+    "watch",
+    "watch_side_by_side",
     "watched",
 ]
 
@@ -69,6 +73,39 @@ def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
                    *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=env, stdin=subprocess.DEVNULL)
+
+
+def watch(scenario: str, workdir: Path, seconds: float,
+          settle_s: float = 0.0, cgroup: MemoryCgroup | None = None) -> tuple[dict, Path]:
+    """The job watched headless for ``seconds``, ``settle_s`` after its first step
+    (in ``cgroup`` from then on, when given)."""
+    truth = workdir / f"{scenario}.jsonl"
+    job = start_job(scenario, truth)
+    try:
+        if cgroup is not None:
+            cgroup.add(job.pid)
+        time.sleep(settle_s)
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           str(seconds), timeout=seconds + 90)
+    finally:
+        stop_job(job)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), truth
+
+
+def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float,
+                       settle_s: float = 0.0,
+                       cgroups: Mapping[str, MemoryCgroup] | None = None,
+                       ) -> list[tuple[dict, Path]]:
+    """:func:`watch` of each scenario at the same time, in the order given.
+
+    For tests whose verdicts read no free cores (memory growth, work per core):
+    their jobs may share the box's cores, and the test takes half the time.
+    """
+    with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+        runs = [pool.submit(watch, name, workdir, seconds, settle_s,
+                            (cgroups or {}).get(name)) for name in scenarios]
+        return [run.result() for run in runs]
 
 
 #: aitop's exit status when a ``--fail-on`` gate trips.

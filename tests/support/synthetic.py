@@ -27,6 +27,7 @@ from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.knowledge.metrics.window import compute_metrics
 from aitop.knowledge.metrics.words import compute_words
 from aitop.probes.kernel.cgroups import MemoryLimit
+from aitop.probes.kernel.shm import ShmUsage
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
 from aitop.probes.samples import (
@@ -60,6 +61,15 @@ MEM_TOTAL = 10**11
 SWAP_TOTAL = 8 * 10**9
 #: Clock-event reasons repeat with this period (ticks), the length of a window.
 THROTTLE_PERIOD = 20
+
+#: pytorch/examples' word_language_model's resident memory (MB), read once a second
+#: from 5 s after its start: it swings 369-479 MB and does not grow.
+WORD_LM_RSS_SWING = (
+    428, 455, 455, 374, 442, 425, 472, 423, 441, 463, 423, 479, 421, 461, 461, 452, 399, 435,
+    389, 439, 423, 428, 373, 422, 422, 439, 448, 447, 425, 440, 428, 390, 433, 474, 435, 410,
+    443, 459, 376, 476, 419, 375, 424, 448, 369, 439, 412, 423, 411, 467, 437, 430, 386, 475,
+    474, 408, 402, 457, 396, 441, 457, 424, 459, 377, 402, 411, 442, 400, 439, 450, 447,
+)
 
 #: A healthy job's phase mix: 2 % data wait, 78 % compute, 20 % other.
 HEALTHY_PHASES: Mapping[str, float] = {
@@ -157,6 +167,19 @@ class Job:
     #: MB of resident memory, one per process sample in turn, added to the growth
     #: (memory that swings up and down).
     rss_swing_mb: tuple[float, ...] = ()
+    #: MB the main process's RSS rises through each cycle of ``rss_period_s``
+    #: ticks and gives back at its end (a sawtooth; 0: none).
+    rss_tooth_mb: float = 0.0
+    rss_period_s: int = 0
+    #: Workers re-created every this many ticks (new PIDs, started anew); 0:
+    #: persistent, started an hour before.
+    worker_epoch_s: int = 0
+    #: MB/s each worker's private memory (USS) grows: copy-on-read alone, or with
+    #: ``worker_rss_growth_mb_s`` memory it allocates (its RSS grows too).
+    worker_uss_growth_mb_s: float = 0.0
+    worker_rss_growth_mb_s: float = 0.0
+    #: Private memory (USS, PSS) is read every this many ticks (None: never).
+    uss_every: int | None = 2
     #: Cores a process outside the job keeps busy (PID 4242, "python build.py").
     neighbour_cores: float = 0.0
     #: MB/s the main process reads from storage.
@@ -187,6 +210,11 @@ class Job:
     swap_total: int = SWAP_TOTAL
     #: (limit, working set) in MB of a cgroup over the job (None: RAM is the limit).
     cgroup_memory_mb: tuple[float, float] | None = None
+    #: The job's /dev/shm: its size and use (MB; size None: unreadable), and
+    #: what the job's processes map there.
+    shm_size_mb: float | None = 32000.0
+    shm_used_mb: float = 100.0
+    shm_mapped_mb: float = 20.0
     # ------------------------------------------------------------ storage
     storage: bool = True
     network_fs: bool = False
@@ -281,28 +309,42 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
                    cpu_percent=shares[k] if k < len(shares) else 0.0)
         for k in range(12)
     )
+    read = job.uss_every is not None and i % job.uss_every == 0
+    tooth = (job.rss_tooth_mb * (i % job.rss_period_s) / job.rss_period_s
+             if job.rss_period_s else 0.0)
+    main_rss = (4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i) + round(tooth * 1e6)
+                + round(job.rss_swing_mb[i % len(job.rss_swing_mb)] * 1e6
+                        if job.rss_swing_mb else 0))
     main = ProcessInfo(
         pid=PID, ppid=1, role="main", name="python", cmdline=("python", "train.py"),
-        status="running", cpu_percent=job.main_cpu,
-        rss_bytes=4 * 10**9 + round(job.rss_growth_mb_s * 1e6 * i)
-        + round(job.rss_swing_mb[i % len(job.rss_swing_mb)] * 1e6 if job.rss_swing_mb else 0),
-        num_threads=12,
+        status="running", cpu_percent=job.main_cpu, rss_bytes=main_rss, num_threads=12,
         read_bps=job.read_mb_s * 1e6, write_bps=job.disk_write_mb * 1e6, threads=threads,
         cpu_wait_percent=job.main_cpu_wait,
+        uss_bytes=main_rss // 2 if read else None, pss_bytes=main_rss * 3 // 4 if read else None,
+        started=T0 - 3600,
     )
+    epoch = i // job.worker_epoch_s if job.worker_epoch_s else 0
+    born = T0 + epoch * job.worker_epoch_s if job.worker_epoch_s else T0 - 3600
+    age = i - epoch * job.worker_epoch_s  # ticks its memory has grown (since tick 0)
+    worker_rss = 10**9 + round(job.worker_rss_growth_mb_s * 1e6 * age)
+    worker_uss = 5 * 10**7 + round(job.worker_uss_growth_mb_s * 1e6 * age)
     workers = tuple(
         ProcessInfo(
-            pid=PID + 100 + k, ppid=PID, role="worker", name="pt_data_worker",
+            pid=PID + 100 + k + 10 * epoch, ppid=PID, role="worker", name="pt_data_worker",
             cmdline=("python", "train.py"), status="running",
-            cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=10**9, num_threads=2,
+            cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=worker_rss,
+            num_threads=2,
             read_bps=job.disk_read_mb * 1e6 / max(job.workers, 1), write_bps=0.0,
             cpu_wait_percent=job.worker_cpu_wait,
+            uss_bytes=min(worker_uss, worker_rss) if read else None,
+            pss_bytes=worker_rss // 3 if read else None, started=born,
         )
         for k in range(job.workers)
     )
     return ProcessTreeSample(
         t=T0 + i, target_pid=PID, alive=True, processes=(main, *workers),
         pin_memory_thread=job.pin_memory,
+        shm_mapped_bytes=round(job.shm_mapped_mb * 1e6) if read else None,
     )
 
 
@@ -325,6 +367,8 @@ def host_sample(job: Job, i: int) -> HostSample:
         memory_limit=None if job.cgroup_memory_mb is None else MemoryLimit(
             round(job.cgroup_memory_mb[0] * 1e6), round(job.cgroup_memory_mb[1] * 1e6),
             "/kubepods/burstable/pod7"),
+        shm=None if job.shm_size_mb is None else ShmUsage(
+            round(job.shm_size_mb * 1e6), round(job.shm_used_mb * 1e6)),
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
-from aitop.knowledge.metrics.memory import memory_growth
+from aitop.knowledge.metrics.growth import memory_growth
 from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
 from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.gpu import GpuProbe
@@ -31,6 +31,7 @@ from support.synthetic import (
     PID,
     T0,
     WINDOW_S,
+    WORD_LM_RSS_SWING,
     Job,
     diagnose_job,
     extend,
@@ -68,14 +69,6 @@ def k(**knobs: object) -> Knobs:
 CPU_ONLY = k(gpu=False)
 #: No GPU, and the loop's thread never waited for a core (its compute phases ran).
 CPU_ONLY_RAN = {**CPU_ONLY, **k(main_cpu_wait=0.0)}
-#: pytorch/examples' word_language_model's resident memory (MB), read once a second
-#: from 5 s after its start: it swings 369-479 MB and does not grow.
-WORD_LM_RSS_SWING = (
-    428, 455, 455, 374, 442, 425, 472, 423, 441, 463, 423, 479, 421, 461, 461, 452, 399, 435,
-    389, 439, 423, 428, 373, 422, 422, 439, 448, 447, 425, 440, 428, 390, 433, 474, 435, 410,
-    443, 459, 376, 476, 419, 375, 424, 448, 369, 439, 412, 423, 411, 467, 437, 430, 386, 475,
-    474, 408, 402, 457, 396, 441, 457, 424, 459, 377, 402, 411, 442, 400, 439, 450, 447,
-)
 
 #: One 20-sample (or 19-sample) stack window per 20 s window: phase_samples 20 / 19.
 SAMPLES_20 = k(samples_per_window=20, stack_period_s=20)
@@ -159,11 +152,40 @@ RULE_CASES: dict[str, Cases] = {
     ),
     # 1 MB/s (60 MB/min) sustained over the window is the line, and a rise past
     # the memory's own swings.
+    # On a sawtooth (400-MB teeth every 5 s) the floor's rise is the growth;
+    # workers re-created every 5 s, each taking 20 MB/s through its epoch, make a
+    # sawtooth whose floor holds.
     "host_memory_grows": Cases(
         fires=(k(rss_growth_mb_s=1.0), k(rss_growth_mb_s=110.0),
-               k(rss_growth_mb_s=20.0, rss_swing_mb=WORD_LM_RSS_SWING)),
+               k(rss_growth_mb_s=20.0, rss_swing_mb=WORD_LM_RSS_SWING),
+               k(rss_tooth_mb=400.0, rss_period_s=5, rss_growth_mb_s=5.0)),
         misses=(k(rss_growth_mb_s=0.99), k(rss_growth_mb_s=0.0),
-                k(rss_swing_mb=WORD_LM_RSS_SWING)),
+                k(rss_swing_mb=WORD_LM_RSS_SWING),
+                k(rss_tooth_mb=400.0, rss_period_s=5),
+                k(rss_tooth_mb=400.0, rss_period_s=5, rss_growth_mb_s=0.99),
+                k(workers=2, worker_epoch_s=5, worker_rss_growth_mb_s=20.0,
+                  worker_uss_growth_mb_s=20.0)),
+    ),
+    # The workers' private memory grows 60 MB/min summed, at least half of it
+    # not in their RSS, while the training process's own memory holds.
+    "dataloader_copy_on_read": Cases(
+        fires=(k(workers=2, worker_uss_growth_mb_s=0.5),
+               k(workers=4, worker_uss_growth_mb_s=3.0, worker_rss_growth_mb_s=1.5)),
+        misses=(k(workers=2, worker_uss_growth_mb_s=0.49),
+                # A cache of their own: their RSS grows with it.
+                k(workers=4, worker_uss_growth_mb_s=3.0, worker_rss_growth_mb_s=1.6),
+                # The training process leaks too: a leak, not copying.
+                k(workers=2, worker_uss_growth_mb_s=3.0, rss_growth_mb_s=1.0),
+                k(workers=0, worker_uss_growth_mb_s=3.0)),
+    ),
+    # /dev/shm 90 % full (Docker's default 64 MB) while DataLoader workers pass
+    # batches through it, or the job maps segments there.
+    "shm_nearly_full": Cases(
+        fires=(k(shm_size_mb=64.0, shm_used_mb=57.6),
+               k(shm_size_mb=64.0, shm_used_mb=64.0, workers=0, shm_mapped_mb=8.0)),
+        misses=(k(shm_size_mb=64.0, shm_used_mb=57.5),
+                k(shm_size_mb=64.0, shm_used_mb=64.0, workers=0, shm_mapped_mb=0.0),
+                k()),
     ),
     # Compiling before the first steps: 50 % of the window is the line, and of
     # the newest stack window (the compilation goes on now).

@@ -1,0 +1,216 @@
+"""How fast memory grows: judged on its floor across the job's cycles, not on a slope.
+
+A training job's memory often moves in cycles: DataLoader workers re-created
+every epoch take memory through the epoch and free it when they exit, the
+allocator takes and returns caches, an evaluation pass comes and goes. Such a
+sawtooth rises steeply through every tooth, so a slope fitted over a few
+seconds or a minute reads it as growth (and its runway as minutes) however
+level it stays. What leaks is what the memory does not give back: the lowest it
+falls to in each cycle, its floor.
+
+So the memory (``points``, MB over time) is cut into cycles at each fall back
+(a drop of ``DROP_MIN_MB`` or ``DROP_SHARE`` of the level, whichever is more,
+after a rise) and at each change of the DataLoader's workers (``boundaries``:
+the loader re-created them), and growth is the rise of the cycles' floors:
+
+* from ``MIN_CYCLES`` closed cycles on (not counting a first one whose lowest
+  point is its first: the watch began on its way up, after its trough): the
+  Theil-Sen slope of their floors (the median of the slopes between every two
+  floors, so one floor read off its trough cannot set the rate), counted only
+  where the floors' rise stands out of their own scatter; a sawtooth whose
+  floor holds reads 0, one whose floor rises reads the floor's rate;
+* with fewer, a rise that has not fallen back (the last cycle, still open) is
+  read as a steady leak with the least-squares test of :func:`memory_growth`
+  (the only floor a memory that never fell has is the memory itself), unless
+  the job has young DataLoader workers (``hold``): a loader that re-creates its
+  workers each epoch is in the middle of a tooth, and its floor is judged once
+  its cycles have been seen;
+* a last cycle that has already lasted ``OUTLASTS`` times the longest cycle
+  seen is no cycle any more: it is read as a steady rise too.
+
+Three cycles, because a first floor is often a warm-up's (caches filled once),
+and two floors give a single step that may be one-off: a trend needs two steps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: A steady rise is fitted over the last minute (at least the rule window), and
+#: read once it spans 15 s, with a slope at least 4 standard errors from flat;
+#: from 10 s on, a slope twice as clear (8 standard errors) is read already: an
+#: unseen job leaking 5 GB/min was still unconfirmed at the end of a 20-s report.
+GROWTH_LOOKBACK_S = 60.0
+GROWTH_MIN_SPAN_S = 15.0
+GROWTH_MIN_T = 4.0
+GROWTH_EARLY_SPAN_S = 10.0
+GROWTH_EARLY_T = 8.0
+
+#: Cycles are looked for over the last ten minutes: epochs of a few minutes
+#: still give three floors.
+FLOOR_LOOKBACK_S = 600.0
+#: Closed cycles needed before the floor's trend is read.
+MIN_CYCLES = 3
+#: A fall back starts a new cycle once it is this deep (MB, and share of the
+#: level, whichever is more): RSS read each second wanders by a few MB, an
+#: allocator returning a cache or a worker exiting drops tens to hundreds.
+DROP_MIN_MB = 32.0
+DROP_SHARE = 0.02
+#: The floors' rise must exceed their scatter around their trend this many times.
+FLOOR_NOISE_FACTOR = 2.0
+#: An open cycle this many times longer than the longest closed one is a steady rise.
+OUTLASTS = 2.0
+#: The newest floors the trend is read from.
+MAX_FLOORS = 12
+
+Point = tuple[float, float]
+
+
+def slope_per_minute(points: Sequence[Point]) -> float | None:
+    """The plain least-squares slope, MB per minute (None under two points)."""
+    if len(points) < 2:
+        return None
+    t_mean = statistics.fmean(t for t, _ in points)
+    v_mean = statistics.fmean(v for _, v in points)
+    sxx = sum((t - t_mean) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    return sum((t - t_mean) * (v - v_mean) for t, v in points) / sxx * 60.0
+
+
+def memory_growth(points: Sequence[Point], min_points: int = 5) -> float | None:
+    """MB per minute the memory grows: the least-squares slope where it stands out
+    of the memory's own swings, 0 where it does not, None before 10 s of points
+    (and ``min_points`` of them).
+
+    A slope alone reads a job whose memory swings (the allocator returning and
+    taking back tens of MB every few seconds; pytorch/examples'
+    word_language_model swings 369-479 MB with no trend) as growing at
+    100+ MB/min over any 20 s that happens to end on a high: its t statistic
+    there stays under 3.1, a steady leak's climbs with the span.
+    """
+    span = points[-1][0] - points[0][0] if points else 0.0
+    if len(points) < max(min_points, 3) or span < GROWTH_EARLY_SPAN_S:
+        return None
+    needed = GROWTH_MIN_T if span >= GROWTH_MIN_SPAN_S else GROWTH_EARLY_T
+    ts = [t for t, _ in points]
+    vs = [v for _, v in points]
+    t_mean, v_mean = statistics.fmean(ts), statistics.fmean(vs)
+    sxx = sum((t - t_mean) ** 2 for t in ts)
+    slope = sum((t - t_mean) * (v - v_mean) for t, v in points) / sxx
+    residual = sum((v - v_mean - slope * (t - t_mean)) ** 2 for t, v in points)
+    error = math.sqrt(residual / (len(points) - 2) / sxx)
+    significant = slope > 0 and (error == 0 or slope / error >= needed)
+    if span < GROWTH_MIN_SPAN_S and not significant:
+        return None  # not yet clear either way
+    return slope * 60.0 if significant else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FloorGrowth:
+    """How fast the memory's floor rises, and what it was read from."""
+
+    #: MB per minute; None while there is no verdict yet.
+    rate: float | None
+    #: Cycles whose floor was seen (closed by a fall back or a worker change, in
+    #: the lookback; not the first when the watch began on its way up).
+    cycles: int
+    #: The newest closed cycle's floor (MB), None before one closed.
+    floor: float | None
+    #: The highest the memory stood in the newest closed cycle and since (MB):
+    #: the next tooth's top, which reaches a limit first.
+    peak: float | None
+    #: ``floor`` (the floors' trend), ``steady`` (a rise that never fell back) or
+    #: ``""`` (no verdict).
+    judged_on: str
+
+
+def split_cycles(points: Sequence[Point], boundaries: Sequence[float] = ()) -> list[list[Point]]:
+    """``points`` cut into cycles: at each boundary time, and at each fall back of
+    the drop's depth below the highest point since the cycle's lowest. A cycle
+    holds two points at least, and one that has only fallen so far goes on
+    falling (a fall read over two samples is one fall)."""
+    cycles: list[list[Point]] = []
+    current: list[Point] = []
+    low = high = 0.0
+    pending = sorted(boundaries)
+    next_boundary = 0
+    for t, v in points:
+        crossed = False
+        while next_boundary < len(pending) and pending[next_boundary] <= t:
+            crossed = crossed or bool(current)
+            next_boundary += 1
+        depth = max(DROP_MIN_MB, DROP_SHARE * high)
+        fell_back = v <= high - depth and high - low >= depth
+        if len(current) >= 2 and (crossed or fell_back):
+            cycles.append(current)
+            current = []
+        if not current or v < low:
+            low = high = v
+        else:
+            high = max(high, v)
+        current.append((t, v))
+    if current:
+        cycles.append(current)
+    return cycles
+
+
+def theil_sen(points: Sequence[Point]) -> tuple[float, float]:
+    """``(slope, intercept)`` of the Theil-Sen line: the median slope between every
+    two points, and the median intercept at that slope."""
+    slopes = [(v2 - v1) / (t2 - t1) for i, (t1, v1) in enumerate(points)
+              for t2, v2 in points[i + 1:] if t2 > t1]
+    slope = statistics.median(slopes) if slopes else 0.0
+    intercept = statistics.median(v - slope * t for t, v in points)
+    return slope, intercept
+
+
+def floors_rate(floors: Sequence[Point]) -> float:
+    """MB per minute the floors rise: their Theil-Sen slope where their rise over
+    their span stands out of their scatter (and of a drop's depth), else 0."""
+    slope, intercept = theil_sen(floors)
+    if slope <= 0:
+        return 0.0
+    rise = slope * (floors[-1][0] - floors[0][0])
+    scatter = max(abs(v - (intercept + slope * t)) for t, v in floors)
+    return slope * 60.0 if rise > max(DROP_MIN_MB, FLOOR_NOISE_FACTOR * scatter) else 0.0
+
+
+def _span(cycle: Sequence[Point]) -> float:
+    return cycle[-1][0] - cycle[0][0]
+
+
+def floor_growth(points: Sequence[Point], boundaries: Sequence[float] = (),
+                 hold: bool = False) -> FloorGrowth:
+    """The memory's growth judged on its floor (see the module's rule).
+
+    ``points``: the memory (MB) over ``FLOOR_LOOKBACK_S``; ``boundaries``: when
+    the DataLoader's workers changed; ``hold``: the job has young workers, so a
+    rise that has not yet fallen back is not judged before its cycles are seen.
+    """
+    cycles = split_cycles(points, boundaries)
+    if not cycles:
+        return FloorGrowth(None, 0, None, None, "")
+    closed, open_cycle = cycles[:-1], cycles[-1]
+    floors = [min(cycle, key=lambda p: p[1]) for cycle in closed]
+    if floors and floors[0] == closed[0][0]:
+        # The watch began on the first cycle's way up: its trough came before.
+        floors = floors[1:]
+    tail = [*(closed[-1] if closed else ()), *open_cycle]
+    peak = max(v for _, v in tail)
+    floor = floors[-1][1] if floors else None
+    rate: float | None = None
+    judged_on = ""
+    enough = len(floors) >= MIN_CYCLES
+    if enough:
+        rate, judged_on = floors_rate(floors[-MAX_FLOORS:]), "floor"
+    outlasts = bool(closed) and _span(open_cycle) > OUTLASTS * max(_span(c) for c in closed)
+    if (not enough and not hold) or (enough and outlasts):
+        recent = [p for p in open_cycle if p[0] >= open_cycle[-1][0] - GROWTH_LOOKBACK_S]
+        steady = memory_growth(recent)
+        if steady is not None and (rate is None or steady > rate):
+            rate, judged_on = steady, "steady"
+    return FloorGrowth(rate, len(floors), floor, peak, judged_on)

@@ -1,0 +1,151 @@
+"""Memory growth judged on the floor across cycles (``knowledge/metrics/growth.py``),
+on series built to be what each case says, read as aitop reads RSS: once a second
+(or every 2 s, the report's cadence)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from aitop.knowledge.metrics.growth import (
+    DROP_MIN_MB,
+    MIN_CYCLES,
+    floor_growth,
+    slope_per_minute,
+    split_cycles,
+)
+from aitop.knowledge.metrics.window import compute_metrics
+from support.synthetic import T0, WORD_LM_RSS_SWING, make_session
+
+Series = list[tuple[float, float]]
+
+
+def sawtooth(seconds: int, period: int, tooth_mb: float, floor_mb_s: float = 0.0,
+             base: float = 800.0, step: int = 1, phase: int = 0) -> Series:
+    """A tooth of ``tooth_mb`` every ``period`` s on a floor rising ``floor_mb_s``."""
+    return [(float(t), base + floor_mb_s * t + tooth_mb * ((t + phase) % period) / period)
+            for t in range(0, seconds + 1, step)]
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_sawtooth_whose_floor_holds_is_no_growth_however_steep_its_teeth(step: int) -> None:
+    """300-MB teeth every 6 s climb at 3 GB/min; the floor holds: 0, not a leak."""
+    points = sawtooth(60, 6, 300.0, step=step)
+    grown = floor_growth(points)
+    assert grown.rate == 0.0 and grown.judged_on == "floor"
+    assert grown.cycles >= MIN_CYCLES and grown.floor == pytest.approx(800.0)
+    # A tooth read as a slope: 3 GB/min.
+    slope = slope_per_minute([p for p in points if p[0] < 6])
+    assert slope is not None and slope >= 2900
+
+
+@pytest.mark.parametrize(("floor_mb_s", "step"), [(2.0, 1), (5.0, 1), (5.0, 2), (20.0, 2)])
+def test_a_sawtooth_on_a_rising_floor_grows_at_the_floors_rate(floor_mb_s: float,
+                                                                step: int) -> None:
+    grown = floor_growth(sawtooth(90, 6, 300.0, floor_mb_s=floor_mb_s, step=step))
+    assert grown.judged_on == "floor"
+    assert grown.rate == pytest.approx(floor_mb_s * 60, rel=0.05)
+
+
+def test_a_steady_leak_grows_at_its_rate_with_no_cycle_to_wait_for() -> None:
+    """A leak never falls back: its floor is the memory itself, read as soon as a
+    steady rise is (10 s at 8 standard errors, 15 s at 4), as before cycles."""
+    leak = [(float(t), 400.0 + 8.0 * t) for t in range(0, 31)]
+    assert floor_growth(leak[:10]).rate is None  # under 10 s: not yet
+    for seconds in (10, 15, 20, 30):
+        grown = floor_growth(leak[:seconds + 1])
+        assert grown.rate == pytest.approx(480.0), seconds
+        assert grown.judged_on == "steady" and grown.cycles == 0
+    # With word_language_model's swings on it (369-479 MB, no fall deep enough
+    # to end a cycle on a 4-GB job's memory), the same.
+    swinging = [(float(t), 4000.0 + mb + 8.0 * t) for t, mb in enumerate(WORD_LM_RSS_SWING)]
+    assert floor_growth(swinging[:21]).rate == pytest.approx(480.0, rel=0.35)
+
+
+def test_too_few_cycles_is_no_verdict_yet() -> None:
+    """Two floors may be one step (a cache filled once): no verdict before three."""
+    # Falls at 6, 12 and 18: four cycles, the first one's lowest point where the
+    # watch began (its trough may have come before), the last still open.
+    two = sawtooth(19, 6, 300.0)
+    assert len(split_cycles(two)) == 4
+    grown = floor_growth(two)
+    assert grown.rate is None and grown.cycles == MIN_CYCLES - 1 and grown.judged_on == ""
+    assert floor_growth(sawtooth(25, 6, 300.0)).rate == 0.0
+
+
+def test_a_watch_that_begins_on_a_tooth_waits_for_a_floor_it_saw() -> None:
+    """Attached half-way up a tooth, the first cycle's lowest point is where the watch
+    began, not its trough: it does not count (its 'floor' would be 150 MB high)."""
+    points = sawtooth(24, 6, 300.0, phase=3)  # falls at 3, 9, 15, 21
+    assert floor_growth(points[:16]).cycles == MIN_CYCLES - 1
+    assert floor_growth(points).cycles == MIN_CYCLES and floor_growth(points).rate == 0.0
+
+
+def test_young_workers_hold_a_rise_until_their_cycles_are_seen() -> None:
+    """A 20-s tooth of a loader that re-creates its workers each epoch: with young
+    workers, its rise is not read as a leak before three floors; without them it is
+    a rise that never fell back, and reads as one."""
+    tooth = [(float(t), 800.0 + 10.0 * t) for t in range(0, 21)]
+    assert floor_growth(tooth, hold=True).rate is None
+    assert floor_growth(tooth, hold=False).rate == pytest.approx(600.0)
+    # Once three floors are seen, the floor decides, hold or not.
+    epochs = sawtooth(80, 20, 200.0)
+    assert floor_growth(epochs, hold=True).rate == 0.0
+
+
+def test_worker_changes_end_cycles_whose_falls_were_not_sampled() -> None:
+    """Read every 2 s, the moment between two epochs is missed: the memory looks
+    level, and the workers' change of PIDs is what ends each cycle."""
+    level = [(float(t), 1200.0 + (t % 5) * 2.0) for t in range(0, 41, 2)]
+    assert split_cycles(level) == [level]
+    changes = [5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0]
+    grown = floor_growth(level, changes)
+    assert grown.cycles >= MIN_CYCLES and grown.rate == 0.0
+
+
+def test_floors_read_off_their_troughs_are_no_growth() -> None:
+    """Sampling misses a trough now and then: floors scattered by tens of MB around a
+    level floor do not make a trend."""
+    floors = [800.0, 830.0, 790.0, 845.0, 805.0, 820.0]
+    points: Series = []
+    for i, low in enumerate(floors):
+        points += [(i * 6.0 + k, low + 50.0 * k) for k in range(6)]
+    points.append((36.0, 800.0))
+    grown = floor_growth(points)
+    # The first cycle's lowest point is where the watch began: not a floor.
+    assert grown.cycles == len(floors) - 1 and grown.rate == 0.0
+
+
+def test_a_rise_that_outlasts_the_cycles_is_read_as_steady() -> None:
+    """Three 6-s cycles, then 40 s of climbing with no fall: no longer a cycle."""
+    points = sawtooth(24, 6, 300.0)[:-1]
+    assert floor_growth([*points, (24.0, 800.0)]).rate == 0.0
+    points += [(24.0 + t, 800.0 + 10.0 * t) for t in range(0, 41)]
+    grown = floor_growth(points)
+    assert grown.judged_on == "steady" and grown.rate == pytest.approx(600.0)
+
+
+def test_a_fall_over_two_readings_is_one_fall() -> None:
+    points = [(0.0, 800.0), (1.0, 900.0), (2.0, 1000.0), (3.0, 900.0), (4.0, 800.0),
+              (5.0, 900.0), (6.0, 1000.0)]
+    cycles = split_cycles(points)
+    assert [len(c) for c in cycles] == [3, 4]
+    assert DROP_MIN_MB < 100
+
+
+def test_the_runway_starts_at_the_top_of_the_newest_cycle() -> None:
+    """300-MB teeth on a floor rising 5 MB/s under a 2-GB cgroup: the memory runs out
+    when a tooth's top reaches the limit, not when the floor does."""
+    session = make_session(80, rss_tooth_mb=300.0, rss_period_s=6, rss_growth_mb_s=5.0,
+                           workers=0, cgroup_memory_mb=(6000.0, 4500.0))
+    m = compute_metrics(session, T0 + 80, 20.0, ())
+    growth = m["proc_rss_growth"]
+    assert growth == pytest.approx(300.0, rel=0.01)
+    assert m["mem_free_mb"] == pytest.approx(1500.0, abs=1)
+    # The newest closed cycle's top (tick 77, 5/6 up its tooth) over the memory now
+    # (tick 80, 2/6 up): the room left is the room at that top.
+    top = 5.0 * 77 + 300.0 * 5 / 6
+    now = 5.0 * 80 + 300.0 * 2 / 6
+    left = m["ram_minutes_left"]
+    assert left == pytest.approx((1500.0 - (top - now)) / growth, rel=0.01)
+    assert not math.isclose(left, 1500.0 / growth, rel_tol=0.05)
