@@ -90,7 +90,6 @@ class Ledger:
         self._lock = threading.Lock()
         #: thread label -> CPU seconds of the threads of that label that ended.
         self._ended: dict[str, float] = {}
-        self._ended_idents: set[int] = set()
         #: (thread label, spot label) -> exclusive CPU seconds.
         self._spots: dict[tuple[str, str], float] = {}
         #: child kind -> CPU seconds of reaped children.
@@ -181,8 +180,8 @@ class Ledger:
             with ledger._lock:
                 label = thread_label(thread.name)
                 ledger._ended[label] = ledger._ended.get(label, 0.0) + spent
-                if thread.ident is not None:
-                    ledger._ended_idents.add(thread.ident)
+                # Marked on the thread itself: a later thread may get its ident.
+                thread._ledger_ended = True  # type: ignore[attr-defined]
             original(thread)
 
         threading.Thread._delete = _delete  # type: ignore[attr-defined]
@@ -190,10 +189,11 @@ class Ledger:
     def _threads_now(self) -> dict[str, float]:
         with self._lock:
             out = dict(self._ended)
-            ended = set(self._ended_idents)
-        for thread in threading.enumerate():
+            threads = [t for t in threading.enumerate()
+                       if not getattr(t, "_ledger_ended", False)]
+        for thread in threads:
             ident = thread.ident
-            if ident is None or ident in ended:
+            if ident is None:
                 continue
             with contextlib.suppress(OSError, OverflowError):
                 spent = time.clock_gettime(time.pthread_getcpuclockid(ident))

@@ -30,6 +30,7 @@ from aitop.engine.live.source import NOTHING, Conclusion, DataSource, RankPeer
 from aitop.knowledge.base.findings import Diagnosis
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -189,6 +190,17 @@ class AitopApp(App[int]):
         return self.export_flow.exit_errors
 
     # ----------------------------------------------------------- lifecycle
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's terminal driver, with Escape answered when due (``tui.driver``)."""
+        default = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver
+
+        if default is not LinuxDriver:
+            return default  # another platform, or a driver named in TEXTUAL_DRIVER
+        from .driver import Driver as PromptEscape
+
+        return PromptEscape
 
     def get_default_screen(self) -> Screen[None]:
         return MainScreen()
