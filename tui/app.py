@@ -194,10 +194,11 @@ class AitopApp(App[int]):
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, with Escape answered when due (``tui.driver``)."""
         default = super().get_driver_class()
+        from textual import constants
         from textual.drivers.linux_driver import LinuxDriver
 
-        if default is not LinuxDriver:
-            return default  # another platform, or a driver named in TEXTUAL_DRIVER
+        if default is not LinuxDriver or constants.DRIVER is not None:
+            return default  # another platform, or the driver TEXTUAL_DRIVER names
         from .driver import Driver as PromptEscape
 
         return PromptEscape

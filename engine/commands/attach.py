@@ -102,11 +102,13 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         raise CliError(NO_UI, EXIT_USAGE)
     if not args.headless:
         require_terminal()
-    # Imported when used: the UI's first frame waits for every import on its way
-    # (docs/benchmarks.md, Where aitop's CPU goes).
-    from aitop.engine.compare.diff import baseline_of
+    baseline = None
+    if args.baseline is not None:
+        # Imported when asked for: the UI's first frame waits for every import on
+        # its way (docs/benchmarks.md, Where aitop's CPU goes).
+        from aitop.engine.compare.diff import baseline_of
 
-    baseline = baseline_of(args.baseline)
+        baseline = baseline_of(args.baseline)
     options = options_from(args)
     source = start_source(pid, options, popen, also)
     notice = job_notice(source.session.job) if source.session.job else None
