@@ -16,6 +16,7 @@ wall-clock figures (first frame, keys in tmux) are :mod:`benchmarks.tmux_ui`'s.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -129,8 +130,7 @@ def _wait_for(path: Path, timeout_s: float) -> None:
 
 
 def _round(job: DemoJob, cfg: ProbeCostConfig, workdir: Path, i: int) -> dict[str, Any]:
-    import json
-
+    """One round: headless and the UI side by side on ``job``, each one's ledger read."""
     headless_out, ui_out = workdir / f"headless-{i}.json", workdir / f"ui-{i}.json"
     for path in (headless_out, ui_out):
         path.unlink(missing_ok=True)
