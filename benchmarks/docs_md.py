@@ -18,7 +18,8 @@ python -m benchmarks.run            # full run (~30 min): writes this file
 python -m benchmarks.run --quick    # ~4-5 min smoke run: one pair, a 1-min session
 python -m benchmarks.run --only overhead   # one section (repeatable):
                                            #   pyspy | smaps | overhead | tui_overhead |
-                                           #   session | tui | ranks | agent
+                                           #   session | tui | ranks | agent | probe_cost |
+                                           #   tmux_ui
 ```
 
 Run from the repository root with the virtual environment active (`tmux` and
@@ -150,6 +151,43 @@ a bare Textual app repainting six bordered panels of text every 2 s: the floor
 any Textual UI at this refresh pays here. First data: launch until the process
 panel shows the job's row (`main N`), drawn from the first process-tree sample.
 Where the UI's CPU and memory go, and what was changed: docs/ui-cost.md.
+""",
+    "probe_cost": """### Where aitop's CPU goes, probe by probe
+
+`python -m benchmarks.run --only probe_cost`. One `{scenario}` demo job; per round,
+two aitops attached to it side by side for {duration_s:g} s: `aitop --pid N --headless
+--json --duration {duration_s:g}` and the UI (`aitop --pid N`, refresh 2 s) in tmux at
+200x50, each run through `benchmarks/ledger_cli.py`, which runs `aitop.tui.entry.main`
+unchanged with `benchmarks/cpu_ledger.py` installed first. The ledger charges CPU
+seconds, not wall time, which other work on the machine hardly changes: each
+probe's thread (`aitop-<probe>`) by its own CPU clock
+(`pthread_getcpuclockid`, its last `time.thread_time()` when it ends); the named hot
+spots (the neighbour scan, cgroup and schedstat reads, the evaluation's metrics,
+words and rules) by `time.thread_time()` around each call, nested spots and the
+spot's own CPU taken off its thread; every child by what it is (`py-spy record`,
+`py-spy dump --locals`, the preflight's `py-spy dump`) from `os.wait4`'s rusage
+when reaped, and from `/proc/PID/stat` while it runs. The GPU probe reads the test
+suite's fake NVML (`--fake-gpu {fake_gpu}`; this machine has no GPU), so its
+per-tick work is counted. A snapshot every 5 s; the steady state runs from
+{warm_s:g} s after attach to the last snapshot before the end (the first
+verdict's faster cadences are over); "whole run" is everything from the process's
+start, imports and attach included, over its whole life. Medians over {rounds}
+round(s), % of one core (60 × that is CPU seconds per minute). "unaccounted" is the
+process's `getrusage` minus its threads' clocks (none should be).
+""",
+    "tmux_ui": """### First frame and keys in a real terminal (targets 4, 5; wall clock)
+
+`python -m benchmarks.run --only tmux_ui`, on a quiet machine (`uptime` under 2: the
+figures are wall clock, and the load average at start and after each run is listed).
+`aitop --pid N` (the console script) on a `compute` demo job, in a detached tmux
+session of 200x50, launched {runs} times. First frame: launch → `PID N` (the
+header) in `tmux capture-pane`, polled every 20 ms; first data: → the process
+panel's `main N` row. Keys, in the last run once a verdict is on screen, {key_rounds}
+round(s) of g, f, w, i, k and ? (each followed by Escape), p twice, + and −: each
+sent with `tmux send-keys` (into the pane: tmux's own `escape-time` does not apply)
+and timed until the pane shows its answer (a detail screen instead of the main
+one, the main one back, PAUSED/LIVE, the refresh in the header), polled every
+few ms: keyboard to what the terminal shows, repaint included.
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
@@ -328,6 +366,56 @@ def tui_detail(section: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def probe_cost_detail(section: dict[str, Any]) -> str:
+    """Each account's share of a core, headless beside the UI, busiest first."""
+    from .probe_cost import LEDGER, NAMES
+
+    head, ui = section.get("headless", {}), section.get("ui", {})
+    accounts = {**head.get("accounts", {}), **ui.get("accounts", {})}
+
+    def median(mode: dict[str, Any], key: str) -> float:
+        return float((mode.get("accounts", {}).get(key) or {}).get("median", 0.0))
+
+    order = sorted(accounts, key=lambda k: -(median(head, k) + median(ui, k)))
+    out = ["| account | headless, % of a core | UI, % of a core |", "|---|---|---|"]
+    for key in order:
+        name = NAMES.get(key, key.split(":", 1)[-1])
+        if key == LEDGER:
+            name += " (the measurement; left out of the totals)"
+        out.append(f"| {name} | {_sj(head.get('accounts', {}).get(key), '.3f', ' %')} | "
+                   f"{_sj(ui.get('accounts', {}).get(key), '.3f', ' %')} |")
+    for key, label in (("total_percent", "**total, steady state**"),
+                       ("pyspy_percent", "of which py-spy (children)"),
+                       ("whole_run_percent", "whole run, start-up included"),
+                       ("startup_s", "launch → attached (s)")):
+        unit = " s" if key == "startup_s" else " %"
+        out.append(f"| {label} | {_sj(head.get(key), '.2f', unit)} | "
+                   f"{_sj(ui.get(key), '.2f', unit)} |")
+    window = head.get("window_s")
+    if window:
+        out += ["", f"Steady state: {window[0]:.0f}–{window[1]:.0f} s after attach."]
+    return "\n".join(out)
+
+
+def tmux_ui_detail(section: dict[str, Any]) -> str:
+    """First frame, first data and every key's latency in tmux."""
+    def ms(data: dict[str, Any] | None) -> str:
+        return _sj(data, ".0f", " ms", 1000)
+
+    p95 = (section.get("key_latency_s") or {}).get("p95")
+    out = [f"* load average during the runs: {_load(section.get('load_average'))}",
+           f"* first frame (launch → header): {_sj(section.get('first_frame_s'), '.2f', ' s')}",
+           f"* first data (launch → `main N` row): {_sj(section.get('first_data_s'), '.2f', ' s')}",
+           f"* key → answer on the pane: {ms(section.get('key_latency_s'))}, p95 "
+           f"{_f(p95 * 1000 if p95 is not None else None, '.0f', ' ms')}; every key but "
+           f"Escape: {ms(section.get('key_latency_but_escape_s'))}; timeouts "
+           f"(> 3 s): {section.get('key_timeouts')}",
+           "", "| key | key → answer on the pane |", "|---|---|"]
+    for key, data in (section.get("per_key") or {}).items():
+        out.append(f"| {key} | {ms(data)} |")
+    return "\n".join(out)
+
+
 def _load(values: list[float] | tuple[float, ...] | None) -> str:
     return "—" if not values else ", ".join(f"{v:.1f}" for v in values)
 
@@ -432,7 +520,7 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
              "\"not measured\" means that part did not run or failed; see its section.", "",
              "## How each figure was obtained, and the details", ""]
     for name in ("pyspy", "smaps", "overhead", "tui_overhead", "session", "tui", "ranks",
-                 "agent"):
+                 "agent", "probe_cost", "tmux_ui"):
         section = sections.get(name)
         if not section:
             continue
@@ -459,6 +547,10 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
             parts.append(ranks_detail(data))
         elif name == "agent":
             parts.append(agent_detail(data))
+        elif name == "probe_cost":
+            parts.append(probe_cost_detail(data))
+        elif name == "tmux_ui":
+            parts.append(tmux_ui_detail(data))
         else:
             parts.append(tui_detail(data))
         parts.append("")

@@ -235,8 +235,40 @@ def agent_rows(section: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def probe_cost_rows(section: dict[str, Any]) -> list[Row]:
+    """aitop's own CPU, py-spy included, from the per-probe ledger (both modes)."""
+    rows: list[Row] = []
+    for mode, label in (("headless", "headless `--pid`"), ("ui", "UI (refresh 2 s)")):
+        r = section.get(mode)
+        if not r:
+            continue
+        goal, ok = ("≤ 1 %", lambda v: v <= 1.0) if mode == "headless" else ("—", lambda v: True)
+        rows.append(_row("2", f"CPU per the probe ledger, {label}, steady state "
+                         "(py-spy included)", _s(r.get("total_percent")), goal, ok, fmt=".2f",
+                         unit=" %"))
+        rows.append(_row("2", f"CPU per the probe ledger, {label}, whole run incl. start-up",
+                         _s(r.get("whole_run_percent")), goal, ok, fmt=".2f", unit=" %"))
+    return rows
+
+
+def tmux_ui_rows(section: dict[str, Any]) -> list[Row]:
+    """What a user meets in a real terminal: the first frame and keys (wall clock)."""
+    return [
+        _row("4", "first frame, tmux: launch → header (quiet box)",
+             _s(section.get("first_frame_s")), "≤ 0.6 s", lambda v: v <= 0.6, fmt=".2f",
+             unit=" s"),
+        _row("5", "key → answer on the pane, tmux (p95 judged)", _s(section.get("key_latency_s")),
+             "p95 ≤ 100 ms", lambda v: v <= 100.0, fmt=".0f", unit=" ms", scale=1000.0,
+             on="p95"),
+    ]
+
+
 def all_rows(sections: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
+    if "probe_cost" in sections:
+        rows += probe_cost_rows(sections["probe_cost"])
+    if "tmux_ui" in sections:
+        rows += tmux_ui_rows(sections["tmux_ui"])
     if "agent" in sections:
         rows += agent_rows(sections["agent"])
     if "ranks" in sections:

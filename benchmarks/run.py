@@ -13,7 +13,11 @@ how each figure was obtained). Sections:
 * ``ranks``: aitop's CPU watching 1, 2 and 4 ranks of a torchrun job, with the
   communication error and the straggler verdict on each multi-rank round;
 * ``agent``: the node agent's CPU watching 1, 2 and 4 jobs, the time from a job's
-  start to its first series, and where ``--budget`` settles.
+  start to its first series, and where ``--budget`` settles;
+* ``probe_cost``: aitop's own CPU charged probe by probe (py-spy's children by
+  kind), headless and with the UI side by side on one job;
+* ``tmux_ui``: the first frame and every key's latency in a real terminal (wall
+  clock: run it on a quiet machine).
 
 The full run takes ~30 minutes; ``--quick`` (~4-5 minutes) runs every section
 once, briefly, as a smoke test.
@@ -28,24 +32,26 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .agent import run_agent
 from .docs_md import section_data, write_markdown
-from .jobs import REPO, SCENARIOS
+from .jobs import REPO, SCENARIOS, DemoJob
 from .machine import load_average, machine_info
 from .overhead import OverheadConfig, run_scenario
+from .probe_cost import ProbeCostConfig, run_probe_cost
 from .pyspy_cost import run_pyspy_cost
 from .ranks import run_ranks
 from .results import all_rows, load_previous, text_table
 from .session import run_session
 from .smaps_cost import run_smaps_cost
+from .tmux_ui import run_tmux_ui
 from .tui_latency import run_tui_latency
 
 SECTIONS: tuple[str, ...] = ("pyspy", "smaps", "overhead", "tui_overhead", "session", "tui",
-                             "ranks", "agent")
+                             "ranks", "agent", "probe_cost", "tmux_ui")
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 
 
@@ -71,6 +77,10 @@ class Plan:
     #: Long enough that start-up (short first windows, warm-up reads) is not all
     #: of it: a job is watched for minutes.
     ranks_duration_s: float = 60.0
+    probe_cost: ProbeCostConfig = field(default_factory=ProbeCostConfig)
+    #: Launches for the first frame in tmux, and rounds of keys in the last one.
+    tmux_runs: int = 5
+    tmux_key_rounds: int = 3
 
 
 FULL = Plan(
@@ -100,6 +110,9 @@ QUICK = Plan(
     agent_warmup_s=5.0,
     agent_duration_s=15.0,
     agent_budget_s=0.0,
+    probe_cost=ProbeCostConfig(rounds=1, duration_s=45.0, warm_s=15.0),
+    tmux_runs=2,
+    tmux_key_rounds=1,
 )
 
 
@@ -140,6 +153,17 @@ def run_section(name: str, plan: Plan, workdir: Path) -> tuple[dict[str, Any], d
     if name == "smaps":
         log(f"smaps: {plan.smaps_reps} reads a size")
         return {"reps": plan.smaps_reps}, run_smaps_cost(plan.smaps_reps, workdir / name, log)
+    if name == "probe_cost":
+        cfg = plan.probe_cost
+        log(f"probe_cost: {cfg.rounds} round(s) of {cfg.duration_s:g} s, headless and UI")
+        return asdict(cfg), run_probe_cost(cfg, workdir / name, log)
+    if name == "tmux_ui":
+        log(f"tmux_ui: {plan.tmux_runs} launch(es), {plan.tmux_key_rounds} round(s) of keys "
+            f"(load average now {load_average()[0]:.1f}: wall clock wants a quiet box)")
+        with DemoJob("compute", workdir / name, duration_s=600.0) as job:
+            time.sleep(3.0)
+            data = run_tmux_ui(job.pid, plan.tmux_runs, plan.tmux_key_rounds, workdir / name, log)
+        return {"runs": plan.tmux_runs, "key_rounds": plan.tmux_key_rounds}, data
     if name == "pyspy":
         log(f"pyspy: unit costs, {plan.pyspy_reps} round(s)")
         return {"reps": plan.pyspy_reps}, run_pyspy_cost(plan.pyspy_reps, workdir / name, log)

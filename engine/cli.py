@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from aitop.engine.commands import demo, diff, metrics, node, replay, report, rules, selftest
+from aitop.engine.commands import demo, diff, metrics, replay, report, rules, selftest
 from aitop.engine.commands.attach import add_attach_arguments, check_pids, run_attached
 from aitop.engine.commands.ui import UiRunner
 from aitop.engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, STOP_SIGNALS, CliError
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:  aitop (every PyTorch job here)   |   aitop --pid 1234   |   "
         "aitop demo   |   aitop replay run.json",
     )
-    parser.add_argument("--version", action="version", version=_version_line())
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--pid", type=int, action="append",
                         help="PID of the training process to attach to (its launcher or any "
                         "rank); repeat it for the launchers of one job's nodes on this "
@@ -42,6 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (demo, replay, report, metrics, rules, diff, selftest):
         command.add_parser(sub)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the line is looked up when asked for (it reads the installed
+    metadata), not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(_version_line())
+        parser.exit()
 
 
 def _version_line() -> str:
@@ -74,7 +89,9 @@ def dispatch(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
 
         return run_agent(args)
     if args.pid is None:
-        return node.run_node(args, run_ui)
+        from aitop.engine.commands.node import run_node  # the node view: only when asked
+
+        return run_node(args, run_ui)
     pid, *also = check_pids(args.pid, os.getpid())
     return run_attached(args, pid, run_ui, also=tuple(also))
 

@@ -29,6 +29,9 @@ UI_COST = "docs/benchmarks.md, Overhead — TUI; docs/ui-cost.md"
 SESSION_COST = "docs/benchmarks.md, aitop's own cost over a session"
 RANKS_COST = "docs/benchmarks.md, Every rank of a job"
 SMAPS_COST = "docs/benchmarks.md, What one smaps_rollup read costs"
+#: What each probe costs per minute at these cadences (its thread's CPU, py-spy's
+#: children by kind), headless and with the UI.
+PROBE_COST = "docs/benchmarks.md, Where aitop's CPU goes, probe by probe"
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,15 @@ TABLE: dict[str, Row] = {
     "interval_s": Row(
         1.0, 2.0, lambda v, n: v * 2,
         "process tree and host: fresh to a refresh when watched, half as often for a report "
-        "and again for a peer", HEADLESS_COST),
+        "and again for a peer", f"{HEADLESS_COST}; {PROBE_COST}"),
     "gpu_interval_s": Row(
         1.0, 2.0, _same,
-        "NVML: as the process tree; a peer keeps the lead's (its GPU is its own)", HEADLESS_COST),
+        "NVML: as the process tree; a peer keeps the lead's (its GPU is its own)",
+        f"{HEADLESS_COST}; {PROBE_COST}"),
     "storage_interval_s": Row(
         2.0, 4.0, lambda v, n: v * 8,
-        "mounts and I/O rates; a peer's are the job's, read rarely", HEADLESS_COST),
+        "mounts and I/O rates; a peer's are the job's, read rarely",
+        f"{HEADLESS_COST}; {PROBE_COST}"),
     "environment_interval_s": Row(
         30.0, 30.0, lambda v, n: v * 4,
         "versions and settings barely change; a peer's are the job's", RANKS_COST),
@@ -68,7 +73,7 @@ TABLE: dict[str, Row] = {
         10, 10, lambda v, n: max(2, min(v, round(v / n))),
         "py-spy samples per second; phase shares are counted samples, so headless keeps the "
         "rate; a peer samples at rate/N, never under 2 Hz (its window still holds 40)",
-        PYSPY_COST),
+        f"{PYSPY_COST}; {PROBE_COST}"),
     "stack_window_s": Row(
         10, 15, lambda v, n: min(v * 2, 20),
         "one py-spy launch per window spreads its launch cost; longer for a report; a peer's "
@@ -81,7 +86,8 @@ TABLE: dict[str, Row] = {
     "steps_interval_s": Row(
         10.0, 15.0, lambda v, n: max(60.0, v),
         "one step-counter read is one py-spy dump; DDP ranks step in lockstep, so the lead's "
-        "counter is the job's pace and a peer's is read every minute", PYSPY_COST),
+        "counter is the job's pace and a peer's is read every minute",
+        f"{PYSPY_COST}; {PROBE_COST}"),
     "steps_warmup_readings": Row(
         6, 6, lambda v, n: 1,
         "readings taken every steps_warmup_interval_s first: a short report gets the several "
@@ -107,7 +113,8 @@ TABLE: dict[str, Row] = {
     "evaluate_every_s": Row(
         2.0, 2.0, lambda v, n: 5.0,
         "rule evaluations once the first verdict formed; each costs CPU and keeps a diagnosis "
-        "in the history; a peer's feed the job's verdict, which changes slowly", SESSION_COST),
+        "in the history; a peer's feed the job's verdict, which changes slowly",
+        f"{SESSION_COST}; {PROBE_COST}"),
     "evaluate_warmup_s": Row(
         30.0, 30.0, lambda v, n: 0.0,
         "seconds after attach evaluated every second: a rule's `for:` is confirmed a second "

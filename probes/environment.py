@@ -155,7 +155,6 @@ class EnvironmentProbe:
         self._handle: psutil.Process | None = None
         with contextlib.suppress(psutil.Error, ValueError):
             self._handle = psutil.Process(target_pid)
-        self._aitop = aitop_version()
 
     def sample(self) -> EnvironmentInfo:
         """Current facts; static ones come from the first successful read."""
@@ -187,7 +186,7 @@ class EnvironmentProbe:
             pin_memory_thread=pin,
             start_time=self._start,
             hostname=self._hostname,
-            aitop_version=self._aitop,
+            aitop_version=aitop_version(),
             cpus_allowed=cpus_allowed(self.target_pid) if alive else None,
             mixed_precision_in_source=self._mixed_precision,
         )

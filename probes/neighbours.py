@@ -16,7 +16,10 @@ shares one group. So is a process of the same torchrun run (its
 ``TORCHELASTIC_RUN_ID``) the job's: a rank of another "node" of the job that
 happens to run on this machine waits and works with this one. aitop's own
 process tree (its py-spy children) is left out too.
-Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine.
+Scans are spaced (``SCAN_EVERY_S``): one walks every process on the machine,
+reading each one's ``/proc/PID/stat`` once (its CPU time, its parent and its start,
+which tells a reused PID from the process it replaced); the job's and aitop's
+trees come from the same reading, not from another walk per tree.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 
 import psutil
 
-from .kernel.procfs import read_environ
+from .kernel.procfs import list_pids, read_environ, read_stat
 from .pipes import READ, WRITE, pipe_ends
 from .redact import redact_argv
 from .samples import OtherProcess
@@ -47,6 +51,8 @@ MIN_CORES = 0.05
 KTHREADD = 2
 #: Longest command kept for a neighbour.
 MAX_COMMAND_CHARS = 80
+#: Clock ticks per second, the unit of ``/proc/PID/stat``'s CPU times.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def pipe_partner(job_ends: set[tuple[str, int]], pid: int) -> bool:
@@ -67,9 +73,48 @@ def _run_id(pid: int) -> str | None:
     return (read_environ(pid) or {}).get("TORCHELASTIC_RUN_ID")
 
 
-def _kernel_thread(proc: psutil.Process) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """One process in a scan: its CPU seconds so far, its parent and its start."""
+
+    cpu_s: float
+    ppid: int | None
+    start: int | None
+
+
+def scan_processes() -> dict[int, _Reading]:
+    """Every process's CPU time, parent and start, one ``stat`` read each."""
+    out: dict[int, _Reading] = {}
+    for pid in list_pids():
+        stat = read_stat(pid)
+        if stat is None:
+            continue  # exited since the listing
+        utime, stime = stat.number(11), stat.number(12)
+        if utime is None or stime is None:
+            continue
+        out[pid] = _Reading((utime + stime) / CLOCK_TICKS, stat.ppid, stat.start_ticks)
+    return out
+
+
+def tree(roots: set[int], readings: dict[int, _Reading]) -> set[int]:
+    """``roots`` and all their descendants among ``readings``."""
+    children: dict[int, list[int]] = {}
+    for pid, reading in readings.items():
+        if reading.ppid is not None:
+            children.setdefault(reading.ppid, []).append(pid)
+    out = set(roots)
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in out:
+                out.add(child)
+                stack.append(child)
+    return out
+
+
+def _kernel_thread(pid: int, reading: _Reading) -> bool:
     """kthreadd and its children (kworker flushing a checkpoint, kswapd): no user work."""
-    return proc.pid == KTHREADD or proc.ppid() == KTHREADD
+    return pid == KTHREADD or reading.ppid == KTHREADD
 
 
 def _command(proc: psutil.Process) -> str:
@@ -93,7 +138,7 @@ class NeighbourScanner:
         self.kept = kept
         self.every_s = every_s
         self.own_pid = os.getpid() if own_pid is None else own_pid
-        self._cpu = self._cpu_times()
+        self._cpu = scan_processes()
         self._at = time.monotonic()
         self._last: tuple[OtherProcess, ...] | None = None
         self._run_id: str | None = None
@@ -108,23 +153,17 @@ class NeighbourScanner:
         if now - self._at < due:
             return self._last
         started = time.process_time()
-        cpu = self._cpu_times()
+        cpu = scan_processes()
         self._last = self._busiest(cpu, now - self._at)
         self._gap = (time.process_time() - started) / MAX_CPU_SHARE
         self._cpu, self._at = cpu, now
         return self._last
 
-    def _own(self) -> set[int]:
+    def _own(self, readings: dict[int, _Reading]) -> set[int]:
         """aitop's tree and the job's (torchrun starts each rank in a session of
         its own: the tree still holds them)."""
-        own: set[int] = set()
-        for root in (self.own_pid, self.job_pid):
-            if root is None:
-                continue
-            own.add(root)
-            with contextlib.suppress(psutil.Error):
-                own.update(c.pid for c in psutil.Process(root).children(recursive=True))
-        return own
+        return tree({root for root in (self.own_pid, self.job_pid) if root is not None},
+                     readings)
 
     def _same_run(self, pid: int, own: set[int]) -> bool:
         """Whether ``pid`` is a rank of the job's torchrun run (by its run id)."""
@@ -133,34 +172,26 @@ class NeighbourScanner:
             self._run_id = next(iter(ids), None) if len(ids) == 1 else None
         return self._run_id is not None and _run_id(pid) == self._run_id
 
-    def _cpu_times(self) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for proc in psutil.process_iter(["cpu_times"]):
-            times = proc.info.get("cpu_times")
-            if times is not None:
-                out[proc.pid] = float(times.user + times.system)
-        return out
-
-    def _busiest(self, cpu: dict[int, float], elapsed: float) -> tuple[OtherProcess, ...]:
-        own = self._own()
+    def _busiest(self, cpu: dict[int, _Reading], elapsed: float) -> tuple[OtherProcess, ...]:
+        own = self._own(cpu)
         job_ends = pipe_ends(self.job_pid) if self.job_pid is not None else set()
         used = sorted(
-            ((now_s - self._cpu[pid]) / elapsed, pid) for pid, now_s in cpu.items()
-            if pid in self._cpu and pid not in own
+            ((now.cpu_s - before.cpu_s) / elapsed, pid) for pid, now in cpu.items()
+            if (before := self._cpu.get(pid)) is not None and before.start == now.start
+            and pid not in own
         )
         out: list[OtherProcess] = []
         for cores, pid in reversed(used):
             if cores < MIN_CORES or len(out) == self.kept:
                 break
+            if _kernel_thread(pid, cpu[pid]):
+                continue  # writeback, kswapd: the kernel working for everyone
             if pipe_partner(job_ends, pid):
                 continue
             if self._same_run(pid, own):
                 continue
             try:
-                proc = psutil.Process(pid)
-                if _kernel_thread(proc):
-                    continue  # writeback, kswapd: the kernel working for everyone
-                command = _command(proc)
+                command = _command(psutil.Process(pid))
             except psutil.Error:
                 continue
             out.append(OtherProcess(pid, command, round(cores, 3)))

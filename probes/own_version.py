@@ -10,7 +10,6 @@ The distribution is ``torch-aitop``: on the Python package index the name
 from __future__ import annotations
 
 import functools
-from importlib import metadata
 
 #: The name aitop is installed under (``pip install torch-aitop``).
 DISTRIBUTION = "torch-aitop"
@@ -21,8 +20,12 @@ def aitop_version() -> str | None:
     """The installed aitop's version, or ``None`` when running from a bare checkout.
 
     Looked up once per process: the lookup scans ``sys.path`` for the
-    distribution's metadata, and the exporter asks on every scrape.
+    distribution's metadata, and the exporter asks on every scrape. Its module
+    is imported here, when first asked (on the environment probe's thread), not
+    on the way to the first frame (docs/benchmarks.md, Where aitop's CPU goes).
     """
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -106,7 +106,10 @@ def aggregate(points: Sequence[tuple[float, float]]) -> Aggregate | None:
     values = [v for _, v in points]
     ordered = sorted(values)
     mean = statistics.fmean(values)
-    stdev = statistics.pstdev(values) if len(values) > 1 else 0.0
+    # In floats: statistics.pstdev sums in exact fractions, which made it most of
+    # an evaluation's cost (docs/benchmarks.md, Where aitop's CPU goes).
+    stdev = (math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+             if len(values) > 1 else 0.0)
     trend = 0.0
     if len(points) > 2:
         ts = [t for t, _ in points]
@@ -126,6 +129,19 @@ def aggregate(points: Sequence[tuple[float, float]]) -> Aggregate | None:
         trend=trend,
         count=len(values),
     )
+
+
+def series_points(
+    samples: Sequence[T], value: Callable[[T], float | None]
+) -> list[tuple[float, float]]:
+    """``(t, value)`` points of samples, skipping unknown values: many series read
+    one ring's window, which is then walked once (``Ring.window``)."""
+    points: list[tuple[float, float]] = []
+    for s in samples:
+        v = value(s)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            points.append((sample_time(s), float(v)))
+    return points
 
 
 class Ring(Generic[T]):
@@ -329,12 +345,7 @@ class Session:
         window_s: float,
     ) -> list[tuple[float, float]]:
         """``(t, value)`` points of a ring over a window, skipping unknown values."""
-        points: list[tuple[float, float]] = []
-        for s in ring.window(now - window_s, now):
-            v = value(s)
-            if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                points.append((sample_time(s), float(v)))
-        return points
+        return series_points(ring.window(now - window_s, now), value)
 
     def aggregate(
         self,

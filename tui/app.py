@@ -30,15 +30,15 @@ from aitop.engine.live.source import NOTHING, Conclusion, DataSource, RankPeer
 from aitop.knowledge.base.findings import Diagnosis
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from .screens import REUSABLE_SCREENS, make_screen
+from .screens import REUSABLE_SCREENS, make_screen, prefetch
 from .screens.base import DetailScreen, ViewScreen
 from .screens.export_path import ExportPathScreen
 from .screens.main import MainScreen
-from .widgets.baseline_bar import BaselineBar
 from .widgets.key_bar import KeyBar
 from .widgets.panel import Panel
 from .widgets.ranks_panel import RanksPanel
@@ -191,6 +191,18 @@ class AitopApp(App[int]):
 
     # ----------------------------------------------------------- lifecycle
 
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's terminal driver, with Escape answered when due (``tui.driver``)."""
+        default = super().get_driver_class()
+        from textual import constants
+        from textual.drivers.linux_driver import LinuxDriver
+
+        if default is not LinuxDriver or constants.DRIVER is not None:
+            return default  # another platform, or the driver TEXTUAL_DRIVER names
+        from .driver import Driver as PromptEscape
+
+        return PromptEscape
+
     def get_default_screen(self) -> Screen[None]:
         return MainScreen()
 
@@ -203,6 +215,8 @@ class AitopApp(App[int]):
 
     def _mount_baseline(self) -> None:
         """The baseline bar, above the main screen's footer (once it is composed)."""
+        from .widgets.baseline_bar import BaselineBar  # the comparison: only with --baseline
+
         assert self.baseline is not None
         screen = self.screen
         footers = screen.query(KeyBar)
@@ -212,6 +226,9 @@ class AitopApp(App[int]):
     def _mark_first_frame(self) -> None:
         if self.first_frame_at is None:
             self.first_frame_at = time.monotonic()
+            # The detail screens' modules, off the first frame's path and before
+            # a key asks for one (``screens.prefetch``).
+            threading.Thread(target=prefetch, name="aitop-screens", daemon=True).start()
 
     def on_unmount(self) -> None:
         loop = asyncio.get_running_loop()

@@ -10,10 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aitop.engine.commands.ui import DEFAULT_REFRESH_S, NO_UI, UiRunner
-from aitop.engine.compare.diff import baseline_of
 from aitop.engine.errors import EXIT_USAGE, CliError
 from aitop.engine.headless.options import options_from, require_terminal, start_source
-from aitop.engine.headless.run import run_headless
 from aitop.engine.live.attach import job_notice
 from aitop.knowledge.base.findings import SEVERITIES
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S
@@ -104,13 +102,21 @@ def run_attached(args: argparse.Namespace, pid: int, run_ui: UiRunner | None,
         raise CliError(NO_UI, EXIT_USAGE)
     if not args.headless:
         require_terminal()
-    baseline = baseline_of(args.baseline)
+    baseline = None
+    if args.baseline is not None:
+        # Imported when asked for: the UI's first frame waits for every import on
+        # its way (docs/benchmarks.md, Where aitop's CPU goes).
+        from aitop.engine.compare.diff import baseline_of
+
+        baseline = baseline_of(args.baseline)
     options = options_from(args)
     source = start_source(pid, options, popen, also)
     notice = job_notice(source.session.job) if source.session.job else None
     if notice and args.headless:
         print(f"aitop: {notice}", file=sys.stderr)
     if args.headless or run_ui is None:
+        from aitop.engine.headless.run import run_headless
+
         return run_headless(source, args.duration, args.json, args.export, args.fail_on,
                             baseline)
     try:

@@ -6,13 +6,17 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
-from aitop.engine.compare.diff import SCHEMA, compare, render_text, to_json
-from aitop.engine.compare.gates import regression_gate
-from aitop.engine.compare.runs import Run, RunError, read_run
 from aitop.engine.errors import EXIT_GATE, EXIT_OK, CliError
+
+if TYPE_CHECKING:
+    from aitop.engine.compare.runs import Run
+
+#: ``aitop.engine.compare.diff.SCHEMA``, named in the help without importing the
+#: comparison with the command line (a test holds them equal).
+SCHEMA = "aitop.diff/1"
 
 
 def percent(text: str) -> float:
@@ -39,6 +43,8 @@ def add_parser(sub: Any) -> None:
 
 
 def read_runs(paths: Sequence[Path]) -> list[Run]:
+    from aitop.engine.compare.runs import RunError, read_run
+
     out = []
     for path in paths:
         try:
@@ -51,6 +57,10 @@ def read_runs(paths: Sequence[Path]) -> list[Run]:
 def run(args: argparse.Namespace) -> int:
     """``aitop diff BEFORE AFTER [--json] [--fail-on-regression PCT] [--rules FILE]``:
     the advice (what to try next) follows the knowledge base with its ``--rules``."""
+    # Imported here, not with the command line (see ``replay.run``).
+    from aitop.engine.compare.diff import compare, render_text, to_json
+    from aitop.engine.compare.gates import regression_gate
+
     knowledge = knowledge_of(args.rules)
     before, after = read_runs([args.before, args.after])
     comparison = compare(before, after, knowledge=knowledge)

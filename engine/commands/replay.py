@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
 from aitop.engine.commands.ui import NO_UI, UiRunner
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
-from aitop.engine.headless.node_report import node_report, render_node_text
-from aitop.engine.headless.options import require_terminal
-from aitop.engine.headless.source_report import recorded_report
-from aitop.engine.live.node import NodeReplay, NodeSource
-from aitop.engine.live.source import DataSource
-from aitop.engine.records.node import load_recording
-from aitop.engine.records.snapshot import SnapshotError
-from aitop.engine.reports.schema import report_json
-from aitop.engine.reports.text import render_text
+
+if TYPE_CHECKING:
+    from aitop.engine.live.node import NodeSource
+    from aitop.engine.live.source import DataSource
 
 #: A replay steps through recorded samples, not a live clock: one frame a second.
 REPLAY_REFRESH_S = 1.0
@@ -39,6 +34,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
+    # Imported here, not with the command line: every command's imports would
+    # otherwise delay every other's start (docs/benchmarks.md, Where aitop's CPU goes).
+    from aitop.engine.headless.node_report import node_report, render_node_text
+    from aitop.engine.headless.source_report import recorded_report
+    from aitop.engine.live.node import NodeReplay
+    from aitop.engine.records.node import load_recording
+    from aitop.engine.records.snapshot import SnapshotError
+    from aitop.engine.reports.schema import report_json
+    from aitop.engine.reports.text import render_text
+
     knowledge = knowledge_of(args.rules)
     try:
         source = load_recording(args.file, knowledge)
@@ -62,6 +67,8 @@ def run(args: argparse.Namespace, run_ui: UiRunner | None) -> int:
 
 
 def _open(source: DataSource | NodeSource, run_ui: UiRunner | None) -> int:
+    from aitop.engine.headless.options import require_terminal
+
     if run_ui is None:
         raise CliError(NO_UI, EXIT_USAGE)
     require_terminal()

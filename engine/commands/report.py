@@ -7,14 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from aitop.engine.commands.rule_files import add_rules_argument, knowledge_of
-from aitop.engine.compare.diff import baseline_of, baseline_report
 from aitop.engine.errors import EXIT_OK, EXIT_USAGE, CliError
-from aitop.engine.files import FileError, write_atomic
-from aitop.engine.headless.html_report import html_of
-from aitop.engine.headless.source_report import recorded_report
-from aitop.engine.records.snapshot import SnapshotError, companion_paths, load_snapshot
-from aitop.engine.reports.schema import report_json
-from aitop.engine.reports.text import render_text
 
 
 def add_parser(sub: Any) -> None:
@@ -35,6 +28,15 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the command line (see ``replay.run``).
+    from aitop.engine.compare.diff import baseline_of, baseline_report
+    from aitop.engine.files import FileError, write_atomic
+    from aitop.engine.headless.html_report import html_of
+    from aitop.engine.headless.source_report import recorded_report
+    from aitop.engine.records.snapshot import SnapshotError, companion_paths, load_snapshot
+    from aitop.engine.reports.schema import report_json
+    from aitop.engine.reports.text import render_text
+
     if args.output is not None and not args.html:
         raise CliError("--output is for --html; add --html or leave --output out", EXIT_USAGE)
     knowledge = knowledge_of(args.rules)

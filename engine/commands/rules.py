@@ -10,8 +10,10 @@ from typing import Any
 
 from aitop.engine.commands.rule_files import knowledge_of
 from aitop.engine.errors import EXIT_OK, CliError
-from aitop.engine.files import FileError, write_atomic
-from aitop.engine.prometheus.alerts import FORMATS, render, translate
+
+#: ``aitop.engine.prometheus.alerts.FORMATS``, offered without importing the
+#: translation with the command line (a test holds them equal).
+FORMATS: tuple[str, ...] = ("prometheus", "prometheus-operator")
 
 
 def add_parser(sub: Any) -> None:
@@ -31,6 +33,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``aitop rules --format prometheus|prometheus-operator [--rules FILE] [-o FILE]``."""
+    # Imported here, not with the command line (see ``replay.run``).
+    from aitop.engine.files import FileError, write_atomic
+    from aitop.engine.prometheus.alerts import render, translate
+
     ruleset = knowledge_of(args.rules).rules
     alerts, skipped = translate(ruleset)
     for s in skipped:

@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aitop.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from aitop.engine.selftest.model import summarise
-from aitop.engine.selftest.run import Plan, Selftest, new_out_dir
-from aitop.engine.selftest.write import write_reports
 
 
 def add_parser(sub: Any) -> None:
@@ -30,6 +27,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, err: TextIO | None = None) -> int:
     """The ``aitop selftest`` command: exit 0 when nothing failed, 1 otherwise."""
+    # Imported here, not with the command line (see ``replay.run``).
+    from aitop.engine.selftest.model import summarise
+    from aitop.engine.selftest.run import Plan, Selftest, new_out_dir
+    from aitop.engine.selftest.write import write_reports
+
     err = err if err is not None else sys.stderr
     if not args.gpu:
         print("aitop: selftest needs --gpu (the GPU self-test is the only one so far)",

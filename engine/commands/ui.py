@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aitop.engine.compare.runs import Run
-from aitop.engine.live.node import NodeSource
-from aitop.engine.live.source import DataSource
+if TYPE_CHECKING:  # names in annotations only: a command need not load them to start
+    from aitop.engine.compare.runs import Run
+    from aitop.engine.live.node import NodeSource
+    from aitop.engine.live.source import DataSource
 
 #: The UI's default refresh: glances' and btop's default too (its cost at 1 s:
 #: docs/benchmarks.md, "The session"); keys never wait for it.

@@ -22,7 +22,6 @@ from typing import Protocol, runtime_checkable
 from aitop.engine.compare.runs import Run
 from aitop.engine.errors import CliError
 from aitop.engine.files import FileError, write_all
-from aitop.engine.headless.html_report import html_of
 from aitop.engine.headless.source_report import report_of
 from aitop.engine.live.source import DataSource
 from aitop.engine.records.snapshot import (
@@ -34,7 +33,6 @@ from aitop.engine.records.snapshot import (
     snapshot_of,
 )
 from aitop.engine.reports.build import RunFacts
-from aitop.engine.reports.markdown import render_markdown, wording_of
 from aitop.engine.reports.schema import Report
 from aitop.knowledge.base.findings import Diagnosis
 
@@ -72,6 +70,11 @@ def write_snapshot(
     report landed too. Raises ``SnapshotError`` (one line) naming the file that
     failed and what was written; the session in memory is untouched.
     """
+    # The renderers (jinja2's templates among them) load with the first export,
+    # not with the UI that may never write one.
+    from aitop.engine.headless.html_report import html_of
+    from aitop.engine.reports.markdown import render_markdown, wording_of
+
     path = Path(path)
     if path.suffix in COMPANION_SUFFIXES:
         raise SnapshotError(

@@ -21,6 +21,11 @@ from aitop.engine.reports.build import RunFacts
 from aitop.engine.reports.schema import report_json
 from aitop.engine.reports.text import render_text
 
+#: How often the run looks whether the target exited: the process tree notices an
+#: exit once per its interval (2 s headless), so looking more often buys nothing
+#: and wakes the main thread for nothing (docs/benchmarks.md, Where aitop's CPU goes).
+EXIT_POLL_S = 1.0
+
 
 def run_headless(
     source: LiveJob, duration_s: float, as_json: bool, export: Path | None,
@@ -45,7 +50,7 @@ def run_headless(
                 # Let the last stack window and one evaluation land, then stop.
                 stop.wait(1.5)
                 break
-            stop.wait(min(0.25, max(0.0, deadline - time.time())))
+            stop.wait(min(EXIT_POLL_S, max(0.0, deadline - time.time())))
         interrupted = stop.is_set()
     except KeyboardInterrupt:
         interrupted = True

@@ -11,6 +11,7 @@ GPU/CPU/I/O probes run without it, and the reason is shown and reported.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,37 @@ def preflight_pyspy(pid: int) -> tuple[str | None, str | None]:
     return binary, f"stacks may be incomplete: {last}"
 
 
+class Preflight:
+    """:func:`preflight_pyspy` on a thread of its own, started before the knowledge
+    base is read: the dump waits on py-spy while the reading works, and the first
+    frame waits for both (docs/benchmarks.md, Where aitop's CPU goes)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._result: tuple[str | None, str | None] | None = None
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="aitop-preflight", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = preflight_pyspy(self.pid)
+        except Exception as exc:  # raised where the result is asked for
+            self._error = exc
+
+    def wait(self) -> None:
+        """Until the dump is over (its answer no longer wanted: attaching failed)."""
+        self._thread.join()
+
+    def result(self) -> tuple[str | None, str | None]:
+        """``preflight_pyspy``'s answer (or its AttachError), once it has one."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
 def job_notice(job: Job) -> str | None:
     """What to tell the user when the PID they gave is not the one watched."""
     watched = job.training_pid()
@@ -126,9 +158,15 @@ def attach(
     ``also``: more PIDs of the same job (other nodes' launchers on this
     machine), whose ranks join it (``probes.ranks.joined_job``).
     """
-    # Bad rule files fail before attaching.
-    knowledge = options.knowledge or load_knowledge_base(options.rule_files)
     job = find_job(pid)
+    preflight = Preflight(job.training_pid()) if not also else None
+    # Bad rule files fail before attaching (the dump started is waited for first).
+    try:
+        knowledge = options.knowledge or load_knowledge_base(options.rule_files)
+    except BaseException:
+        if preflight is not None:
+            preflight.wait()
+        raise
     if also:
         for other in also:
             if not process_alive(other):
@@ -140,7 +178,8 @@ def attach(
     warnings = [notice] if notice else []
     if not job.multi_rank:
         lead = _build(pid, job, options, knowledge, popen=popen, facts=facts,
-                      host=SharedHost(HostProbe(job.launcher_pid or pid)), samples_host=True)
+                      host=SharedHost(HostProbe(job.launcher_pid or pid)), samples_host=True,
+                      preflight=preflight)
         return LiveJob(lead, warnings=warnings).start()
 
     peer_options = options_for_peers(options, len(job.ranks))
@@ -168,7 +207,7 @@ def attach(
 
     host = SharedHost(HostProbe(job.launcher_pid or pid))
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
-                  samples_host=True, judge_peers=judged_peers)
+                  samples_host=True, judge_peers=judged_peers, preflight=preflight)
     peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)
              for r in job.ranks if r.pid != pid]
     live = LiveJob(lead, peers, warnings=warnings, launcher_pid=job.launcher_pid,
@@ -223,13 +262,15 @@ def _build(
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
     judge_peers: Callable[[], Sequence[RankView]] | None = None,
+    preflight: Preflight | None = None,
 ) -> LiveSource:
     """The probes, session and evaluator for one process, whole and not started.
 
     ``samples_host``: this rank's collector samples the machine-wide ``host``
     probe for every rank (the lead); otherwise its session receives those
     samples. ``judge_peers``: the job's other ranks, for the rank whose
-    evaluator judges the job as a whole.
+    evaluator judges the job as a whole. ``preflight``: the py-spy check already
+    started for ``pid``, if one was.
     """
     phase_config = knowledge.phases
     session = Session(pid)
@@ -248,7 +289,8 @@ def _build(
             f"no process with PID {pid}: find your training job's PID with "
             "`pgrep -af python` (or start one with `aitop demo`)"
         ) from exc
-    binary, warning = preflight_pyspy(pid)
+    binary, warning = (preflight.result() if preflight is not None and preflight.pid == pid
+                       else preflight_pyspy(pid))
     session.job = job
     stacks = steps = None
     if binary is not None:

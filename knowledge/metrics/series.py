@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aitop.probes.samples import HostSample
-from aitop.probes.session import Aggregate, Session
+from aitop.probes.session import Aggregate, Session, aggregate, series_points
 
 from ..base.catalogue import AGGREGATES, SERIES
 from .gpu import device_temperature_margin, gpu_util, over_target_devices
@@ -124,8 +124,13 @@ def series_metrics(
     """Every series metric over the window, in the catalogue's order."""
     table = series_values(helper_threads)
     values: Values = {}
+    #: Each ring's window, walked once for every series read from it.
+    windows: dict[str, list[Any]] = {}
     for name, _unit, _description in SERIES:
         series = table[name]
-        ring = getattr(session, series.ring)
-        values |= aggregate_values(name, session.aggregate(ring, series.value, now, window_s))
+        samples = windows.get(series.ring)
+        if samples is None:
+            samples = windows[series.ring] = getattr(session, series.ring).window(
+                now - window_s, now)
+        values |= aggregate_values(name, aggregate(series_points(samples, series.value)))
     return values

@@ -28,20 +28,35 @@ def process_path(pid: Pid, *parts: str, proc_root: str = PROC) -> str:
 
 
 def read_text(path: str) -> str | None:
-    """Read a small /proc or /sys file, or ``None`` if it is missing or unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except (OSError, ValueError):
+    """Read a small /proc or /sys file, or ``None`` if it is missing or unreadable.
+
+    Decoded as a text-mode ``open`` would (UTF-8, bad bytes replaced, ``\\r\\n``
+    and ``\\r`` read as ``\\n``), from :func:`_read_bytes`.
+    """
+    raw = _read_bytes(path)
+    if raw is None:
         return None
+    text = raw.decode("utf-8", "replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _read_bytes(path: str) -> bytes | None:
+    """The whole file, read with ``os.read``: no file object is built, which is
+    most of a small /proc file's cost to Python (the neighbour scan reads one
+    per process on the machine; ``docs/benchmarks.md``, Where aitop's CPU goes)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def read_file(pid: Pid, *parts: str, proc_root: str = PROC) -> str | None:
