@@ -7,6 +7,7 @@ Enter, come back with Escape, quit with ``q``; the terminal is restored.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from benchmarks.jobs import LIGHT_JOB
 
 pytestmark = pytest.mark.attach
 
-SESSION = "aitop-node-e2e"
+#: One session name per test process: xdist runs this file's tests side by side.
+SESSION = f"aitop-node-e2e-{os.getpid()}"
 
 
 def tmux(*args: str) -> str:

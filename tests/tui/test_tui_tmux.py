@@ -8,6 +8,7 @@ check the terminal was restored and the exported files are valid and replay.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from support.terminal import pane_command
 
 pytestmark = pytest.mark.attach
 
-SESSION = "aitop-e2e"
+#: One session name per test process: xdist runs this file's tests side by side.
+SESSION = f"aitop-e2e-{os.getpid()}"
 
 
 def tmux(*args: str) -> str:
