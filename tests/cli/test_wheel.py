@@ -24,13 +24,14 @@ import sys
 import time
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 from prometheus_client.parser import text_string_to_metric_families
 from support.processes import started, wait_until
 from support.prometheus import tool
@@ -146,40 +147,64 @@ def clone_files(dest: Path) -> Path:
     return dest
 
 
+def built_once(factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], Path]) -> Path:
+    """``build(folder)``'s result, made once for the whole run: under xdist each worker
+    has its own module fixtures, and a wheel, a venv and a pipx install cost minutes,
+    so workers share them through the run's common temporary folder and a file lock."""
+    # Under xdist a worker's base folder sits in the run's own (popen-gwN in pytest-N);
+    # alone, the base folder is the run's.
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            done.write_text(str(build(folder)))
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (ROOT / ".git").exists():
         pytest.fail("the wheel test builds from the tracked files: run it in a git clone")
-    return clone_files(tmp_path_factory.mktemp("clone"))
+    return built_once(tmp_path_factory, "clone", clone_files)
 
 
 @pytest.fixture(scope="module")
 def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(clone)])
-    wheels = list(dist.glob("*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    def build(dist: Path) -> Path:
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+             "-w", str(dist), str(clone)])
+        wheels = list(dist.glob("*.whl"))
+        assert len(wheels) == 1, wheels
+        return wheels[0]
+
+    return built_once(tmp_path_factory, "dist", build)
 
 
 @pytest.fixture(scope="module")
 def venv_aitop(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``pip install 'torch_aitop-*.whl[demo]'`` into a fresh venv: its ``aitop``."""
-    venv = tmp_path_factory.mktemp("venv")
-    run([sys.executable, "-m", "venv", str(venv)])
-    run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[demo]"])
-    return venv / "bin" / "aitop"
+    def build(venv: Path) -> Path:
+        run([sys.executable, "-m", "venv", str(venv)])
+        run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[demo]"])
+        return venv / "bin" / "aitop"
+
+    return built_once(tmp_path_factory, "venv", build)
 
 
 @pytest.fixture(scope="module")
 def pipx_aitop(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``pipx install torch_aitop-*.whl`` (the README's command): its ``aitop``."""
-    home = tmp_path_factory.mktemp("pipx")
-    env = {**os.environ, "PIPX_HOME": str(home / "home"), "PIPX_BIN_DIR": str(home / "bin"),
-           "PIPX_MAN_DIR": str(home / "man")}
-    run([sys.executable, "-m", "pipx", "install", str(wheel)], env=env)
-    return home / "bin" / "aitop"
+    def build(home: Path) -> Path:
+        env = {**os.environ, "PIPX_HOME": str(home / "home"), "PIPX_BIN_DIR": str(home / "bin"),
+               "PIPX_MAN_DIR": str(home / "man")}
+        run([sys.executable, "-m", "pipx", "install", str(wheel)], env=env)
+        return home / "bin" / "aitop"
+
+    return built_once(tmp_path_factory, "pipx", build)
 
 
 @pytest.fixture(scope="module", params=["venv", "pipx"])
