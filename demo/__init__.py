@@ -8,6 +8,8 @@ SCENARIOS: tuple[str, ...] = (
     "compile", "loading", "leak", "hang", "serving", "module_loop", "data_heavy",
     "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
+    "recompile", "recompile_padded", "epoch_workers", "epoch_workers_persistent",
+    "serving_preprocess", "serving_preprocess_pool",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -17,6 +19,9 @@ FIXED_VARIANTS: dict[str, str] = {
     "data": "data_fixed",
     "checkpoint": "checkpoint_fixed",
     "compute": "compute_fixed",
+    "recompile": "recompile_padded",
+    "epoch_workers": "epoch_workers_persistent",
+    "serving_preprocess": "serving_preprocess_pool",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

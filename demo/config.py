@@ -65,6 +65,20 @@ class Config:
     # Seconds the training process spends building its records in Python before
     # the first step (a script tokenizing its corpus at start): no step is taken.
     prepare_s: float = 0.0
+    # loop "sequences" (demo/compile_jobs.py): a new sequence length every this
+    # many steps under torch.compile(dynamic=False); pad_sequences pads every
+    # batch to the longest length instead (one shape).
+    new_length_every: int = 0
+    pad_sequences: bool = False
+    # loop "epochs" (demo/epoch_jobs.py): epochs of this many samples, each new
+    # worker spending worker_init_s of CPU in worker_init_fn; persistent_workers
+    # keeps the workers between epochs (DataLoader's default is False).
+    epoch_samples: int = 0
+    worker_init_s: float = 0.0
+    persistent_workers: bool = False
+    # loop "serve_texts" (demo/serve_jobs.py): worker processes that encode the
+    # requests a batch ahead (0: the serving thread encodes them itself).
+    preprocess_workers: int = 0
 
 
 CONFIGS: dict[str, Config] = {
@@ -131,6 +145,24 @@ CONFIGS: dict[str, Config] = {
         width=768, depth=3, batch_size=32, num_workers=1, decode_ms=0.9,
         checkpoint_every=0, threads=1, decode_clock="cpu", loop="generator",
     ),
+    # A sequence model under torch.compile(dynamic=False) meeting a new
+    # sequence length every 30 steps: each compiles it again (demo/compile_jobs.py).
+    "recompile": Config(
+        width=256, depth=2, batch_size=16, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="sequences", new_length_every=30,
+    ),
+    # Epochs of 8 batches whose 2 workers start again each epoch, each spending a
+    # second of CPU in worker_init_fn first (demo/epoch_jobs.py).
+    "epoch_workers": Config(
+        width=1024, depth=3, batch_size=32, num_workers=2, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="epochs", epoch_samples=256, worker_init_s=1.0,
+    ),
+    # A server batching up to 32 text requests and encoding each in Python on
+    # its serving thread before one forward pass (demo/serve_jobs.py).
+    "serving_preprocess": Config(
+        width=64, depth=1, batch_size=1, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="serve_texts", serve_batch=32,
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -166,6 +198,9 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
     "serving_batched": ("serving", {"serve_batch": 32}),
+    "recompile_padded": ("recompile", {"pad_sequences": True}),
+    "epoch_workers_persistent": ("epoch_workers", {"persistent_workers": True}),
+    "serving_preprocess_pool": ("serving_preprocess", {"preprocess_workers": 2}),
 }
 for _name, (_base, _change) in (VARIANTS | FIXES).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

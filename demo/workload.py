@@ -466,6 +466,15 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
         return train_streaming(cfg, time.time() + duration_s, truth_path, ready_file)
     if cfg.loop == "module":
         return run_module_level_script(duration_s, truth_path, ready_file)
+    if cfg.loop == "sequences":
+        from aitop.demo.compile_jobs import train_recompiling
+        return train_recompiling(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "epochs":
+        from aitop.demo.epoch_jobs import train_epochs
+        return train_epochs(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "serve_texts":
+        from aitop.demo.serve_jobs import serve_texts
+        return serve_texts(cfg, duration_s, truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

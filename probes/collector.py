@@ -52,12 +52,15 @@ class StackSampler(Protocol):
 
 class StepSampler(Protocol):
     def sample(
-        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
+        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = (),
+        compiling: bool = False,
     ) -> StepCounterSample: ...
 
     def read_log(self) -> StepCounterSample | None: ...
 
     def log_events(self) -> list[LogEvent]: ...
+
+    def frame_events(self) -> list[LogEvent]: ...
 
     @property
     def log_name(self) -> str | None: ...
@@ -270,7 +273,10 @@ class Collector:
                 window.loop_frame if window else None,
                 window.thread_id if window else None,
                 workers,
+                compiling=window is not None and window.phase_counts.get("compile", 0) > 0,
             )
+            for event in steps.frame_events():
+                session.add(event)
             session.add(sample)
             readings += sample.value is not None
             # Read often until a rate is well established, then settle.

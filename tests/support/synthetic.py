@@ -36,6 +36,7 @@ from aitop.probes.samples import (
     GpuSample,
     HostSample,
     HotFrame,
+    LogEvent,
     MountInfo,
     OtherProcess,
     ProcessInfo,
@@ -201,6 +202,12 @@ class Job:
     #: value, ticks): a DataLoader's batch index read before the loop's own
     #: counter is found.
     early_reading: tuple[str, int, int] | None = None
+    #: What the job's log or frames say at a tick: (tick, kind, subject, text)
+    #: LogEvents (a recompilation seen, dynamo's recompile limit hit).
+    events: tuple[tuple[int, str, str, str], ...] = ()
+    #: New DataLoader workers (new PIDs) replace the last ones every this many
+    #: ticks (persistent_workers=False over short epochs); 0: the same workers.
+    worker_epoch_s: int = 0
 
 
 # ------------------------------------------------------------------ samples
@@ -292,7 +299,8 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     )
     workers = tuple(
         ProcessInfo(
-            pid=PID + 100 + k, ppid=PID, role="worker", name="pt_data_worker",
+            pid=PID + 100 + k + worker_generation(job, i) * 1000, ppid=PID, role="worker",
+            name="pt_data_worker",
             cmdline=("python", "train.py"), status="running",
             cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=10**9, num_threads=2,
             read_bps=job.disk_read_mb * 1e6 / max(job.workers, 1), write_bps=0.0,
@@ -368,13 +376,26 @@ def storage_sample(job: Job, i: int) -> StorageSample:
     return StorageSample(t=T0 + i, mounts=(mount,), writing=job.writing)
 
 
-def step_sample(job: Job, i: int) -> StepCounterSample:
+def worker_generation(job: Job, i: int) -> int:
+    """Which generation of workers runs at tick ``i`` (0 when they persist)."""
+    return i // job.worker_epoch_s if job.worker_epoch_s else 0
+
+
+def compiling_at(job: Job, i: int) -> bool:
+    """Whether tick ``i``'s phases are mostly compiling: no step the counter shows."""
+    return phases_at(job, i).get("compile", 0.0) >= 0.5
+
+
+def step_sample(job: Job, i: int, held: int = 0) -> StepCounterSample:
+    """The loop counter at tick ``i``: ``steps_per_s`` a tick, except the ``held``
+    ticks so far spent mostly compiling."""
     if job.early_reading is not None and i < job.early_reading[2]:
         name, value, _ = job.early_reading
         return StepCounterSample(T0 + i, name, value, "train (train.py)")
     if job.steps_per_s is None:
         return StepCounterSample(T0 + i, None, None, error="no integer step counter")
-    return StepCounterSample(T0 + i, "step", round(job.steps_per_s * i), "train (train.py)")
+    return StepCounterSample(T0 + i, "step", round(job.steps_per_s * (i - held)),
+                             "train (train.py)")
 
 
 # ----------------------------------------------------------------- sessions
@@ -382,6 +403,8 @@ def step_sample(job: Job, i: int) -> StepCounterSample:
 
 #: The other ranks' comm shares of each session judged as a job's lead rank.
 _PEERS: dict[int, tuple[tuple[float, ...], bool]] = {}
+#: Ticks each session's job spent mostly compiling (its counter stood still).
+_HELD: dict[int, int] = {}
 
 
 def extend(session: Session, job: Job, first: int, last: int) -> Session:
@@ -395,6 +418,8 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
         session.add(EnvironmentInfo(t=T0 + first, pid=PID, cmdline=("python", "train.py"),
                                     python_version="3.11.7", torch_version="2.13.0",
                                     mixed_precision_in_source=job.amp_in_source))
+    if first <= 1:
+        _HELD[id(session)] = 0  # a new session (ids of collected ones are reused)
     for i in range(first, last + 1):
         if job.process_tree:
             session.add(process_tree_sample(job, i))
@@ -402,7 +427,12 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
         session.add(gpu_sample(job, i))
         if i % job.stack_period_s == 0:
             session.add(stack_window(job, i))
-        session.add(step_sample(job, i))
+        if compiling_at(job, i):
+            _HELD[id(session)] = _HELD.get(id(session), 0) + 1
+        session.add(step_sample(job, i, _HELD.get(id(session), 0)))
+        for tick, kind, subject, text in job.events:
+            if tick == i:
+                session.add(LogEvent(T0 + i, kind, subject, text))
         if job.storage:
             session.add(storage_sample(job, i))
     return session
