@@ -254,6 +254,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
     ("straggler_stalled", "0/1",
      "1 when the straggler's own state is stalled (it stands still while the others wait)"),
+    ("waits_for_straggler", "0/1",
+     "1 when the job's judgement names a straggler that holds the job back and it is "
+     "another rank than this one: this rank's wait is that rank's doing"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),

@@ -173,6 +173,10 @@ class Job:
     peer_comm: tuple[float, ...] = ()
     #: The other ranks' own lead finding is ``job_stalled`` (they stand still).
     peers_stalled: bool = False
+    #: Given: this session is a peer rank hearing the lead's judgement of the job,
+    #: in which rank 0 waits this share of its time and its own lead finding is
+    #: ``RANK0_CHECKPOINT`` (it alone saves checkpoints).
+    hears_rank0_comm: float | None = None
     #: The hottest frame of the 'other' phase: (function, location, loop line).
     other_frame: tuple[str, str, str] | None = None
     #: Whether the pin-memory thread exists; None: thread names unreadable.
@@ -403,6 +407,8 @@ def step_sample(job: Job, i: int, held: int = 0) -> StepCounterSample:
 
 #: The other ranks' comm shares of each session judged as a job's lead rank.
 _PEERS: dict[int, tuple[tuple[float, ...], bool]] = {}
+#: The lead rank's own wait each peer session hears the job's judgement with.
+_HEARS: dict[int, float] = {}
 #: Ticks each session's job spent mostly compiling (its counter stood still).
 _HELD: dict[int, int] = {}
 
@@ -411,6 +417,8 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
     """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
     if job.peer_comm:
         _PEERS[id(session)] = (job.peer_comm, job.peers_stalled)
+    if job.hears_rank0_comm is not None:
+        _HEARS[id(session)] = job.hears_rank0_comm
     if job.local_ranks > 1:
         session.job = RankJob(PID, PID - 1, "env", tuple(
             RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
@@ -464,6 +472,12 @@ class Tick:
     diagnosis: Diagnosis | None = None
 
 
+#: Rank 0's own lead finding when a peer hears the job (``hears_rank0_comm``).
+RANK0_CHECKPOINT = Finding(
+    id="checkpoint_stalls", severity="high", category="io",
+    title="Saving checkpoints takes 35% of the time (every 4 steps, 0.6 s each)",
+    why="", evidence=(), actions=("Save asynchronously: torch.distributed.checkpoint.async_save",),
+    gain=Gain(None), expr="", source=Citation("optimize", "Checkpointing"), fired_at=T0)
 #: A peer's lead finding when ``peers_stalled``: its own evaluator's job_stalled.
 STALLED_PEER = Finding(
     id="job_stalled", severity="critical", category="stalled",
@@ -488,6 +502,14 @@ def evaluate(
                                                None, cause, "data wait 40%")
                                       for i, c in enumerate(peers))], HOLDS_BACK)
         metrics.update(judgement.metrics())
+        words.update(judgement.words())
+    heard = _HEARS.get(id(session))
+    if heard is not None:
+        # As Evaluator._hear_job does with the lead's newest judgement.
+        own = RankView("rank 1", PID, metrics.get("comm_share"), None, None, None)
+        rank0 = RankView("rank 0", PID - 1, heard, None, RANK0_CHECKPOINT, None)
+        judgement = judge_ranks([rank0, own], HOLDS_BACK)
+        metrics.update(judgement.seen_from(PID))
         words.update(judgement.words())
     if isinstance(evaluator, Diagnoser):
         diagnosis = evaluator.diagnose(metrics, now, words)

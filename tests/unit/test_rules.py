@@ -88,6 +88,10 @@ LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 #: A loop that fetches its first batches and runs no backward: no step proven
 #: (with ``steps_per_s=0``: its counter stands still).
 LOADING_PHASES = mix(data_wait=0.2, other=0.8, backward=0.0)
+#: A CPU rank of a 2-rank job blocked half its time inside backward (gloo's
+#: all-reduce): it waits for the other rank.
+WAITING_PEER = k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01))
 #: A server building its inputs 90 % of its time, 8 % in the model.
 SERVING_PREPROCESS = mix(other=0.9, forward=0.08, data_wait=0.02, backward=0.0, optimizer=0.0)
 #: Dynamo's warning in the job's log at tick 2: it gave up on forward.
@@ -403,6 +407,16 @@ RULE_CASES: dict[str, Cases] = {
             k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=88.0,
               workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.02,)),
         ),
+    ),
+    # A peer rank waiting 51 % of its time hears that rank 0 (its own checkpoints,
+    # 2 % of waiting) holds the job back: score 0.49/0.98 = 0.5.
+    "rank_waits_for_straggler": Cases(
+        fires=(k(**WAITING_PEER, hears_rank0_comm=0.02),),
+        misses=(k(**WAITING_PEER),  # nothing heard: the job is not judged
+                # Rank 0 waits 40 % too: 0.49/0.60 = 0.82, no straggler.
+                k(**WAITING_PEER, hears_rank0_comm=0.40),
+                # This rank hardly waits: rank 0 is not holding it back.
+                k(**{**WAITING_PEER, "main_cpu": 88.0}, hears_rank0_comm=0.02)),
     ),
     # Both ranks wait about half their time: the exchange itself is the limit.
     "communication_dominates": Cases(
