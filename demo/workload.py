@@ -50,6 +50,16 @@ Scenarios:
                  often), compute (threads = usable cores), leak (keep
                  loss.item(), a float) and serving (up to 32 waiting requests
                  per forward pass: dynamic batching)
+  recompile      a sequence model under torch.compile(dynamic=False) meeting a
+                 new sequence length every 30 steps: it recompiles each time
+                 (demo/compile_jobs.py); recompile_padded pads to one length
+  epoch_workers  epochs of 8 batches whose 2 DataLoader workers start again each
+                 epoch, a second of CPU in worker_init_fn each
+                 (demo/epoch_jobs.py); epoch_workers_persistent keeps them
+  serving_preprocess
+                 a server batching up to 32 text requests and encoding each in
+                 Python on its serving thread (demo/serve_jobs.py);
+                 serving_preprocess_pool encodes in 2 processes a batch ahead
 
 Their measured shapes and the fixed variants' speed-ups are in config.py.
 """

@@ -18,13 +18,17 @@ mostly compiling (``COMPILING_SHARE``) before any proof; it ends with the
 first window that is not (its tail included when that window still compiles
 ``COMPILE_TAIL_SHARE``), or with the first proof of steps. A window that
 proves steps itself starts no warm-up; neither does anything after the proof.
-Attached in the middle of a recompilation, before any proof, the compilation
-looks like a first one; a recompilation's frames then say what it was, and a
-warm-up that began with aitop's first window is dropped.
+A compilation aitop was attached in the middle of may be the first or a
+recompilation. It is taken for the first (``certain``) when aitop saw the job
+before it began, or when dynamo's frames show a frame's first compilation
+under way; it is dropped when they show a recompilation. Left uncertain when
+steps are proven, it is neither: no warm-up to speak of, and no recompilation
+to count (``knowledge/metrics/compiling.py`` leaves its windows out of both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .samples import LogEvent, StackWindow, StepCounterSample
@@ -39,17 +43,21 @@ TRAINING_PHASES: tuple[str, ...] = ("backward",)
 #: first compilation's last such one holds its tail when it has this much.
 COMPILING_SHARE = 0.5
 COMPILE_TAIL_SHARE = 0.05
-#: The event a recompilation's frames leave (``probes.compile_frames``).
+#: The events dynamo's frames leave (``probes.compile_frames``): a frame's first
+#: compilation, a recompilation.
+COMPILE_EVENT = "compile"
 RECOMPILE_EVENT = "recompile"
 
 
 @dataclass(frozen=True, slots=True)
 class CompileWarmup:
     """The first compilation seen: its first stack window's start, and the end of
-    its last (its tail included); ``end`` is None while it goes on."""
+    its last (its tail included); ``end`` is None while it goes on. ``certain``:
+    known to be the job's first compilation (see the module's docstring)."""
 
     start: float
     end: float | None = None
+    certain: bool = True
 
 
 class WarmupTracker:
@@ -65,6 +73,7 @@ class WarmupTracker:
         self._training_samples = 0
         self._first_window_start: float | None = None
         self._last_compiling: StackWindow | None = None
+        self._last_window_end: float | None = None
         self._counters: dict[tuple[str, str | None], int] = {}
 
     @property
@@ -80,10 +89,25 @@ class WarmupTracker:
             self._counter(sample)
         elif isinstance(sample, LogEvent) and sample.kind == RECOMPILE_EVENT:
             self._recompiled(sample.t)
+        elif isinstance(sample, LogEvent) and sample.kind == COMPILE_EVENT:
+            self._first_compilation()
+
+    def _first_compilation(self) -> None:
+        """Dynamo compiles a frame for the first time: an open warm-up is one."""
+        warmup = self.warmup
+        if warmup is not None and warmup.end is None and self.trained_at is None:
+            self.warmup = dataclasses.replace(warmup, certain=True)
 
     def _proven(self, t: float, proof: str) -> None:
-        if self.trained_at is None:
-            self.trained_at, self.proof = t, proof
+        if self.trained_at is not None:
+            return
+        self.trained_at, self.proof = t, proof
+        warmup = self.warmup
+        if warmup is not None and warmup.end is None and not warmup.certain:
+            # Never told apart from a recompilation: it ends with the windows
+            # seen so far, and what follows is judged as steps.
+            end = self._last_window_end if self._last_window_end is not None else warmup.start
+            self.warmup = dataclasses.replace(warmup, end=end)
 
     def _counter(self, sample: StepCounterSample) -> None:
         if sample.value is None:
@@ -95,13 +119,12 @@ class WarmupTracker:
             self._proven(sample.t, "counter")
 
     def _recompiled(self, t: float) -> None:
-        unproven = self.trained_at is None
-        self._proven(t, RECOMPILE_EVENT)
         warmup = self.warmup
-        if (unproven and warmup is not None and warmup.end is None
+        if (self.trained_at is None and warmup is not None and warmup.end is None
                 and warmup.start == self._first_window_start):
             # Attached during this recompilation: there was no warm-up to see.
             self.warmup = None
+        self._proven(t, RECOMPILE_EVENT)
 
     def _window(self, window: StackWindow) -> None:
         if window.error is not None or window.total_samples <= 0:
@@ -113,10 +136,13 @@ class WarmupTracker:
         self._training_samples += sum(window.phase_counts.get(p, 0) for p in TRAINING_PHASES)
         if self._training_samples >= STEP_EVIDENCE_SAMPLES:
             self._proven(window.t_end, "backward")
+        self._last_window_end = window.t_end
         warmup = self.warmup
         if warmup is None:
             if not proven_before and self.trained_at is None and share >= COMPILING_SHARE:
-                self.warmup = CompileWarmup(window.t_start)
+                # Certain when aitop saw the job before it began compiling.
+                self.warmup = CompileWarmup(
+                    window.t_start, certain=window.t_start != self._first_window_start)
                 self._last_compiling = window
             return
         if warmup.end is not None:
@@ -127,4 +153,4 @@ class WarmupTracker:
         # Over: this window is mostly steps, or steps were proven by its end.
         last = self._last_compiling
         end = window.t_end if share >= COMPILE_TAIL_SHARE or last is None else last.t_end
-        self.warmup = CompileWarmup(warmup.start, end)
+        self.warmup = dataclasses.replace(warmup, end=end)

@@ -159,7 +159,8 @@ def _offload(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(None, method="amdahl", explanation=(
             "no ceiling yet: the share, the job's CPU or the free cores unknown"))
     used = cpu / 100.0
-    name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
+    name = ("the thread's own code" if spec.metric == "phase_other"
+            else (spec.metric or "").removeprefix("phase_").replace("_", " "))
     if free <= 0.05:
         return Gain(1.0, 1.0, 1.0, method="predicted", explanation=(
             f"{name} is {p:.0%} of the time, but no core is free to run it beside the "

@@ -31,7 +31,9 @@ def _read_windows(session: Session, now: float, window_s: float) -> list[StackWi
 def compile_metrics(session: Session, now: float, window_s: float) -> Values:
     """The first compilation's share of the window and whether it goes on, and the
     compile share outside it (``phase_compile_steady``, with the samples it was
-    counted over); the newest window's compile share (``phase_compile_last``)."""
+    counted over); the newest window's compile share (``phase_compile_last``).
+    A compilation aitop attached in the middle of, never told apart once steps
+    were proven (``CompileWarmup.certain``), is in neither share."""
     windows = _read_windows(session, now, window_s)
     warmup = session.compile_warmup
 
@@ -39,17 +41,23 @@ def compile_metrics(session: Session, now: float, window_s: float) -> Values:
         return warmup is not None and w.t_start >= warmup.start and (
             warmup.end is None or w.t_end <= warmup.end)
 
+    trained = session.trained_at is not None and session.trained_at <= now
+
+    def in_first(w: StackWindow) -> bool:
+        """In the first compilation, as far as aitop knows: one still uncertain once
+        steps are proven was no warm-up to speak of (and no recompilation either)."""
+        return in_warmup(w) and warmup is not None and (warmup.certain or not trained)
+
     newest = windows[-1] if windows else None
     total = sum(w.total_samples for w in windows)
     steady = [w for w in windows if not in_warmup(w)]
     steady_total = sum(w.total_samples for w in steady)
-    trained = session.trained_at is not None and session.trained_at <= now
     going_on = (warmup is not None and warmup.start <= now and not trained
                 and (warmup.end is None or warmup.end > now))
     return {
         "phase_compile_last": (None if newest is None
                                else newest.phase_counts.get("compile", 0) / newest.total_samples),
-        "compile_warmup_share": (sum(w.total_samples for w in windows if in_warmup(w)) / total
+        "compile_warmup_share": (sum(w.total_samples for w in windows if in_first(w)) / total
                                  if total else None),
         "compile_first_going_on": flag(going_on),
         "steps_proven": flag(trained),

@@ -118,27 +118,29 @@ def test_a_first_compilation_ends_with_the_first_proof_of_steps() -> None:
     # Mostly compiling, then the counter moves (a step is done): its next window,
     # still mostly compiling (the steps compile again), closes it.
     tracker = WarmupTracker()
-    tracker.add(window(3, 1.0))
-    tracker.add(StepCounterSample(3.5, "step", 0))
+    tracker.add(window(3, 0.0))  # seen before it began: the first compilation
     tracker.add(window(6, 1.0))
+    tracker.add(StepCounterSample(6.5, "step", 0))
+    tracker.add(window(9, 1.0))
     assert tracker.compiling_first
-    tracker.add(StepCounterSample(7.0, "step", 2))
+    tracker.add(StepCounterSample(10.0, "step", 2))
     assert not tracker.compiling_first and tracker.proof == "counter"
-    tracker.add(window(9, 0.9))
-    assert tracker.warmup is not None and (tracker.warmup.start, tracker.warmup.end) == (0, 9)
+    tracker.add(window(12, 0.9))
+    assert tracker.warmup is not None and (tracker.warmup.start, tracker.warmup.end) == (3, 12)
     # Never again, however much it compiles.
     tracker.add(window(30, 1.0))
     tracker.add(window(33, 1.0))
-    assert (tracker.warmup.start, tracker.warmup.end) == (0, 9)
+    assert (tracker.warmup.start, tracker.warmup.end) == (3, 12)
 
 
 def test_backward_passes_prove_steps_and_no_warm_up_follows() -> None:
     tracker = WarmupTracker()
     tracker.add(window(3, 0.8, backward=2))  # two samples are not yet proof
+    tracker.add(LogEvent(3.5, "compile", "forward (model.py:12)", ""))  # the first
     assert tracker.compiling_first
     tracker.add(window(6, 0.8, backward=1))
     assert tracker.trained_at == 6 and tracker.proof == "backward"
-    assert tracker.warmup is not None and tracker.warmup.end == 6
+    assert tracker.warmup is not None and tracker.warmup.end == 6  # with its tail
     # A job found training (backward in its first window) never warms up.
     found = WarmupTracker()
     found.add(window(3, 0.8, backward=5))
@@ -159,6 +161,33 @@ def test_attached_during_a_recompilation_the_warm_up_is_dropped() -> None:
     seen.add(LogEvent(6.5, "recompile", "forward (model.py:12)", "0/1: guard"))
     seen.add(window(9, 1.0))
     assert seen.warmup is not None and (seen.warmup.start, seen.warmup.end) == (3, 9)
+    assert seen.warmup.certain
+
+
+def test_a_compilation_found_under_way_is_the_first_only_when_dynamo_says_so() -> None:
+    """Attached while compiling: a frame's first compilation under way makes it the
+    warm-up; steps proven without that word leave it uncertain: neither a
+    warm-up to report nor a recompilation to count."""
+    told = WarmupTracker()
+    told.add(window(3, 1.0))
+    told.add(LogEvent(3.5, "compile", "forward (model.py:12)", ""))
+    told.add(window(6, 0.0, backward=5))
+    assert told.warmup is not None and told.warmup.certain and told.warmup.end == 3
+    unknown = WarmupTracker()
+    unknown.add(window(3, 1.0))
+    unknown.add(StepCounterSample(3.5, "step", 60))
+    unknown.add(StepCounterSample(5.5, "step", 90))
+    unknown.add(window(6, 0.9))
+    # It ends with the windows seen before the proof; the next is judged as steps.
+    assert unknown.warmup is not None and not unknown.warmup.certain
+    assert unknown.warmup.end == 3
+    session = Session(1)
+    for sample in (window(T0 + 3, 1.0), StepCounterSample(T0 + 3.5, "step", 60),
+                   StepCounterSample(T0 + 5.5, "step", 90), window(T0 + 6, 0.5)):
+        session.add(sample)
+    m = metrics_at(session, 6)
+    assert m["compile_warmup_share"] == 0.0, "no warm-up to report"
+    assert m["phase_compile_steady"] == pytest.approx(0.5), "nor its windows as recompiling"
 
 
 def test_the_session_counts_recompilations_and_their_rate_from_compile_ids() -> None:

@@ -98,6 +98,8 @@ SERVING_PREPROCESS = mix(other=0.9, forward=0.08, data_wait=0.02, backward=0.0, 
 LIMIT_HIT = ((2, "recompile_limit", "forward (model.py:12)",
               "recompile_limit (8); last reason: 0/7: tensor 'x' size mismatch at index 1. "
               "expected 23, actual 24"),)
+#: Dynamo seen compiling forward for the first time at tick 2.
+FIRST_COMPILE = ((2, "compile", "forward (model.py:12)", ""),)
 #: Dynamo seen recompiling at tick 2 (its frames' compile id and failed guard).
 RECOMPILING = ((2, "recompile", "forward (model.py:12)",
                 "0/4: tensor 'x' size mismatch at index 1. expected 34, actual 35"),)
@@ -208,18 +210,23 @@ RULE_CASES: dict[str, Cases] = {
     # were proven) but its windows are still in the window the shares are read
     # over.
     "warming_up_compiled": Cases(
-        fires=(k(phases=first_compile(1.0), later_phases=(19, mix())),
-               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.49))),
-               k(phases=first_compile(1.0), later_phases=(14, mix())),
+        fires=(k(phases=first_compile(1.0), later_phases=(19, mix()), events=FIRST_COMPILE),
+               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.49)),
+                 events=FIRST_COMPILE),
+               k(phases=first_compile(1.0), later_phases=(14, mix()), events=FIRST_COMPILE),
                # Its steps compile again at once: the first compilation is over.
-               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.5)))),
-        misses=(k(phases=first_compile(1.0), later_phases=(19, first_compile(0.5))),
+               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.5)),
+                 events=FIRST_COMPILE)),
+        misses=(k(phases=first_compile(1.0), later_phases=(19, first_compile(0.5)),
+                  events=FIRST_COMPILE),
                 # 10 s of steps after it: they are judged on their own.
-                k(phases=first_compile(1.0), later_phases=(10, mix())),
+                k(phases=first_compile(1.0), later_phases=(10, mix()), events=FIRST_COMPILE),
                 k(phases=first_compile(0.9)), k(phases=mix(data_wait=0.9)),
                 k(phases=first_compile(0.49)),
                 # Compiling after steps: no first compilation in the window.
-                k(phases=mix(data_wait=0.2), later_phases=(10, mix(compile=0.9)))),
+                k(phases=mix(data_wait=0.2), later_phases=(10, mix(compile=0.9))),
+                # Attached while it compiled, never told whether it was the first.
+                k(phases=first_compile(1.0), later_phases=(19, mix()))),
     ),
     # No step since attach while the job works (CPU or reads): loading, setting up.
     "warming_up_loading": Cases(
@@ -1371,7 +1378,8 @@ def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged(
     """
     knobs = k(phases=first_compile(0.95, data_wait=0.05), cpu_count=8, busy_threads=1,
               main_cpu=100.0, host_cpu=20.0, **CPU_ONLY)
-    compiling, stepping = Job(**knobs), Job(**{**knobs, "phases": mix(data_wait=0.9)})  # type: ignore[arg-type]
+    compiling = Job(**knobs, events=FIRST_COMPILE)  # type: ignore[arg-type]
+    stepping = Job(**{**knobs, "phases": mix(data_wait=0.9)})  # type: ignore[arg-type]
     _session, ticks = run(Diagnoser(RULESET, Facts()), (compiling, 25), (stepping, 75))
     verdicts = {int(t.now - T0): t.diagnosis for t in ticks if t.diagnosis is not None}
     assert verdicts[24].summary.startswith("Warming up: torch.compile is compiling the model")
