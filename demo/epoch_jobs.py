@@ -22,11 +22,19 @@ import torch
 from aitop.demo.config import Config
 from aitop.demo.data import INPUT_FEATURES
 from aitop.demo.truth import PHASES, Truth
-from aitop.demo.workload import make_model
+from torch import nn
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 #: The truth's phases: the demo's own, and the waits for an epoch's first batch.
 EPOCH_PHASES = (*PHASES, "epoch_start")
+
+
+def mlp(width: int, depth: int) -> nn.Module:
+    """The model: an MLP over the samples' features."""
+    layers: list[nn.Module] = [nn.Linear(INPUT_FEATURES, width), nn.ReLU()]
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
 class SmallDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -64,7 +72,7 @@ def train_epochs(cfg: Config, duration_s: float, truth_path: Path | None,
                  ready_file: Path | None = None) -> int:
     """Epoch after epoch over a small dataset, workers started per ``cfg``."""
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
-    model = make_model(cfg.width, cfg.depth)
+    model = mlp(cfg.width, cfg.depth)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     criterion = torch.nn.CrossEntropyLoss()
     loader = DataLoader(SmallDataset(cfg.epoch_samples), batch_size=cfg.batch_size,
