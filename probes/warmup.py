@@ -9,7 +9,8 @@ What proves steps (``trained_at``), whichever comes first:
   in all (only a step runs backward; compilation outranks it, so these are
   backward passes running, not being compiled);
 * a step counter that changed between two readings (the loop's own, the
-  DataLoader workers' batch index, the step the job prints);
+  step the job prints; not the DataLoader workers' batch index, which moves
+  while the workers fill their prefetch queues before the first step);
 * dynamo recompiling a frame (``probes.compile_frames``): a recompilation
   follows a run of the compiled code whose guards then failed.
 
@@ -32,6 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .samples import LogEvent, StackWindow, StepCounterSample
+from .steps import WORKER_COUNTER
 
 #: Samples, in all, of a phase only a step runs that prove steps.
 STEP_EVIDENCE_SAMPLES = 3
@@ -110,7 +112,7 @@ class WarmupTracker:
             self.warmup = dataclasses.replace(warmup, end=end)
 
     def _counter(self, sample: StepCounterSample) -> None:
-        if sample.value is None:
+        if sample.value is None or sample.name == WORKER_COUNTER:
             return
         key = (sample.source, sample.name)
         before = self._counters.get(key)

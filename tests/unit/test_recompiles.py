@@ -133,6 +133,16 @@ def test_a_first_compilation_ends_with_the_first_proof_of_steps() -> None:
     assert (tracker.warmup.start, tracker.warmup.end) == (3, 12)
 
 
+def test_the_workers_batch_index_is_no_proof_of_steps() -> None:
+    """Workers fill their prefetch queues before the first step: their index moves
+    while the model still compiles for its first call."""
+    tracker = WarmupTracker()
+    tracker.add(window(3, 1.0))
+    tracker.add(StepCounterSample(3.5, "worker batch index", 1))
+    tracker.add(StepCounterSample(5.5, "worker batch index", 3))
+    assert tracker.compiling_first and tracker.trained_at is None
+
+
 def test_backward_passes_prove_steps_and_no_warm_up_follows() -> None:
     tracker = WarmupTracker()
     tracker.add(window(3, 0.8, backward=2))  # two samples are not yet proof
