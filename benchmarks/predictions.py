@@ -54,13 +54,13 @@ CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
              "checkpoint_deep", "inline_loading")
 #: Costs a step pays again and again (``--overheads``), each fixed by its demo
 #: variant (demo/__init__.py FIXED_VARIANTS): recompiling for every new sequence
-#: length (padded to one), workers started every epoch (kept alive), a server
+#: length (compiled with dynamic=True), workers started every epoch (kept alive), a server
 #: encoding its requests on its serving thread (in two worker processes). Their
 #: figures are ceilings, fitted on nothing.
 OVERHEADS_SET = ("recompile", "epoch_workers", "serving_preprocess")
 #: The lead findings whose fix is the base job's fixed variant, and what it changes.
 VARIANT_FIXES = {
-    "compile_recurs": "pad every batch to the longest length (one shape)",
+    "compile_recurs": "torch.compile(model, dynamic=True)",
     "workers_restart_each_epoch": "persistent_workers=True",
     "serving_bound_by_preprocessing": "encode in 2 worker processes, a batch ahead",
 }

@@ -9,7 +9,7 @@ SCENARIOS: tuple[str, ...] = (
     "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
     "recompile", "recompile_padded", "epoch_workers", "epoch_workers_persistent",
-    "serving_preprocess", "serving_preprocess_pool",
+    "serving_preprocess", "serving_preprocess_pool", "recompile_dynamic",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -19,7 +19,7 @@ FIXED_VARIANTS: dict[str, str] = {
     "data": "data_fixed",
     "checkpoint": "checkpoint_fixed",
     "compute": "compute_fixed",
-    "recompile": "recompile_padded",
+    "recompile": "recompile_dynamic",
     "epoch_workers": "epoch_workers_persistent",
     "serving_preprocess": "serving_preprocess_pool",
 }

@@ -67,9 +67,11 @@ class Config:
     prepare_s: float = 0.0
     # loop "sequences" (demo/compile_jobs.py): a new sequence length every this
     # many steps under torch.compile(dynamic=False); pad_sequences pads every
-    # batch to the longest length instead (one shape).
+    # batch to the longest length instead (one shape); dynamic_shapes compiles
+    # with dynamic=True instead (one compilation for every length).
     new_length_every: int = 0
     pad_sequences: bool = False
+    dynamic_shapes: bool = False
     # loop "epochs" (demo/epoch_jobs.py): epochs of this many samples, each new
     # worker spending worker_init_s of CPU in worker_init_fn; persistent_workers
     # keeps the workers between epochs (DataLoader's default is False).
@@ -198,6 +200,7 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
     "serving_batched": ("serving", {"serve_batch": 32}),
+    "recompile_dynamic": ("recompile", {"dynamic_shapes": True}),
     "recompile_padded": ("recompile", {"pad_sequences": True}),
     "epoch_workers_persistent": ("epoch_workers", {"persistent_workers": True}),
     "serving_preprocess_pool": ("serving_preprocess", {"preprocess_workers": 2}),

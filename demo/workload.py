@@ -52,7 +52,8 @@ Scenarios:
                  per forward pass: dynamic batching)
   recompile      a sequence model under torch.compile(dynamic=False) meeting a
                  new sequence length every 30 steps: it recompiles each time
-                 (demo/compile_jobs.py); recompile_padded pads to one length
+                 (demo/compile_jobs.py); recompile_dynamic compiles with
+                 dynamic=True, recompile_padded pads to one length
   epoch_workers  epochs of 8 batches whose 2 DataLoader workers start again each
                  epoch, a second of CPU in worker_init_fn each
                  (demo/epoch_jobs.py); epoch_workers_persistent keeps them

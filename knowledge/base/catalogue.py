@@ -293,7 +293,8 @@ WORDS: frozenset[str] = frozenset({
     # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA
     # graphs being captured.
     "warmup_work",
-    # What dynamo recompiles ("forward (model.py:12)", else "the model"); how
+    # What dynamo recompiles ("forward (model.py:12)", else "the model called
+    # at train.py:42", else "the model"); how
     # many times and how often, the guard that failed last, and the function it
     # gave up on at its limit: each a sentence, or "" (knowledge/metrics/compiling.py).
     "recompile_frame", "recompile_count", "recompile_guard", "recompile_limit",

@@ -11,8 +11,10 @@ the job's log (dynamo's "hit config.recompile_limit" warning).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aitop.probes.compile_frames import RECOMPILE_EVENT, compile_number
-from aitop.probes.samples import LogEvent, StackWindow
+from aitop.probes.samples import LogEvent, StackWindow, hot_frame_counts
 from aitop.probes.session import Session
 
 from .units import Values, flag
@@ -26,6 +28,15 @@ UNKNOWN_FRAME = "the model"
 def _read_windows(session: Session, now: float, window_s: float) -> list[StackWindow]:
     return [w for w in session.stacks.window(now - window_s, now)
             if w.error is None and w.total_samples > 0]
+
+
+def _compiling_call(windows: Sequence[StackWindow]) -> str:
+    """"the model called at train.py:42": the loop's line the hottest compiling
+    samples pass through, or "the model" where none is known."""
+    for (phase, _function, _location, caller), _n in hot_frame_counts(windows):
+        if phase == "compile" and caller:
+            return f"{UNKNOWN_FRAME} called at {caller.rsplit('/', 1)[-1]}"
+    return UNKNOWN_FRAME
 
 
 def compile_metrics(session: Session, now: float, window_s: float) -> Values:
@@ -99,16 +110,20 @@ def recompile_metrics(session: Session, now: float) -> Values:
     }
 
 
-def compile_words(session: Session, now: float) -> dict[str, str]:
+def compile_words(session: Session, now: float,
+                  windows: Sequence[StackWindow] = ()) -> dict[str, str]:
     """What dynamo recompiles and why, in words (each a sentence, or "" where
-    nothing says it): ``recompile_frame`` (the function, else "the model"),
+    nothing says it): ``recompile_frame`` (the function dynamo's frames named,
+    else the loop's line the compiling samples pass through, else "the model"),
     ``recompile_count`` (how many recompilations, how often), ``recompile_guard``
     (the guard that failed last) and ``recompile_limit`` (the function dynamo
-    gave up on, as the job's log says)."""
+    gave up on, as the job's log says). A backward pass's compilation runs
+    outside dynamo's frames (AOTAutograd compiles it at its first call), so a
+    dump taken then names nothing: the loop's line still says where."""
     recompiles = _events(session, now, RECOMPILE_EVENT)
     limits = _events(session, now, RECOMPILE_LIMIT_EVENT)
-    words = {"recompile_frame": UNKNOWN_FRAME, "recompile_count": "", "recompile_guard": "",
-             "recompile_limit": ""}
+    words = {"recompile_frame": _compiling_call(windows), "recompile_count": "",
+             "recompile_guard": "", "recompile_limit": ""}
     guard = ""
     if recompiles:
         newest = recompiles[-1]

@@ -41,7 +41,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
         words["data_source"] = max(set(sources), key=sources.count)
     words["other_frame"] = _hottest_other_frame(windows)
     words["warmup_work"] = _warmup_work(windows)
-    words |= compile_words(session, now)
+    words |= compile_words(session, now, windows)
     words |= _stall_words(session, now)
     hosts = session.host.window(now - window_s, now)
     if hosts and hosts[-1].others:

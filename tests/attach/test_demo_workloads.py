@@ -28,7 +28,7 @@ from support.jobs import start_job, stop_job
 
 #: Base scenario -> the one Config field its fixed variant changes.
 FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads",
-                 "recompile": "pad_sequences", "epoch_workers": "persistent_workers",
+                 "recompile": "dynamic_shapes", "epoch_workers": "persistent_workers",
                  "serving_preprocess": "preprocess_workers"}
 #: The fixed value of each setting; the first three can be given on the command line.
 FIXED_VALUE = {"recompile": True, "epoch_workers": True, "serving_preprocess": 2}

@@ -3,7 +3,7 @@ checked against the job's own record, beside its fixed variant:
 
 * ``recompile``: torch.compile(dynamic=False) meeting a new sequence length
   every 30 steps: recompilation after the first steps, never a warm-up;
-  ``recompile_padded`` pads to one length.
+  ``recompile_dynamic`` compiles with dynamic=True.
 * ``epoch_workers``: DataLoader workers started again each short epoch, each
   spending a second in ``worker_init_fn``; ``epoch_workers_persistent`` keeps
   them (``persistent_workers=True``).
@@ -85,7 +85,7 @@ def test_recompiling_after_the_first_steps_is_recompilation_not_a_warm_up(
         tmp_path: Path) -> None:
     # Attached 5 s into its recompiles; 24 s: compile_recurs holds 10 s once its
     # steps are proven (a few s, more on a loaded box).
-    report, truth, fixed = watch_pair("recompile", "recompile_padded", tmp_path, 24,
+    report, truth, fixed = watch_pair("recompile", "recompile_dynamic", tmp_path, 24,
                                       settle_s=5)
     ids = [f["id"] for f in report["findings"]]
     states = [(e["after_s"], e["summary"]) for e in report["timeline"]]
@@ -101,12 +101,19 @@ def test_recompiling_after_the_first_steps_is_recompilation_not_a_warm_up(
             assert until is not None and until <= 12, states
     lead = report["findings"][0]
     assert lead["id"] == "compile_recurs", ids
-    assert lead["title"].startswith("torch.compile keeps recompiling forward (compile_jobs.py:")
-    # Dynamo's own frames: how many, how often, and the guard that failed.
-    assert "recompilations of it since the job started" in lead["why"], lead["why"]
-    assert "size mismatch at index 1" in lead["why"], lead["why"]
     m = report["metrics"]
-    assert m["steps_proven"] == 1.0 and m["recompiles_seen"] >= 2
+    assert m["steps_proven"] == 1.0
+    # Named by dynamo's own frames where a dump caught it compiling the forward
+    # (how many, how often, the guard that failed); a dump inside a backward's
+    # compilation names nothing, and the loop's line says where.
+    if m["recompiles_seen"] is not None:
+        assert lead["title"].startswith(
+            "torch.compile keeps recompiling forward (compile_jobs.py:"), lead["title"]
+        assert "recompilations of it since the job started" in lead["why"], lead["why"]
+        assert "size mismatch at index 1" in lead["why"], lead["why"]
+    else:
+        assert lead["title"].startswith(
+            "torch.compile keeps recompiling the model called at compile_jobs.py:"), lead["title"]
     # The compile share against the job's own timer of its compiling steps.
     assert abs(m["phase_compile_steady"] - truth["compile"]) <= 0.15, (m, truth)
     ceiling_holds(lead, truth, fixed)

@@ -256,3 +256,22 @@ def test_recompiling_after_steps_is_named_with_its_frame_count_rate_and_guard() 
     # A bound that holds: p read over the counted samples, as high as they allow.
     assert lead.gain.method == "amdahl" and lead.gain.speedup is not None
     assert lead.gain.speedup > 1 / (1 - 0.8)
+
+
+def test_without_dynamos_words_the_loops_line_says_where_it_compiles() -> None:
+    """A dump inside a backward's compilation (AOTAutograd, outside dynamo's
+    frames) names nothing: the loop's line the compiling samples pass through does."""
+    from aitop.knowledge.metrics.compiling import compile_words
+    from aitop.probes.samples import HotFrame
+
+    compiling = StackWindow(T0, T0 + 3, "MainThread", "1", 100, {"compile": 80, "backward": 20},
+                            hot_frames=(HotFrame("compile", "compile_fx", "torch/_inductor/"
+                                                 "compile_fx.py:2782", 80, "/job/train.py:42"),))
+    session = Session(1)
+    session.add(compiling)
+    assert compile_words(session, T0 + 3, [compiling])["recompile_frame"] == (
+        "the model called at train.py:42")
+    assert compile_words(session, T0 + 3)["recompile_frame"] == "the model"
+    session.add(LogEvent(T0 + 3, "recompile", "forward (model.py:12)", "0/2: guard"))
+    assert compile_words(session, T0 + 3, [compiling])["recompile_frame"] == (
+        "forward (model.py:12)")
