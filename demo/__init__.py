@@ -9,6 +9,8 @@ SCENARIOS: tuple[str, ...] = (
     "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
     "cow", "cow_fixed", "sawtooth",
+    "recompile", "recompile_padded", "epoch_workers", "epoch_workers_persistent",
+    "serving_preprocess", "serving_preprocess_pool", "recompile_dynamic",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -18,6 +20,9 @@ FIXED_VARIANTS: dict[str, str] = {
     "data": "data_fixed",
     "checkpoint": "checkpoint_fixed",
     "compute": "compute_fixed",
+    "recompile": "recompile_dynamic",
+    "epoch_workers": "epoch_workers_persistent",
+    "serving_preprocess": "serving_preprocess_pool",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

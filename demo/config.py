@@ -71,8 +71,23 @@ class Config:
     # cached by each worker; record_count of them (samples an epoch).
     records: str = ""
     record_count: int = 0
-    # False: the DataLoader re-creates its workers every epoch.
+    # False: the DataLoader re-creates its workers every epoch (its own default, which
+    # loops "records" and "epochs" follow).
     persistent_workers: bool = True
+    # loop "sequences" (demo/compile_jobs.py): a new sequence length every this
+    # many steps under torch.compile(dynamic=False); pad_sequences pads every
+    # batch to the longest length instead (one shape); dynamic_shapes compiles
+    # with dynamic=True instead (one compilation for every length).
+    new_length_every: int = 0
+    pad_sequences: bool = False
+    dynamic_shapes: bool = False
+    # loop "epochs" (demo/epoch_jobs.py): epochs of this many samples, each new
+    # worker spending worker_init_s of CPU in worker_init_fn.
+    epoch_samples: int = 0
+    worker_init_s: float = 0.0
+    # loop "serve_texts" (demo/serve_jobs.py): worker processes that encode the
+    # requests a batch ahead (0: the serving thread encodes them itself).
+    preprocess_workers: int = 0
 
 
 CONFIGS: dict[str, Config] = {
@@ -152,6 +167,25 @@ CONFIGS: dict[str, Config] = {
         checkpoint_every=0, threads=1, loop="records", records="images",
         record_count=2000, persistent_workers=False,
     ),
+    # A sequence model under torch.compile(dynamic=False) meeting a new
+    # sequence length every 30 steps: each compiles it again (demo/compile_jobs.py).
+    "recompile": Config(
+        width=256, depth=2, batch_size=16, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="sequences", new_length_every=30,
+    ),
+    # Epochs of 8 batches whose 2 workers start again each epoch, each spending a
+    # second of CPU in worker_init_fn first (demo/epoch_jobs.py).
+    "epoch_workers": Config(
+        width=1024, depth=3, batch_size=32, num_workers=2, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="epochs", epoch_samples=256, worker_init_s=1.0,
+        persistent_workers=False,
+    ),
+    # A server batching up to 32 text requests and encoding each in Python on
+    # its serving thread before one forward pass (demo/serve_jobs.py).
+    "serving_preprocess": Config(
+        width=64, depth=1, batch_size=1, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1, loop="serve_texts", serve_batch=32,
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -188,6 +222,10 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
     "serving_batched": ("serving", {"serve_batch": 32}),
     "cow_fixed": ("cow", {"records": "arrays"}),
+    "recompile_dynamic": ("recompile", {"dynamic_shapes": True}),
+    "recompile_padded": ("recompile", {"pad_sequences": True}),
+    "epoch_workers_persistent": ("epoch_workers", {"persistent_workers": True}),
+    "serving_preprocess_pool": ("serving_preprocess", {"preprocess_workers": 2}),
 }
 for _name, (_base, _change) in (VARIANTS | FIXES).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

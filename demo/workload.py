@@ -55,6 +55,17 @@ Scenarios:
                  page (copy-on-read), the same records in tensors, and
                  workers re-created every epoch, each caching what it decodes
                  (demo/memory_jobs.py; they record their own memory)
+  recompile      a sequence model under torch.compile(dynamic=False) meeting a
+                 new sequence length every 30 steps: it recompiles each time
+                 (demo/compile_jobs.py); recompile_dynamic compiles with
+                 dynamic=True, recompile_padded pads to one length
+  epoch_workers  epochs of 8 batches whose 2 DataLoader workers start again each
+                 epoch, a second of CPU in worker_init_fn each
+                 (demo/epoch_jobs.py); epoch_workers_persistent keeps them
+  serving_preprocess
+                 a server batching up to 32 text requests and encoding each in
+                 Python on its serving thread (demo/serve_jobs.py);
+                 serving_preprocess_pool encodes in 2 processes a batch ahead
 
 Their measured shapes and the fixed variants' speed-ups are in config.py.
 """
@@ -474,6 +485,15 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
         return run_module_level_script(duration_s, truth_path, ready_file)
     if cfg.loop == "records":
         return train_records(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "sequences":
+        from aitop.demo.compile_jobs import train_recompiling
+        return train_recompiling(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "epochs":
+        from aitop.demo.epoch_jobs import train_epochs
+        return train_epochs(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "serve_texts":
+        from aitop.demo.serve_jobs import serve_texts
+        return serve_texts(cfg, duration_s, truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

@@ -83,6 +83,9 @@ class Evaluator:
         self.peers: Callable[[], Sequence[RankView]] | None = None
         #: The newest judgement of the whole job (None for a single process).
         self.judgement: JobJudgement | None = None
+        #: For a rank another rank's evaluator judges the job for: that
+        #: evaluator's newest judgement, which this rank hears (``_hear_job``).
+        self.job_judgement: Callable[[], JobJudgement | None] | None = None
         #: The newest diagnoses with every metric (history keeps them compacted),
         #: so the verdict kept after an exit still has all of its metrics.
         self._recent_full: deque[Diagnosis] = deque(maxlen=RECENT_FULL)
@@ -100,6 +103,8 @@ class Evaluator:
             words = compute_words(self.session, now, self.window_s)
             if self.peers is not None:
                 self._judge_job(metrics, words)
+            elif self.job_judgement is not None:
+                self._hear_job(metrics, words)
             diagnosis = self._explain_missing_stacks(
                 self.diagnoser.diagnose(metrics, now, words)
             )
@@ -122,8 +127,20 @@ class Evaluator:
         )
         judgement = judge_ranks([own, *self.peers()], holds_back_condition(self.knowledge))
         metrics.update(judgement.metrics())
+        metrics.update(judgement.seen_from(pid))
         words.update(judgement.words())
         self.judgement = judgement
+
+    def _hear_job(self, metrics: dict[str, float | None], words: dict[str, str]) -> None:
+        """What the job's judgement (made by the lead rank) says of this rank: whether
+        it waits for a straggler, which one and why; the job-level numbers stay the
+        lead's."""
+        assert self.job_judgement is not None
+        judgement = self.job_judgement()
+        if judgement is None:
+            return
+        metrics.update(judgement.seen_from(self.session.target_pid))
+        words.update(judgement.words())
 
     def _last_live_verdict(self, now: float) -> Diagnosis | None:
         """Once the target has exited, the last diagnosis made on live samples.

@@ -53,12 +53,15 @@ class StackSampler(Protocol):
 
 class StepSampler(Protocol):
     def sample(
-        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
+        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = (),
+        compiling: bool = False,
     ) -> Sequence[StepCounterSample]: ...
 
     def read_log(self) -> StepCounterSample | None: ...
 
     def log_events(self) -> list[LogEvent]: ...
+
+    def frame_events(self) -> list[LogEvent]: ...
 
     @property
     def log_name(self) -> str | None: ...
@@ -283,7 +286,10 @@ class Collector:
                 window.loop_frame if window else None,
                 window.thread_id if window else None,
                 workers,
+                compiling=window is not None and window.phase_counts.get("compile", 0) > 0,
             )
+            for event in steps.frame_events():
+                session.add(event)
             for sample in samples:
                 session.add(sample)
             counted = next((s for s in samples if s.value is not None), None)

@@ -1,4 +1,5 @@
-"""Steps from the job's own log: the step number it prints.
+"""Steps from the job's own log: the step number it prints (and what else it says:
+threads that died, dynamo recompiling).
 
 Most training scripts print their step: ``iter 120: loss 2.31`` (nanoGPT-style
 loops at module level, whose counter is a global that py-spy's locals do not
@@ -297,6 +298,66 @@ class ThreadDeaths:
         return found
 
 
+#: Dynamo's lines (``torch/_dynamo``'s logger: a glog-style header, then the
+#: message): ``TORCH_LOGS=recompiles``' "Recompiling function forward in
+#: /job/model.py:12" with the failed guards on the lines after it (the newest
+#: first), and the warning "torch._dynamo hit config.recompile_limit (8)" with
+#: the function and the last reason on the next two lines (``cache_size_limit``
+#: before torch 2.6).
+_RECOMPILING = re.compile(
+    r"Recompiling function (?P<function>\S+) in (?P<file>.+):(?P<line>\d+)\s*$")
+_GUARD_FAILED = re.compile(r"\]\s+- (?P<reason>\d+/\d+: .*)$")
+_LIMIT_HIT = re.compile(r"torch\._dynamo hit config\.(?P<limit>\w+) \((?P<value>\d+)\)")
+_LIMIT_FUNCTION = re.compile(r"function: '(?P<function>[^']+)' \((?P<file>.+):(?P<line>\d+)\)")
+_LIMIT_REASON = re.compile(r"last reason: (?P<reason>.*)$")
+
+
+def _where(found: re.Match[str]) -> str:
+    """``forward (model.py:12)`` from a match with function, file and line."""
+    return f"{found['function']} ({found['file'].rsplit('/', 1)[-1]}:{found['line']})"
+
+
+class DynamoLines:
+    """Recompilations and the recompile limit as dynamo's logger prints them.
+
+    A ``recompile`` event per "Recompiling function" (its text the newest failed
+    guard, ``"0/2: tensor 'x' size mismatch ..."``, as dynamo's frames give it:
+    ``probes.compile_frames``), a ``recompile_limit`` event per limit warning
+    (dynamo then runs the function eagerly: compiled no more).
+    """
+
+    def __init__(self) -> None:
+        self._recompiling: str | None = None
+        self._limit: tuple[str, str | None] | None = None
+
+    def feed(self, lines: Sequence[str], t: float) -> list[LogEvent]:
+        found: list[LogEvent] = []
+        for raw in lines:
+            line = _ANSI.sub("", raw).rstrip()
+            if (started := _RECOMPILING.search(line)) is not None:
+                self._recompiling = _where(started)
+                continue
+            if self._recompiling is not None and (guard := _GUARD_FAILED.search(line)):
+                found.append(LogEvent(t, "recompile", redact_text(self._recompiling),
+                                      redact_text(guard["reason"])[:MAX_EVENT_CHARS]))
+                self._recompiling = None
+                continue
+            if (hit := _LIMIT_HIT.search(line)) is not None:
+                self._limit = (f"{hit['limit']} ({hit['value']})", None)
+                continue
+            if self._limit is None:
+                continue
+            if (function := _LIMIT_FUNCTION.search(line)) is not None:
+                self._limit = (self._limit[0], _where(function))
+            elif (reason := _LIMIT_REASON.search(line)) is not None:
+                limit, where = self._limit
+                found.append(LogEvent(
+                    t, "recompile_limit", redact_text(where or "a function"),
+                    redact_text(f"{limit}; last reason: {reason['reason']}")[:MAX_EVENT_CHARS]))
+                self._limit = None
+        return found
+
+
 class JobLog:
     """Reads the steps the job prints to its log file, one reading per new write."""
 
@@ -307,6 +368,7 @@ class JobLog:
         self.name = redact_text(name)
         self.finder = StepLineFinder()
         self.deaths = ThreadDeaths()
+        self.dynamo = DynamoLines()
         #: Events found by the newest read, until taken (``take_events``).
         self._events: list[LogEvent] = []
         self._offset: int | None = None
@@ -327,6 +389,7 @@ class JobLog:
         lines = re.split(r"[\r\n]", text)
         self._partial = lines.pop()
         self._events.extend(self.deaths.feed(lines, mtime))
+        self._events.extend(self.dynamo.feed(lines, mtime))
         fed = self.finder.feed(lines)
         where = self.finder.step_line()
         # Only a step line in what was just read is as new as the file's mtime.

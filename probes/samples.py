@@ -340,11 +340,16 @@ class StepCounterSample:
 
 @dataclass(frozen=True, slots=True)
 class LogEvent:
-    """Something the job's own log says happened: a thread that died on an exception.
+    """Something the job's own log, or its frames, say happened.
 
-    ``kind`` is ``thread_died``; ``subject`` the thread's name; ``text`` the
-    exception's last line as printed ("RuntimeError: shard 42 truncated"),
-    redacted like any other text aitop shows.
+    ``thread_died`` (the log): ``subject`` the thread's name, ``text`` the
+    exception's last line as printed ("RuntimeError: shard 42 truncated").
+    ``recompile_limit`` (the log): dynamo gave up compiling ``subject`` (the
+    function) and runs it eagerly; ``text`` the limit and the last failed
+    guard. ``compile`` / ``recompile`` (a locals dump, ``probes.compile_frames``):
+    torch.compile was compiling ``subject``; a recompilation's ``text`` is its
+    compile id and the guard that failed. Text is redacted like any other
+    text aitop shows.
     """
 
     t: float

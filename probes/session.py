@@ -29,6 +29,7 @@ from .samples import (
 from .status import ProbeStatus
 from .step_cycles import cycle_readings
 from .step_sources import StepReadings, choose_step_readings
+from .warmup import STEP_EVIDENCE_SAMPLES, CompileWarmup, WarmupTracker
 
 T = TypeVar("T")
 
@@ -53,21 +54,6 @@ PHASES: tuple[str, ...] = (
 #: "checkpoint", so neither marks a step.
 STEP_EVIDENCE_PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "eval", "sync",
                                          "comm")
-#: Samples in those phases, within one stack window, that show a step was taken.
-STEP_EVIDENCE_SAMPLES = 3
-#: A stack window this much in torch.compile is compiling; the window after the
-#: first compilation's last such one holds its tail when it has this much.
-COMPILING_SHARE = 0.5
-COMPILE_TAIL_SHARE = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class CompileWarmup:
-    """The first compilation seen: its first stack window's start, and the end of
-    its last (its tail included); ``end`` is None while it goes on."""
-
-    start: float
-    end: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +221,8 @@ class Session:
         #: When the training thread was first seen taking a step (``STEP_EVIDENCE_PHASES``):
         #: before it, the job is loading or setting up, and its steps cannot be judged.
         self.first_step_at: float | None = None
-        #: The first torch.compile compilation seen (a run of stack windows mostly
-        #: compiling, and its tail): the warm-up, kept apart from recompilation.
-        self.compile_warmup: CompileWarmup | None = None
-        self._compile_warmup_last: StackWindow | None = None
+        #: The first compilation and the first proof of steps (``probes.warmup``).
+        self.warmup = WarmupTracker()
         #: When the target was first seen gone, and its exit status if known.
         self.target_exited_at: float | None = None
         self.target_exit_status: int | None = None
@@ -254,6 +238,16 @@ class Session:
             StorageSample: self.storage,
             LogEvent: self.events,
         }
+
+    @property
+    def compile_warmup(self) -> CompileWarmup | None:
+        """The first torch.compile compilation seen, kept apart from recompilation."""
+        return self.warmup.warmup
+
+    @property
+    def trained_at(self) -> float | None:
+        """When steps were first proven: from then on the job is never warming up."""
+        return self.warmup.trained_at
 
     def step_readings(self, lo: float | None = None, hi: float | None = None) -> StepReadings:
         """The readings steps/s comes from in ``(lo, hi]`` (all when not given): the
@@ -285,34 +279,15 @@ class Session:
             self.started_at = sample_time(sample)
         if self.first_step_at is None:
             self.first_step_at = self._step_evidence(sample)
-        if isinstance(sample, StackWindow):
-            self._follow_compile_warmup(sample)
+        self.warmup.add(sample)
+        if self.first_step_at is None:
+            self.first_step_at = self.warmup.trained_at
         if isinstance(sample, ProcessTreeSample) and not sample.alive:
             if self.target_exited_at is None:
                 self.target_exited_at = sample.t
             if sample.exit_status is not None:
                 self.target_exit_status = sample.exit_status
         ring.append(sample)
-
-    def _follow_compile_warmup(self, window: StackWindow) -> None:
-        """Extend or close the first compilation with one more stack window."""
-        if window.error is not None or window.total_samples <= 0:
-            return
-        warmup = self.compile_warmup
-        if warmup is not None and warmup.end is not None:
-            return
-        share = window.phase_counts.get("compile", 0) / window.total_samples
-        if warmup is None:
-            if share >= COMPILING_SHARE:
-                self.compile_warmup = CompileWarmup(window.t_start)
-                self._compile_warmup_last = window
-            return
-        if share >= COMPILING_SHARE:
-            self._compile_warmup_last = window
-            return
-        last = self._compile_warmup_last
-        end = window.t_end if share >= COMPILE_TAIL_SHARE or last is None else last.t_end
-        self.compile_warmup = CompileWarmup(warmup.start, end)
 
     def _step_evidence(self, sample: object) -> float | None:
         """When ``sample`` shows a step taken: a stack window with a few samples in a

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .compile_frames import compile_sightings
 from .job_log import JobLogs
 from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
@@ -178,6 +179,8 @@ class StepProbe:
         self.binary = binary or require_pyspy()
         self._loop_counted = False
         self._log = JobLogs.of(pid)
+        #: What the dumps showed torch.compile compiling, until taken (``frame_events``).
+        self._frame_events: list[LogEvent] = []
 
     @property
     def log_name(self) -> str | None:
@@ -197,12 +200,25 @@ class StepProbe:
         """What the log reads since the last call found (threads that died)."""
         return self._log.take_events()
 
+    def frame_events(self) -> list[LogEvent]:
+        """What torch.compile was compiling at each dump since the last call
+        (``probes.compile_frames``), oldest first."""
+        events, self._frame_events = self._frame_events, []
+        return events
+
     def sample(
-        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = ()
+        self, loop_frame: str | None, thread_id: str | None, worker_pids: Sequence[int] = (),
+        compiling: bool = False,
     ) -> list[StepCounterSample]:
         """The loop's own counter; the DataLoader workers' batch index where the loop
-        has none; and why the log gave no step yet, while it has given none."""
-        counted = self._loop_counter(loop_frame, thread_id)
+        has none; and why the log gave no step yet, while it has given none.
+
+        ``compiling``: the newest stack window shows torch.compile at work; the
+        target is dumped even before its loop frame is known (a window of
+        compilation holds few step samples to learn it from), to see what it
+        compiles.
+        """
+        counted = self._loop_counter(loop_frame, thread_id, compiling)
         out = [counted]
         if counted.value is not None:
             self._loop_counted = True
@@ -261,9 +277,10 @@ class StepProbe:
             return None  # a worker that just exited or restarted; the others count
         return read_worker_index(dump)
 
-    def _loop_counter(self, loop_frame: str | None, thread_id: str | None) -> StepCounterSample:
+    def _loop_counter(self, loop_frame: str | None, thread_id: str | None,
+                      compiling: bool = False) -> StepCounterSample:
         t = time.time()
-        if loop_frame is None:
+        if loop_frame is None and not compiling:
             return StepCounterSample(t, None, None, error="training loop frame not found yet")
         try:
             dump = json.loads(run_dump(self.binary, self.pid, locals_=True))
@@ -277,6 +294,9 @@ class StepProbe:
         # attach (tens to hundreds of ms, more on a loaded box): stamped then, a
         # loop of a thousand steps a second reads within a few steps.
         t = time.time()
+        self._frame_events += compile_sightings(dump, t, thread_id)
+        if loop_frame is None:
+            return StepCounterSample(t, None, None, error="training loop frame not found yet")
         found = read_counter_frame(
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )

@@ -24,7 +24,7 @@ from aitop.engine.live.rank import LiveSource, SharedHost, self_cpu_seconds, sel
 from aitop.engine.live.source import RankPeer, peer_views, watched_peers
 from aitop.knowledge.base.facts import Facts
 from aitop.knowledge.evaluator import DEFAULT_WINDOW_S, Evaluator
-from aitop.knowledge.metrics.straggler import RankView
+from aitop.knowledge.metrics.straggler import JobJudgement, RankView
 from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes import cadence
 from aitop.probes.collector import Collector, CollectorConfig
@@ -185,6 +185,10 @@ def attach(
     peer_options = options_for_peers(options, len(job.ranks))
     live: LiveJob | None = None
 
+    def lead_judgement() -> JobJudgement | None:
+        """The job's newest judgement, made by the lead's evaluator, for every peer."""
+        return live.lead.evaluator.judgement if live is not None else None
+
     def judged_peers() -> Sequence[RankView]:
         """The job's watched peers as the lead's evaluator judges them (read each time:
         the follower changes them)."""
@@ -203,12 +207,12 @@ def attach(
         assert live is not None
         host = live.lead.host
         assert host is not None  # _build gives every rank its host
-        return _peer(new_pid, new_job, peer_options, knowledge, facts, host)
+        return _peer(new_pid, new_job, peer_options, knowledge, facts, host, lead_judgement)
 
     host = SharedHost(HostProbe(job.launcher_pid or pid))
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
                   samples_host=True, judge_peers=judged_peers, preflight=preflight)
-    peers = [_peer(r.pid, job, peer_options, knowledge, facts, host)
+    peers = [_peer(r.pid, job, peer_options, knowledge, facts, host, lead_judgement)
              for r in job.ranks if r.pid != pid]
     live = LiveJob(lead, peers, warnings=warnings, launcher_pid=job.launcher_pid,
                    make_peer=make_peer, rebuild=rebuild)
@@ -238,11 +242,14 @@ def peer_config(cfg: CollectorConfig, ranks: int) -> CollectorConfig:
 
 
 def _peer(pid: int, job: Job, options: AttachOptions, knowledge: KnowledgeBase,
-          facts: Facts | None, host: SharedHost) -> RankPeer:
-    """Watch one other rank; a rank that cannot be watched is listed with the reason."""
+          facts: Facts | None, host: SharedHost,
+          job_judgement: Callable[[], JobJudgement | None]) -> RankPeer:
+    """Watch one other rank (hearing the lead's judgement of the job); a rank that
+    cannot be watched is listed with the reason."""
     label = job.label(pid)
     try:
-        source = _build(pid, job, options, knowledge, facts=facts, host=host)
+        source = _build(pid, job, options, knowledge, facts=facts, host=host,
+                        job_judgement=job_judgement)
     except AttachError as exc:
         return RankPeer(label, pid, None, status=str(exc))
     stacks = source.session.probe_status.get("stacks")
@@ -263,14 +270,16 @@ def _build(
     facts: Facts | None = None,
     judge_peers: Callable[[], Sequence[RankView]] | None = None,
     preflight: Preflight | None = None,
+    job_judgement: Callable[[], JobJudgement | None] | None = None,
 ) -> LiveSource:
     """The probes, session and evaluator for one process, whole and not started.
 
     ``samples_host``: this rank's collector samples the machine-wide ``host``
     probe for every rank (the lead); otherwise its session receives those
     samples. ``judge_peers``: the job's other ranks, for the rank whose
-    evaluator judges the job as a whole. ``preflight``: the py-spy check already
-    started for ``pid``, if one was.
+    evaluator judges the job as a whole; ``job_judgement``: that rank's newest
+    judgement, for each other rank. ``preflight``: the py-spy check already started
+    for ``pid``, if one was.
     """
     phase_config = knowledge.phases
     session = Session(pid)
@@ -331,6 +340,7 @@ def _build(
         knowledge = dataclasses.replace(knowledge, facts=facts)
     evaluator = Evaluator(session, knowledge, options.window_s)
     evaluator.peers = judge_peers
+    evaluator.job_judgement = job_judgement
     return LiveSource(
         session,
         collector,

@@ -16,6 +16,7 @@ anything but a regular file and stop at ``MAX_SNAPSHOT_BYTES``: ``aitop replay
 
 from __future__ import annotations
 
+import heapq
 import os
 import tempfile
 import time
@@ -40,7 +41,7 @@ from aitop.probes.samples import (
     StepCounterSample,
     StorageSample,
 )
-from aitop.probes.session import RING_KINDS, Session
+from aitop.probes.session import RING_KINDS, Session, sample_time
 from aitop.probes.status import ProbeStatus
 
 SCHEMA = "aitop.snapshot/1"
@@ -317,9 +318,11 @@ def session_from(snap: Snapshot | RankRecording) -> Session:
     recorded: list[list[Any]] = [getattr(snap.samples, name) for name in RING_KINDS]
     biggest = max(len(samples) for samples in recorded)
     session = Session(snap.target_pid, capacity=max(snap.capacity, biggest, 1))
-    for samples in recorded:
-        for sample in samples:
-            session.add(sample)
+    # In time order across kinds, as the probes added them: what a sample
+    # proves (a step counter that moved ends the first compilation) depends on
+    # what came before it.
+    for sample in heapq.merge(*recorded, key=sample_time):
+        session.add(sample)
     if snap.environment is not None:
         session.add(snap.environment)
     session.probe_status = {

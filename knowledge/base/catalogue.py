@@ -189,6 +189,25 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("compile_warmup_share", "fraction",
      "share of the window's stack samples in the first compilation's windows: shares read "
      "before it is 0 describe the compilation"),
+    ("compile_first_going_on", "0/1",
+     "1 while the first compilation goes on: begun before any step was proven, not ended"),
+    ("steps_proven", "0/1",
+     "1 once the job has proven to take steps (backward passes in its stacks, a step counter "
+     "that moved, dynamo recompiling): from then on it never warms up again"),
+    ("compile_steady_samples", "samples",
+     "stack samples phase_compile_steady was counted over"),
+    ("recompiles_seen", "",
+     "recompilations the job has made since it started, by the compile ids of the frames "
+     "dynamo was seen recompiling (summed over frames)"),
+    ("recompile_every_s", "s",
+     "seconds between recompilations, from two sightings of a frame's compile id"),
+    ("recompile_limit_hit", "0/1",
+     "1 when the job's log says dynamo hit its recompile limit and runs a frame eagerly"),
+    ("worker_restarts", "",
+     "times in the window that new DataLoader workers replaced ones that had stopped (an "
+     "epoch's start without persistent_workers); a floor where epochs are shorter than the "
+     "process tree's interval"),
+    ("worker_restart_every_s", "s", "mean seconds between those restarts: an epoch's length"),
     ("accel_util", "%",
      "GPU utilisation when there is a GPU; without one, the training thread's share of "
      "time in forward/backward/optimizer (compute then means the CPU)"),
@@ -265,6 +284,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "what the other ranks wait beyond what the straggler waits itself: their time lost to it"),
     ("straggler_stalled", "0/1",
      "1 when the straggler's own state is stalled (it stands still while the others wait)"),
+    ("waits_for_straggler", "0/1",
+     "1 when the job's judgement names a straggler that holds the job back and it is "
+     "another rank than this one: this rank's wait is that rank's doing"),
     ("network_fs", "0/1", "1 when some of the target's files are on a network filesystem"),
     ("scheduler_ok", "0/1",
      "1 when the disks behind the target's files use the 'none' or 'mq-deadline' scheduler"),
@@ -304,6 +326,11 @@ WORDS: frozenset[str] = frozenset({
     # What a compile-phase warm-up is doing: torch.compile compiling, or CUDA
     # graphs being captured.
     "warmup_work",
+    # What dynamo recompiles ("forward (model.py:12)", else "the model called
+    # at train.py:42", else "the model"); how
+    # many times and how often, the guard that failed last, and the function it
+    # gave up on at its limit: each a sentence, or "" (knowledge/metrics/compiling.py).
+    "recompile_frame", "recompile_count", "recompile_guard", "recompile_limit",
 })
 
 

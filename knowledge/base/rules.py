@@ -21,8 +21,8 @@ from .expressions import Condition, ExpressionError
 from .findings import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
-EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "fewer", "document",
-                         "none"]
+EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "offload", "fewer",
+                         "document", "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 
@@ -32,9 +32,13 @@ class GainSpec:
     """How a finding's gain is estimated.
 
     ``amdahl``: removing a fraction ``removable`` (low..high) of the time in
-    ``metric`` (a phase fraction) bounds the speed-up at 1 / (1 - p * removable).
+    ``metric`` (a phase fraction) bounds the speed-up at 1 / (1 - p * removable);
+    with ``samples`` (the metric holding the count the share was read over) the
+    bound takes the share's sampling error into account (gains.py).
     ``parallel``: Amdahl with the phase ``metric`` run ``factor`` times wider.
     ``workers``: more DataLoader workers, limited by the free cores (gains.py).
+    ``offload``: the phase ``metric`` moved off the thread that sets the pace,
+    onto the free cores (gains.py).
     ``fewer``: the phase ``metric`` run ``times`` times less often.
     ``document``: the documents' figure for ``technique`` (resolved against the
     knowledge base's technique effects). ``none``: the benefit is not speed.
@@ -51,6 +55,8 @@ class GainSpec:
     #: For ``fewer``: how much faster the rest of the step may run once the phase
     #: is rarer (the high end of the range; 1.0 = pure Amdahl).
     rest_speedup: float = 1.0
+    #: For ``amdahl``: the metric holding how many stack samples ``metric`` was read over.
+    samples: str | None = None
     note: str = ""
 
 

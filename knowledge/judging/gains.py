@@ -143,6 +143,36 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
                              "not a prediction"))
 
 
+def _offload(spec: GainSpec, metrics: Metrics) -> Gain:
+    """Work moved off the thread that sets the pace, onto other processes: a ceiling.
+
+    The thread keeps the rest of its time, 1 - p (the moved work runs beside
+    it): at most 1 / (1 - p). And the work still needs a CPU: the job's
+    processes use U cores now and F more are free, so all of its CPU work runs
+    at most (U + F) / U times as fast, whatever runs where. The lower of the
+    two; with no core free, nothing.
+    """
+    p = _phase(metrics, spec.metric)
+    cpu = metrics.get("proc_cpu_mean")
+    free = metrics.get("free_cores")
+    if p is None or cpu is None or free is None or cpu <= 0:
+        return Gain(None, method="amdahl", explanation=(
+            "no ceiling yet: the share, the job's CPU or the free cores unknown"))
+    used = cpu / 100.0
+    name = ("the thread's own code" if spec.metric == "phase_other"
+            else (spec.metric or "").removeprefix("phase_").replace("_", " "))
+    if free <= 0.05:
+        return Gain(1.0, 1.0, 1.0, method="predicted", explanation=(
+            f"{name} is {p:.0%} of the time, but no core is free to run it beside the "
+            "thread: moving it elsewhere adds nothing here"))
+    cores = (used + free) / used
+    high = min(_ceiling(p), cores)
+    return Gain(speedup=high, low=high, high=high, method="amdahl", ceiling=high, explanation=(
+        f"{name} is {p:.0%} of the time (x{figure(_ceiling(p))} if it left the thread "
+        f"entirely), and the job's work can spread over {used:.1f} + {free:.1f} free "
+        f"core(s) (x{figure(cores)}): at most x{figure(high)}; a ceiling, not a prediction"))
+
+
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
     """Doing a phase ``times`` times less often (checkpoints, validation)."""
     p = _phase(metrics, spec.metric)
@@ -188,10 +218,56 @@ def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
         "products spread worse over threads): a ceiling, not a prediction"))
 
 
+#: The one-sided confidence of a counted share's bound (z of 95 %).
+BOUND_Z = 1.645
+
+
+def fewest_expected(seen: float) -> float:
+    """The fewest samples per window that could have given ``seen`` samples outside a
+    phase, at 95 % one-sided (Poisson, Wilson-Hilferty's form; 0 for none seen)."""
+    if seen <= 0:
+        return 0.0
+    return seen * max(1.0 - 1.0 / (9.0 * seen) - BOUND_Z / (3.0 * math.sqrt(seen)), 0.0) ** 3
+
+
+def _amdahl_counted(spec: GainSpec, p: float, samples: float) -> Gain:
+    """Amdahl's ceiling with the share's own sampling error: a bound that holds.
+
+    When a phase fills nearly all the time, 1 / (1 - p) rests on the few samples
+    outside it: 3 of 300 read as p = 0.99 and x100, while the time outside it
+    may well be a third of that (x300). The ceiling therefore takes p as high as
+    the count allows: the fewest samples outside the phase that could have given
+    the count seen (95 %, one-sided). With none seen, removing all of it has no
+    finite ceiling, and none is shown.
+    """
+    name = (spec.metric or "").removeprefix("phase_").removesuffix("_steady").replace("_", " ")
+    removable = spec.removable[1]
+    outside = round((1.0 - p) * samples)
+    p_high = 1.0 - fewest_expected(outside) / samples
+    if p_high * removable >= 1.0:
+        return Gain(None, method="amdahl", explanation=(
+            f"{name} is {p:.0%} of the time: {outside:.0f} of {samples:.0f} stack samples "
+            "fell outside it, too few to bound what removing it gives (the work between "
+            "its runs is too short to measure): no ceiling"))
+    high = 1.0 / (1.0 - p_high * removable)
+    removed = "removing it" if removable == 1.0 else f"removing {removable:.0%} of it"
+    return Gain(
+        speedup=high, low=high, high=high, method="amdahl", ceiling=high, explanation=(
+            f"{name} is {p:.0%} of the time ({outside:.0f} of {samples:.0f} stack samples "
+            f"outside it): {removed} bounds the speed-up at x{figure(high)} (Amdahl, with "
+            f"the share as high as the samples allow at 95 %: {p_high:.3f}); a ceiling, not "
+            "a prediction"))
+
+
 def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
     p = _phase(metrics, spec.metric)
     if p is None:
         return Gain(None, method="amdahl", explanation=f"{spec.metric} is not known yet")
+    samples = metrics.get(spec.samples or "")
+    if samples:
+        exact = metrics.get(spec.metric or "")
+        assert exact is not None
+        return _amdahl_counted(spec, min(max(exact, 0.0), 1.0), samples)
     lo_r, hi_r = spec.removable
     low, high = 1 / (1 - p * lo_r), 1 / (1 - p * hi_r)
     removed = "removing it" if hi_r == 1.0 else f"removing {lo_r:.0%}-{hi_r:.0%} of it"
@@ -233,6 +309,8 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
         return _workers(spec, metrics)
     if spec.method == "worker_core":
         return _worker_core(spec, metrics)
+    if spec.method == "offload" and spec.metric:
+        return _offload(spec, metrics)
     if spec.method == "fewer" and spec.metric:
         return _fewer(spec, metrics)
     if spec.method == "parallel" and spec.metric:

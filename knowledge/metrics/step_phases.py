@@ -1,10 +1,12 @@
-"""The training thread's step phases: their shares, compilation, and accelerator use."""
+"""The training thread's step phases: their shares, and accelerator use (compilation:
+``compiling``)."""
 
 from __future__ import annotations
 
 from aitop.probes.samples import StackWindow
 from aitop.probes.session import PHASES, Session
 
+from .compiling import compile_metrics
 from .units import Values, flag
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
@@ -68,35 +70,3 @@ def phase_metrics(
     else:
         values["accel_util"] = None if compute is None else 100.0 * compute
     return values
-
-
-def compile_metrics(session: Session, now: float, window_s: float) -> Values:
-    """Recompilation apart from the first compilation draining out of the window.
-
-    The first compilation (``Session.compile_warmup``: the first run of stack
-    windows mostly compiling, and its tail) is the warm-up; shares read while
-    its windows are in the window describe it, not the steps:
-    ``compile_warmup_share`` is how much of the window they fill. Compilation
-    in any other window is recompilation: ``phase_compile_steady``. The newest
-    window's compile share is ``phase_compile_last`` (compiling now).
-    """
-    windows = read_stacks(session, now, window_s)
-    warmup = session.compile_warmup
-
-    def in_warmup(w: StackWindow) -> bool:
-        return warmup is not None and w.t_start >= warmup.start and (
-            warmup.end is None or w.t_end <= warmup.end)
-
-    counted = [w for w in windows if w.total_samples > 0]
-    newest = counted[-1] if counted else None
-    total = sum(w.total_samples for w in counted)
-    steady = [w for w in counted if not in_warmup(w)]
-    steady_total = sum(w.total_samples for w in steady)
-    return {
-        "phase_compile_last": (None if newest is None
-                               else newest.phase_counts.get("compile", 0) / newest.total_samples),
-        "compile_warmup_share": (sum(w.total_samples for w in counted if in_warmup(w)) / total
-                                 if total else None),
-        "phase_compile_steady": (sum(w.phase_counts.get("compile", 0) for w in steady)
-                                 / steady_total if steady_total else None),
-    }

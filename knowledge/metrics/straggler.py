@@ -62,6 +62,7 @@ def comm_metrics(metrics: Metrics) -> dict[str, float | None]:
     """
     values: dict[str, float | None] = dict.fromkeys(JOB_METRICS)
     values["ranks_watched"] = 1.0  # this rank alone, until a job is judged
+    values["waits_for_straggler"] = 0.0  # no straggler known, until the job's judgement
     visible = metrics.get("phase_comm")
     hidden = hidden_comm(metrics)
     values["comm_hidden"] = hidden
@@ -176,6 +177,16 @@ class JobJudgement:
             "straggler_stalled": float(s.cause is not None and s.cause.category == STALLED),
         })
         return out
+
+    def seen_from(self, pid: int) -> dict[str, float | None]:
+        """What rank ``pid`` learns of the job: whether it waits for a straggler
+        that holds the job back and is not itself, and what the ranks lose to
+        it (``straggler_excess``). Every rank hears it, so that a rank's own
+        view of its wait names what it waits for."""
+        s = self.straggler
+        waits = self.flagged and s is not None and s.pid != pid
+        return {"waits_for_straggler": float(waits),
+                "straggler_excess": self.metrics()["straggler_excess"] if waits else None}
 
     def words(self) -> dict[str, str]:
         s = self.straggler

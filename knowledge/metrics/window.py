@@ -26,6 +26,7 @@ from .storage import storage_metrics
 from .straggler import comm_metrics
 from .techniques import technique_metrics
 from .units import Values
+from .worker_restarts import worker_restart_metrics
 
 #: Seconds of steps after the first compilation that are judged on their own.
 JUDGE_AFTER_WARMUP_S = 10.0
@@ -53,6 +54,7 @@ def compute_metrics(
     metrics |= storage_metrics(session, now, window_s)
     metrics |= technique_metrics(session, now, window_s)
     metrics |= loading_metrics(session, now, window_s, metrics)
+    metrics |= worker_restart_metrics(session, now, window_s)
     metrics |= comm_metrics(metrics)
     metrics |= stall_metrics(session, now)
     metrics |= progress_metrics(session, now)

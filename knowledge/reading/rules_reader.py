@@ -37,8 +37,9 @@ RULE_KEYS = (
     "explains", "actions_for", "snippet_for", "ruled_out_by", "job_state",
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
-             "note")
-GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "fewer", "document", "none")
+             "samples", "note")
+GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "fewer", "document",
+                "none")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr", "measured_by", "gpu_only", "leads_for", "last", "well_used")
 TARGET_KEYS = ("metric", "low", "high", "text", "source")
@@ -278,18 +279,21 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     note = r.opt_text(spec, "note", what, empty=True) or ""
     if "method" in spec and method not in GAIN_METHODS:
         r.report(r.line(spec, "method"), f"{what}: unknown gain method '{method}' "
-                                         "(amdahl, parallel, workers, worker_core, fewer, document "
-                                         "or none)")
+                                         "(amdahl, parallel, workers, worker_core, offload, "
+                                         "fewer, document or none)")
         return GainSpec("none")
     if method == "amdahl":
         return GainSpec("amdahl", metric=r.metric(spec, "metric", what),
-                        removable=_removable(r, spec, what), note=note)
+                        removable=_removable(r, spec, what), note=note,
+                        samples=r.metric(spec, "samples", what) if "samples" in spec else None)
     if method == "parallel":
         return GainSpec("parallel", metric=r.metric(spec, "metric", what),
                         factor=r.metric(spec, "factor", what), note=note)
     if method in ("workers", "worker_core"):
         return GainSpec(method, metric=r.metric(spec, "metric", what, "phase_data_wait"),
                         note=note)
+    if method == "offload":
+        return GainSpec("offload", metric=r.metric(spec, "metric", what), note=note)
     if method == "fewer":
         metric = r.metric(spec, "metric", what)
         times = r.fraction(spec.get("times"))

@@ -137,7 +137,8 @@ class JobRun:
     snapshot: Path
 
 
-def watched_job(name: str, command: list[str], truth: Path, workdir: Path) -> JobRun:
+def watched_job(name: str, command: list[str], truth: Path, workdir: Path,
+                duration_s: float = 15) -> JobRun:
     """One run of ``command`` watched through its launcher (its module-scoped fixture
     shares it with the tests that read it)."""
     snapshot = workdir / f"{name}.json"
@@ -145,7 +146,8 @@ def watched_job(name: str, command: list[str], truth: Path, workdir: Path) -> Jo
         job = wait_for(lambda: find_job(launcher.pid), 2)
         time.sleep(4)  # past the ranks' start-up (imports, init_process_group)
         result = run_aitop("--pid", str(launcher.pid), "--headless", "--json",
-                           "--duration", "15", "--export", str(snapshot), timeout=120)
+                           "--duration", f"{duration_s:g}", "--export", str(snapshot),
+                           timeout=120)
     assert result.returncode in (0, 3), result.stderr
     report = json.loads(result.stdout)
     for state in report["probe_states"].values():
@@ -277,7 +279,9 @@ def test_one_ranks_own_checkpoint_is_named_as_what_the_others_wait_for(workdir: 
     command = [sys.executable, "-m", "aitop.demo.ddp", "--spawn", "2", "--port",
                str(free_port()), "--duration", "90", "--truth", str(truth),
                "--checkpoint-rank", "0", "--checkpoint-every", "4"]
-    run = watched_job("rank0-checkpoint", command, truth, workdir)
+    # 20 s: the other rank hears the job's verdict once the lead has made it,
+    # at its own next evaluation (every 5 s).
+    run = watched_job("rank0-checkpoint", command, truth, workdir, duration_s=20)
     report = run.report
     verdict = report["job_verdict"]
     ids = [f["id"] for f in report["findings"]]
@@ -294,6 +298,15 @@ def test_one_ranks_own_checkpoint_is_named_as_what_the_others_wait_for(workdir: 
     assert "cores_taken_by_other_processes" not in ids, report["findings"]
     checkpoint = next(f for f in report["findings"] if f["id"] == "checkpoint_stalls")
     assert any("async_save" in a for a in checkpoint["actions"]), checkpoint["actions"]
+    # The other rank's own view says what it waits for: rank 0 and its checkpoints.
+    other = next(r for r in json.loads(run.snapshot.read_text())["ranks"]
+                 if r["target_pid"] != first.pid)
+    heard = [d for d in other["diagnoses"] if d["findings"]][-1]
+    own_ids = [f["id"] for f in heard["findings"]]
+    print(f"{other['label']}: {own_ids}")
+    waits = next(f for f in heard["findings"] if f["id"] == "rank_waits_for_straggler")
+    assert f"(PID {first.pid}), which holds the job back: Saving checkpoints" in waits["title"]
+    assert "communication_dominates" not in own_ids and "ranks_wait_for_each_other" not in own_ids
 
 
 @pytest.mark.alone

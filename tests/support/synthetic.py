@@ -37,6 +37,7 @@ from aitop.probes.samples import (
     GpuSample,
     HostSample,
     HotFrame,
+    LogEvent,
     MountInfo,
     OtherProcess,
     ProcessInfo,
@@ -195,6 +196,10 @@ class Job:
     peer_comm: tuple[float, ...] = ()
     #: The other ranks' own lead finding is ``job_stalled`` (they stand still).
     peers_stalled: bool = False
+    #: Given: this session is a peer rank hearing the lead's judgement of the job,
+    #: in which rank 0 waits this share of its time and its own lead finding is
+    #: ``RANK0_CHECKPOINT`` (it alone saves checkpoints).
+    hears_rank0_comm: float | None = None
     #: The hottest frame of the 'other' phase: (function, location, loop line).
     other_frame: tuple[str, str, str] | None = None
     #: Whether the pin-memory thread exists; None: thread names unreadable.
@@ -229,6 +234,12 @@ class Job:
     #: value, ticks): a DataLoader's batch index read before the loop's own
     #: counter is found.
     early_reading: tuple[str, int, int] | None = None
+    #: What the job's log or frames say at a tick: (tick, kind, subject, text)
+    #: LogEvents (a recompilation seen, dynamo's recompile limit hit).
+    events: tuple[tuple[int, str, str, str], ...] = ()
+    #: New DataLoader workers (new PIDs) replace the last ones every this many
+    #: ticks (persistent_workers=False over short epochs); 0: the same workers.
+    worker_epoch_s: int = 0
 
 
 # ------------------------------------------------------------------ samples
@@ -330,7 +341,8 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
     worker_uss = 5 * 10**7 + round(job.worker_uss_growth_mb_s * 1e6 * age)
     workers = tuple(
         ProcessInfo(
-            pid=PID + 100 + k + 10 * epoch, ppid=PID, role="worker", name="pt_data_worker",
+            pid=PID + 100 + k + worker_generation(job, i) * 1000, ppid=PID, role="worker",
+            name="pt_data_worker",
             cmdline=("python", "train.py"), status="running",
             cpu_percent=max(job.worker_cpu - 5.0 * k, 0.0), rss_bytes=worker_rss,
             num_threads=2,
@@ -412,13 +424,26 @@ def storage_sample(job: Job, i: int) -> StorageSample:
     return StorageSample(t=T0 + i, mounts=(mount,), writing=job.writing)
 
 
-def step_sample(job: Job, i: int) -> StepCounterSample:
+def worker_generation(job: Job, i: int) -> int:
+    """Which generation of workers runs at tick ``i`` (0 when they persist)."""
+    return i // job.worker_epoch_s if job.worker_epoch_s else 0
+
+
+def compiling_at(job: Job, i: int) -> bool:
+    """Whether tick ``i``'s phases are mostly compiling: no step the counter shows."""
+    return phases_at(job, i).get("compile", 0.0) >= 0.5
+
+
+def step_sample(job: Job, i: int, held: int = 0) -> StepCounterSample:
+    """The loop counter at tick ``i``: ``steps_per_s`` a tick, except the ``held``
+    ticks so far spent mostly compiling."""
     if job.early_reading is not None and i < job.early_reading[2]:
         name, value, _ = job.early_reading
         return StepCounterSample(T0 + i, name, value, "train (train.py)")
     if job.steps_per_s is None:
         return StepCounterSample(T0 + i, None, None, error="no integer step counter")
-    return StepCounterSample(T0 + i, "step", round(job.steps_per_s * i), "train (train.py)")
+    return StepCounterSample(T0 + i, "step", round(job.steps_per_s * (i - held)),
+                             "train (train.py)")
 
 
 # ----------------------------------------------------------------- sessions
@@ -426,12 +451,18 @@ def step_sample(job: Job, i: int) -> StepCounterSample:
 
 #: The other ranks' comm shares of each session judged as a job's lead rank.
 _PEERS: dict[int, tuple[tuple[float, ...], bool]] = {}
+#: The lead rank's own wait each peer session hears the job's judgement with.
+_HEARS: dict[int, float] = {}
+#: Ticks each session's job spent mostly compiling (its counter stood still).
+_HELD: dict[int, int] = {}
 
 
 def extend(session: Session, job: Job, first: int, last: int) -> Session:
     """Add one second of ``job`` for each tick ``first..last`` (inclusive), at ``T0 + i``."""
     if job.peer_comm:
         _PEERS[id(session)] = (job.peer_comm, job.peers_stalled)
+    if job.hears_rank0_comm is not None:
+        _HEARS[id(session)] = job.hears_rank0_comm
     if job.local_ranks > 1:
         session.job = RankJob(PID, PID - 1, "env", tuple(
             RankProcess(PID + 1000 * r, r, r, job.local_ranks) for r in range(job.local_ranks)))
@@ -439,6 +470,8 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
         session.add(EnvironmentInfo(t=T0 + first, pid=PID, cmdline=("python", "train.py"),
                                     python_version="3.11.7", torch_version="2.13.0",
                                     mixed_precision_in_source=job.amp_in_source))
+    if first <= 1:
+        _HELD[id(session)] = 0  # a new session (ids of collected ones are reused)
     for i in range(first, last + 1):
         if job.process_tree:
             session.add(process_tree_sample(job, i))
@@ -446,7 +479,12 @@ def extend(session: Session, job: Job, first: int, last: int) -> Session:
         session.add(gpu_sample(job, i))
         if i % job.stack_period_s == 0:
             session.add(stack_window(job, i))
-        session.add(step_sample(job, i))
+        if compiling_at(job, i):
+            _HELD[id(session)] = _HELD.get(id(session), 0) + 1
+        session.add(step_sample(job, i, _HELD.get(id(session), 0)))
+        for tick, kind, subject, text in job.events:
+            if tick == i:
+                session.add(LogEvent(T0 + i, kind, subject, text))
         if job.storage:
             session.add(storage_sample(job, i))
     return session
@@ -478,6 +516,12 @@ class Tick:
     diagnosis: Diagnosis | None = None
 
 
+#: Rank 0's own lead finding when a peer hears the job (``hears_rank0_comm``).
+RANK0_CHECKPOINT = Finding(
+    id="checkpoint_stalls", severity="high", category="io",
+    title="Saving checkpoints takes 35% of the time (every 4 steps, 0.6 s each)",
+    why="", evidence=(), actions=("Save asynchronously: torch.distributed.checkpoint.async_save",),
+    gain=Gain(None), expr="", source=Citation("optimize", "Checkpointing"), fired_at=T0)
 #: A peer's lead finding when ``peers_stalled``: its own evaluator's job_stalled.
 STALLED_PEER = Finding(
     id="job_stalled", severity="critical", category="stalled",
@@ -502,6 +546,14 @@ def evaluate(
                                                None, cause, "data wait 40%")
                                       for i, c in enumerate(peers))], HOLDS_BACK)
         metrics.update(judgement.metrics())
+        words.update(judgement.words())
+    heard = _HEARS.get(id(session))
+    if heard is not None:
+        # As Evaluator._hear_job does with the lead's newest judgement.
+        own = RankView("rank 1", PID, metrics.get("comm_share"), None, None, None)
+        rank0 = RankView("rank 0", PID - 1, heard, None, RANK0_CHECKPOINT, None)
+        judgement = judge_ranks([rank0, own], HOLDS_BACK)
+        metrics.update(judgement.seen_from(PID))
         words.update(judgement.words())
     if isinstance(evaluator, Diagnoser):
         diagnosis = evaluator.diagnose(metrics, now, words)

@@ -78,6 +78,31 @@ STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job
           stack_period_s=5, samples_per_window=50, gpu=False, steps_per_s=0.0, read_mb_s=0.0)
 #: A training thread that has taken no step yet (building an optimizer reads as one).
 LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
+#: A loop that fetches its first batches and runs no backward: no step proven
+#: (with ``steps_per_s=0``: its counter stands still).
+LOADING_PHASES = mix(data_wait=0.2, other=0.8, backward=0.0)
+#: A CPU rank of a 2-rank job blocked half its time inside backward (gloo's
+#: all-reduce): it waits for the other rank.
+WAITING_PEER = k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                 host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01))
+#: A server building its inputs 90 % of its time, 8 % in the model.
+SERVING_PREPROCESS = mix(other=0.9, forward=0.08, data_wait=0.02, backward=0.0, optimizer=0.0)
+#: Dynamo's warning in the job's log at tick 2: it gave up on forward.
+LIMIT_HIT = ((2, "recompile_limit", "forward (model.py:12)",
+              "recompile_limit (8); last reason: 0/7: tensor 'x' size mismatch at index 1. "
+              "expected 23, actual 24"),)
+#: Dynamo seen compiling forward for the first time at tick 2.
+FIRST_COMPILE = ((2, "compile", "forward (model.py:12)", ""),)
+#: Dynamo seen recompiling at tick 2 (its frames' compile id and failed guard).
+RECOMPILING = ((2, "recompile", "forward (model.py:12)",
+                "0/4: tensor 'x' size mismatch at index 1. expected 34, actual 35"),)
+
+
+def first_compile(share: float, **others: float) -> dict[str, float]:
+    """A window of a first compilation: ``share`` compiling and no backward pass
+    (none runs before the model is compiled); the rest is 'other'."""
+    return mix(compile=share, backward=0.0, **others)
+
 
 RULE_CASES: dict[str, Cases] = {
     # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
@@ -188,24 +213,42 @@ RULE_CASES: dict[str, Cases] = {
                 k()),
     ),
     # Compiling before the first steps: 50 % of the window is the line, and of
-    # the newest stack window (the compilation goes on now).
+    # the newest stack window (the compilation goes on now). Only before the
+    # first steps: a job that has run backward passes, or that dynamo is seen
+    # recompiling, is compiling again, not warming up.
     "warming_up_compiling": Cases(
-        fires=(k(phases=mix(compile=0.9)), k(phases=mix(compile=0.5)),
-               k(phases=mix(compile=1.0), later_phases=(19, mix(compile=0.5)))),
-        misses=(k(phases=mix(compile=0.49)), k(phases=mix(compile=0.9), **SAMPLES_19),
-                k(phases=mix(compile=1.0), later_phases=(19, mix(compile=0.49)))),
+        fires=(k(phases=first_compile(0.9)), k(phases=first_compile(0.5)),
+               k(phases=first_compile(1.0), later_phases=(19, first_compile(0.5))),
+               k(phases=LOADING_PHASES, later_phases=(10, first_compile(0.9)),
+                 steps_per_s=0.0)),
+        misses=(k(phases=first_compile(0.49)), k(phases=first_compile(0.9), **SAMPLES_19),
+                k(phases=first_compile(1.0), later_phases=(19, first_compile(0.49))),
+                # Steps, then compiling: a recompilation.
+                k(phases=mix(data_wait=0.2), later_phases=(10, first_compile(0.9))),
+                # Attached during a recompilation, which dynamo's frames say.
+                k(phases=first_compile(0.9), events=RECOMPILING)),
     ),
-    # The first compilation is over (the newest window is mostly steps) but
-    # its windows are still in the window the shares are read over.
+    # The first compilation is over (the newest window is mostly steps, or steps
+    # were proven) but its windows are still in the window the shares are read
+    # over.
     "warming_up_compiled": Cases(
-        fires=(k(phases=mix(compile=1.0), later_phases=(19, mix())),
-               k(phases=mix(compile=1.0), later_phases=(19, mix(compile=0.49))),
-               k(phases=mix(compile=1.0), later_phases=(14, mix()))),
-        misses=(k(phases=mix(compile=1.0), later_phases=(19, mix(compile=0.5))),
+        fires=(k(phases=first_compile(1.0), later_phases=(19, mix()), events=FIRST_COMPILE),
+               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.49)),
+                 events=FIRST_COMPILE),
+               k(phases=first_compile(1.0), later_phases=(14, mix()), events=FIRST_COMPILE),
+               # Its steps compile again at once: the first compilation is over.
+               k(phases=first_compile(1.0), later_phases=(19, mix(compile=0.5)),
+                 events=FIRST_COMPILE)),
+        misses=(k(phases=first_compile(1.0), later_phases=(19, first_compile(0.5)),
+                  events=FIRST_COMPILE),
                 # 10 s of steps after it: they are judged on their own.
-                k(phases=mix(compile=1.0), later_phases=(10, mix())),
-                k(phases=mix(compile=0.9)), k(phases=mix(data_wait=0.9)),
-                k(phases=mix(compile=0.49))),
+                k(phases=first_compile(1.0), later_phases=(10, mix()), events=FIRST_COMPILE),
+                k(phases=first_compile(0.9)), k(phases=mix(data_wait=0.9)),
+                k(phases=first_compile(0.49)),
+                # Compiling after steps: no first compilation in the window.
+                k(phases=mix(data_wait=0.2), later_phases=(10, mix(compile=0.9))),
+                # Attached while it compiled, never told whether it was the first.
+                k(phases=first_compile(1.0), later_phases=(19, mix()))),
     ),
     # No step since attach while the job works (CPU or reads): loading, setting up.
     "warming_up_loading": Cases(
@@ -226,6 +269,33 @@ RULE_CASES: dict[str, Cases] = {
                 # The first compilation draining out of the window.
                 k(phases=mix(compile=1.0), later_phases=(19, mix())),
                 k(phases=mix(compile=1.0), later_phases=(19, mix(compile=0.049)))),
+    ),
+    # New workers every epoch (two restarts in the window) while the loop waits
+    # a tenth of its time for data.
+    "workers_restart_each_epoch": Cases(
+        fires=(k(worker_epoch_s=4, phases=mix(data_wait=0.5)),
+               k(worker_epoch_s=9, phases=mix(data_wait=0.1))),
+        misses=(k(worker_epoch_s=4, phases=mix(data_wait=0.099)),
+                k(worker_epoch_s=0, phases=mix(data_wait=0.5)),  # persistent workers
+                k(worker_epoch_s=21, phases=mix(data_wait=0.5))),  # one restart a window
+    ),
+    # A server whose serving thread computes its inputs 60 % of its time or more.
+    "serving_bound_by_preprocessing": Cases(
+        fires=(k(phases=SERVING_PREPROCESS, thread_cpu=(100.0,), busy_threads=1, **CPU_ONLY_RAN),
+               k(phases=mix(other=0.6, forward=0.38, data_wait=0.02, backward=0.0,
+                            optimizer=0.0), thread_cpu=(100.0,), busy_threads=1, **CPU_ONLY_RAN)),
+        misses=(k(phases=mix(other=0.59, forward=0.39, data_wait=0.02, backward=0.0,
+                         optimizer=0.0), thread_cpu=(100.0,), busy_threads=1, **CPU_ONLY_RAN),
+                # Waiting there, not computing: loop_waits_in_own_code's.
+                k(phases=SERVING_PREPROCESS, thread_cpu=(30.0,), busy_threads=1,
+                  **CPU_ONLY_RAN),
+                # A training loop: python_overhead's.
+                k(phases=mix(other=0.9), thread_cpu=(100.0,), busy_threads=1, **CPU_ONLY_RAN)),
+    ),
+    # The job's log says dynamo gave up on a function: said unless recompiling leads.
+    "recompile_limit_hit": Cases(
+        fires=(k(events=LIMIT_HIT), k(phases=mix(compile=0.049), events=LIMIT_HIT)),
+        misses=(k(), k(events=RECOMPILING), k(phases=mix(compile=0.05), events=LIMIT_HIT)),
     ),
     "data_wait_dominant": Cases(
         fires=(
@@ -366,6 +436,16 @@ RULE_CASES: dict[str, Cases] = {
             k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=88.0,
               workers=0, phases=mix(data_wait=0.0, other=0.01), peer_comm=(0.02,)),
         ),
+    ),
+    # A peer rank waiting 51 % of its time hears that rank 0 (its own checkpoints,
+    # 2 % of waiting) holds the job back: score 0.49/0.98 = 0.5.
+    "rank_waits_for_straggler": Cases(
+        fires=(k(**WAITING_PEER, hears_rank0_comm=0.02),),
+        misses=(k(**WAITING_PEER),  # nothing heard: the job is not judged
+                # Rank 0 waits 40 % too: 0.49/0.60 = 0.82, no straggler.
+                k(**WAITING_PEER, hears_rank0_comm=0.40),
+                # This rank hardly waits: rank 0 is not holding it back.
+                k(**{**WAITING_PEER, "main_cpu": 88.0}, hears_rank0_comm=0.02)),
     ),
     # Both ranks wait about half their time: the exchange itself is the limit.
     "communication_dominates": Cases(
@@ -1270,7 +1350,7 @@ def test_a_job_that_has_taken_no_step_yet_is_warming_up_where_its_thread_is() ->
 
 def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> None:
     """torch.compile's first compilation on a CPU job that is also data-starved."""
-    knobs = k(phases=mix(compile=0.8, data_wait=0.15), cpu_count=8, busy_threads=1,
+    knobs = k(phases=first_compile(0.8, data_wait=0.15), cpu_count=8, busy_threads=1,
               main_cpu=100.0, host_cpu=20.0, **CPU_ONLY)
     d = diagnose_job(RULESET, **knobs)
     assert d.category == "warming_up", d.summary
@@ -1279,11 +1359,16 @@ def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> Non
                         r"\(at least \d+ s so far\); "
                         r"judging starts with the first steps", d.summary), d.summary
     assert d.states == (), "no priority-framework row for a job that takes no steps"
-    # Compiling from the middle of the watch on: its time counts from where it began.
-    later = diagnose_job(RULESET, 60, **{**knobs, "phases": mix(data_wait=0.15),
-                                         "later_phases": (30, mix(compile=0.8, data_wait=0.15))})
+    # Compiling from the middle of the watch on, before any step: its time
+    # counts from where it began.
+    later = diagnose_job(RULESET, 60, **{**knobs, "phases": LOADING_PHASES, "steps_per_s": 0.0,
+                                         "later_phases": (30, knobs["phases"])})
     assert re.match(r"Warming up: torch\.compile is compiling the model \(\d+ s so far\)",
                     later.summary), later.summary
+    # After steps the same compilation is no warm-up: the job is judged.
+    again = diagnose_job(RULESET, 60, **{**knobs, "phases": mix(data_wait=0.15),
+                                         "later_phases": (30, knobs["phases"])})
+    assert again.category != "warming_up", again.summary
     # The same job without its compilation is judged as usual.
     steady = diagnose_job(RULESET, **{**knobs, "phases": mix(data_wait=0.15)})
     assert steady.category not in ("warming_up", "collecting") and steady.findings
@@ -1297,7 +1382,7 @@ def test_warming_up_is_the_verdict_and_holds_back_steady_state_findings() -> Non
 def test_capturing_cuda_graphs_is_warming_up_and_says_so() -> None:
     """A capture (make_graphed_callables, mode="reduce-overhead") is named as
     such, not as a torch.compile the job may not call."""
-    knobs = k(phases=mix(compile=0.8, forward=0.1), cpu_count=8, busy_threads=1,
+    knobs = k(phases=first_compile(0.8, forward=0.1), cpu_count=8, busy_threads=1,
               main_cpu=100.0, host_cpu=20.0, techniques=("cuda_graph_capture",), **CPU_ONLY)
     d = diagnose_job(RULESET, **knobs)
     assert [f.id for f in d.findings] == ["warming_up_compiling"], d.summary
@@ -1313,9 +1398,10 @@ def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged(
     that are mostly the compilation's. Then the window starts after it, and the
     compilation draining out of the window is no recompilation.
     """
-    knobs = k(phases=mix(compile=0.95, data_wait=0.05), cpu_count=8, busy_threads=1,
+    knobs = k(phases=first_compile(0.95, data_wait=0.05), cpu_count=8, busy_threads=1,
               main_cpu=100.0, host_cpu=20.0, **CPU_ONLY)
-    compiling, stepping = Job(**knobs), Job(**{**knobs, "phases": mix(data_wait=0.9)})  # type: ignore[arg-type]
+    compiling = Job(**knobs, events=FIRST_COMPILE)  # type: ignore[arg-type]
+    stepping = Job(**{**knobs, "phases": mix(data_wait=0.9)})  # type: ignore[arg-type]
     _session, ticks = run(Diagnoser(RULESET, Facts()), (compiling, 25), (stepping, 75))
     verdicts = {int(t.now - T0): t.diagnosis for t in ticks if t.diagnosis is not None}
     assert verdicts[24].summary.startswith("Warming up: torch.compile is compiling the model")
@@ -1356,7 +1442,7 @@ def test_long_recompilations_after_the_first_compilation_are_recompilation() -> 
     d = by_second[76].diagnosis
     assert d is not None
     recurs = next(f for f in d.findings if f.id == "compile_recurs")
-    assert recurs.title.startswith("torch.compile keeps recompiling: 30% of the time")
+    assert recurs.title.startswith("torch.compile keeps recompiling the model: 30% of the time")
 
 
 def test_memory_that_grows_leads_and_says_when_ram_runs_out() -> None:

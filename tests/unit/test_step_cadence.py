@@ -22,8 +22,12 @@ class Scripted:
         self.values = list(values)
 
     def sample(self, loop_frame: str | None, thread_id: str | None,
-               worker_pids: Sequence[int] = ()) -> list[StepCounterSample]:
+               worker_pids: Sequence[int] = (), compiling: bool = False,
+               ) -> list[StepCounterSample]:
         return [StepCounterSample(0.0, "step", self.values.pop(0), frame="train (t.py)")]
+
+    def frame_events(self) -> list[LogEvent]:
+        return []
 
     def read_log(self) -> StepCounterSample | None:
         return None
