@@ -125,10 +125,12 @@ def dump_args(binary: str, pid: int, *, locals_: bool) -> list[str]:
 
 
 def record_args(binary: str, pid: int, *, rate: int, duration: int, output: str) -> list[str]:
-    """Arguments for one ``py-spy record`` window in raw (collapsed) format.
+    """Arguments for one ``py-spy record`` window in speedscope format.
 
-    ``--idle`` keeps samples of threads that wait (a training thread blocked on
-    the DataLoader queue is idle, and that wait is exactly what we measure);
+    Speedscope keeps each thread's samples in the order they were taken
+    (``speedscope.py`` reads it). ``--idle`` keeps samples of threads that
+    wait (a training thread blocked on the DataLoader queue is idle, and that
+    wait is exactly what we measure);
     ``--threads`` prefixes each stack with its thread so we can pick the
     training thread; ``--full-filenames`` lets aitop read the job's own source
     lines (the names are shortened again when parsed).
@@ -143,7 +145,7 @@ def record_args(binary: str, pid: int, *, rate: int, duration: int, output: str)
         "--threads",
         "--full-filenames",
         "--format",
-        "raw",
+        "speedscope",
         "--rate",
         str(rate),
         "--duration",

@@ -223,6 +223,21 @@ class ThreadActivity:
 
 
 @dataclass(frozen=True, slots=True)
+class StepShape:
+    """One optimizer step as the training thread's samples, in the order taken, show it.
+
+    From the first sample of one optimizer run (consecutive samples in the
+    optimizer phase) to the first of the next: ``samples`` long, with
+    ``backwards`` the length in samples of each backward pass seen in between
+    (backward samples up to a forward or data-wait sample), in order. Several
+    backward passes per step is gradient accumulation.
+    """
+
+    samples: int
+    backwards: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StackWindow:
     """The training thread's stack samples over one py-spy window, by phase.
 
@@ -249,6 +264,15 @@ class StackWindow:
     data_source: str | None = None
     #: The target's other threads, busiest first (at most a few).
     other_threads: tuple[ThreadActivity, ...] = ()
+    #: The training thread's samples with each technique's frames in them
+    #: (``techniques_seen`` counts any thread): how much of the step uses it.
+    technique_samples: dict[str, int] = field(default_factory=dict)
+    #: Each technique's frame the training thread was seen in most
+    #: ("_single_tensor_adam (torch/optim/adam.py)").
+    technique_frames: dict[str, str] = field(default_factory=dict)
+    #: The optimizer steps the window's sample order shows whole (none where
+    #: the samples came without their order).
+    step_shapes: tuple[StepShape, ...] = ()
 
 
 #: A hot frame's identity across windows: (phase, function, location, caller).

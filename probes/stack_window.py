@@ -39,12 +39,13 @@ for any loop shape, from the stacks alone:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
 from .samples import HotFrame, StackWindow, ThreadActivity
 from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
+from .step_anatomy import step_shapes
 
 CHECKPOINT = "checkpoint"
 #: How many hot frames per phase a window keeps (bounds memory per sample).
@@ -414,19 +415,34 @@ def summarize_window(
     previous_thread: str | None = None,
     source: SourceReader | None = None,
     previous_loop: str | None = None,
+    order: Mapping[str | None, Sequence[int]] | None = None,
 ) -> StackWindow:
-    """Phase counts, hot frames, loop frame and producers of one window."""
+    """Phase counts, hot frames, loop frame and producers of one window.
+
+    ``order``: each thread's samples in the order taken, as indices into
+    ``stacks`` (py-spy's speedscope file); with it the window also holds the
+    optimizer steps it saw whole (:func:`step_anatomy.step_shapes`).
+    """
     thread = pick_training_thread(stacks, classifier, pid, previous_thread)
     techniques: set[str] = set()
     samples: list[_Sample] = []
+    by_index: dict[int, _Sample] = {}
     thread_name = None
-    for stack in stacks:
-        techniques |= classifier.techniques_in(stack.frames)
+    used: Counter[str] = Counter()
+    used_in: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for index, stack in enumerate(stacks):
+        hits = classifier.technique_hits(stack.frames)
+        techniques.update(hits)
         if stack.thread_id != thread or not stack.frames:
             continue
         thread_name = stack.thread_name or thread_name
         result = classifier.classify(stack.frames)
-        samples.append(_Sample(stack, result.phase, result.outermost_index))
+        sample = _Sample(stack, result.phase, result.outermost_index)
+        samples.append(sample)
+        by_index[index] = sample
+        for technique, frame in hits.items():
+            used[technique] += stack.count
+            used_in[technique][frame_label(frame)] += stack.count
     _undo_false_evaluation(samples, classifier)
     loop_frame = find_loop_frame(samples, classifier, previous_loop)
     _refine(samples, classifier, loop_frame, source)
@@ -466,4 +482,8 @@ def summarize_window(
         loop_frame=loop_frame,
         data_source=sources.most_common(1)[0][0] if sources else None,
         other_threads=_other_threads(stacks, thread, classifier.reading.idle_functions),
+        technique_samples=dict(used),
+        technique_frames={t: frames.most_common(1)[0][0] for t, frames in used_in.items()},
+        step_shapes=step_shapes([by_index[i].phase for i in (order or {}).get(thread, ())
+                                 if i in by_index]),
     )

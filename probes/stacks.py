@@ -1,6 +1,10 @@
 """The stack probe: py-spy ``record`` windows turned into phase counts.
 
-Why rolling ``record --format raw`` windows rather than periodic ``dump``: each
+Each window is written in py-spy's speedscope format, which keeps every
+thread's samples in the order they were taken (the raw format only counts
+them): the counts give the phase shares, the order the step's anatomy.
+
+Why rolling ``record`` windows rather than periodic ``dump``: each
 ``dump`` is a fresh attach, so sampling with dumps costs one attach per sample,
 while one ``record`` process attaches once per window and then each sample is a
 small fraction of an attach; the price of launching it is spread over the
@@ -19,10 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .phases import PhaseClassifier, parse_raw
+from .phases import PhaseClassifier
 from .pyspy import PySpyError, classify_failure, pyspy_env, record_args, require_pyspy
 from .samples import StackWindow
 from .source_lines import SourceLines
+from .speedscope import parse_speedscope
 from .stack_window import kept_loop_frame, summarize_window
 
 #: py-spy writes each window under a directory named after aitop's own PID, so a
@@ -91,7 +96,7 @@ class StackProbe:
 
     def run_window(self, window_s: int | None = None) -> StackWindow:
         duration = window_s or self.window_s
-        output = Path(self._tmpdir.name) / "window.txt"
+        output = Path(self._tmpdir.name) / "window.json"
         output.unlink(missing_ok=True)
         t_start = time.time()
         args = record_args(
@@ -121,8 +126,9 @@ class StackProbe:
             return StackWindow(t_start, t_end, None, None, 0, error="stopped")
         if returncode != 0 and not text:
             raise classify_failure(self.pid, stderr or "")
+        profile = parse_speedscope(text, self._paths)
         window = summarize_window(
-            parse_raw(text, self._paths),
+            profile.stacks,
             self.classifier,
             pid=self.pid,
             t_start=t_start,
@@ -130,6 +136,7 @@ class StackProbe:
             previous_thread=self._thread,
             source=self._source_line,
             previous_loop=self._loop,
+            order=profile.order,
         )
         self._thread = window.thread_id or self._thread
         self._loop = kept_loop_frame(window, self._loop)
