@@ -164,6 +164,64 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
            if rest > 1.0 else ")")))
 
 
+def _shrink(spec: GainSpec, metrics: Metrics) -> Gain:
+    """A phase cut by a faster implementation of the same work (a fused optimizer update).
+
+    The phase's share p falls by a fraction r of itself, ``removable`` (low..high)
+    as measured on a fitting job (docs/predictions.md); the low end also assumes
+    p was read ``PHASE_ERROR`` too high. At r = 1 the high end is the ceiling of
+    the phase gone entirely.
+    """
+    p = _phase(metrics, spec.metric)
+    if p is None:
+        return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
+    lo_r, hi_r = spec.removable
+    low = 1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r)
+    high = 1.0 / (1.0 - p * hi_r)
+    name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
+    return _predicted(low, high, _ceiling(p), (
+        f"the {name} is {p:.0%} of the time; doing the same work in one kernel removes "
+        f"{lo_r:.0%}-{hi_r:.0%} of it: predicted x{figure_range(low, high)} "
+        f"(1 / (1 - {p:.2f} x r))"))
+
+
+def _no_sync(metrics: Metrics) -> Gain:
+    """All but the last backward pass of each optimizer step inside ``no_sync()``.
+
+    With N backward passes per step, each all-reducing, the rank waits a share
+    c of its time in N all-reduces; inside ``no_sync()`` N - 1 of them go. The
+    low end removes (N - 1) / N of that wait. The wait is not all they cost: on
+    CPU ranks the exchange's own work (gloo's threads, DDP's bucket copies)
+    takes cores the step computes on, and it shows only as backward running
+    longer. The high end removes (N - 1) / N of backward's time beyond
+    forward's (a backward pass computes at least as much as its forward: every
+    layer's weight gradient is a product as large as the layer's forward),
+    where that is more than the wait: what no_sync can save is bounded by it.
+    On GPU ranks NCCL all-reduces on its own stream, overlapped with backward,
+    and the host does not see what each costs: no figure.
+    """
+    if metrics.get("has_gpu") == 1.0:
+        return Gain(None, method="predicted", explanation=(
+            "on GPU ranks NCCL all-reduces on its own stream while backward runs, so what each "
+            "backward pass's all-reduce costs is not visible from the host; no_sync removes "
+            "(N - 1)/N of the gradient traffic"))
+    n, c = metrics.get("backward_per_step"), metrics.get("comm_share")
+    if n is None or c is None or n < 2:
+        return Gain(None, method="predicted",
+                    explanation="backward passes per step or the communication share not known yet")
+    kept = (n - 1.0) / n
+    excess = (metrics.get("phase_backward") or 0.0) - (metrics.get("phase_forward") or 0.0)
+    wait = min(max(c - PHASE_ERROR, 0.0), 0.99)
+    bound = min(max(c, excess), 0.99)
+    low, high = 1.0 / (1.0 - wait * kept), 1.0 / (1.0 - bound * kept)
+    return _predicted(low, high, high, (
+        f"the rank waits {c:.0%} of its time in the all-reduces of {n:.0f} backward passes per "
+        f"optimizer step; inside no_sync() only the last one all-reduces: removing "
+        f"{n - 1:.0f}/{n:.0f} of that wait gives x{figure(low)}, and of backward's time beyond "
+        f"forward's ({excess:.0%}: the wait and the CPU the exchange takes from the step) "
+        f"x{figure(high)}: predicted x{figure_range(low, high)}, at most x{figure(high)}"))
+
+
 def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
     p = _phase(metrics, spec.metric)
     factor = metrics.get(spec.factor or "")
@@ -235,6 +293,10 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
         return _worker_core(spec, metrics)
     if spec.method == "fewer" and spec.metric:
         return _fewer(spec, metrics)
+    if spec.method == "shrink" and spec.metric:
+        return _shrink(spec, metrics)
+    if spec.method == "no_sync":
+        return _no_sync(metrics)
     if spec.method == "parallel" and spec.metric:
         return _parallel(spec, metrics)
     if spec.method == "amdahl" and spec.metric:
