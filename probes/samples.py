@@ -229,12 +229,14 @@ class StepShape:
     From the first sample of one optimizer run (consecutive samples in the
     optimizer phase) to the first of the next: ``samples`` long, with
     ``backwards`` the length in samples of each backward pass seen in between
-    (backward samples up to a forward or data-wait sample), in order. Several
-    backward passes per step is gradient accumulation.
+    (backward samples up to a forward or data-wait sample), in order, and
+    ``optimizer`` the length of the run it starts with. Several backward
+    passes per step is gradient accumulation.
     """
 
     samples: int
     backwards: tuple[int, ...]
+    optimizer: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,20 +39,19 @@ def step_shapes(phases: Sequence[str]) -> tuple[StepShape, ...]:
     shapes: list[StepShape] = []
     start: int | None = None
     passes: list[int] = []
-    current = 0
-    previous = ""
+    current = run = 0
     for index, phase in enumerate(phases):
         if phase == OPTIMIZER:
-            if previous != OPTIMIZER:
+            if index == 0 or phases[index - 1] != OPTIMIZER:
                 if current:
                     passes.append(current)
                 if start is not None:
-                    shapes.append(StepShape(index - start, tuple(passes)))
-                start, passes, current = index, [], 0
+                    shapes.append(StepShape(index - start, tuple(passes), run))
+                start, passes, current, run = index, [], 0, 0
+            run += 1
         elif phase == BACKWARD or (phase in EXTENDS_BACKWARD and current):
             current += 1
         elif phase in ENDS_BACKWARD and current:
             passes.append(current)
             current = 0
-        previous = phase
     return tuple(shapes)

@@ -10,18 +10,19 @@ Two readings of the training thread's samples beyond the phase shares:
   threads: ``phase_optimizer_loop`` is its share of the time, and
   ``phase_parallel_compute`` the compute that more threads could widen.
 * **Backward passes per optimizer step**, from the samples' order
-  (``StackWindow.step_shapes``). A count is trusted only where the steps
-  agree: most of them show the same number of passes over about the same
-  number of samples, at least ``SAMPLES_PER_PASS`` samples a pass. Passes
-  shorter than the sampling interval fall between samples or merge, and a
-  thread that steps faster than it is sampled shows phases in random order;
-  neither gives steps that agree, and the count is then unknown, never guessed.
-  A loop whose step is about as long as a whole number of sampling intervals
-  is sampled at the same moments of step after step (a stroboscope): an
-  optimizer shorter than the interval is then missed in a regular pattern and
-  steps that agree can still be wrong. Where the loop's counter gives the
-  step rate, the steps' length must match it: one step, or one micro-batch of
-  the N counted, per tick of the counter.
+  (``StackWindow.step_shapes``: the passes seen between two runs of optimizer
+  samples), read against the rate of the loop's counter. Passes shorter than
+  the sampling interval fall between samples or merge, a thread that steps
+  faster than it is sampled shows its phases in random order, and a loop
+  whose step lasts a whole number of sampling intervals is sampled at the
+  same moments step after step (a stroboscope): stretches can agree with
+  each other and still be wrong. The counter says how long a step is. Where
+  it counts optimizer steps, each stretch between optimizer runs is read as
+  the whole number of steps its length makes (an optimizer step shorter than
+  the sampling interval is missed in some steps), and most must show the
+  same passes per step; where it counts micro-batches, it ticks once a pass.
+  Each pass must span ``SAMPLES_PER_PASS`` samples or more. Without a
+  counter the count is unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ PERIOD_SPREAD = 0.35
 SAMPLES_PER_PASS = 3
 #: How far the steps' length may be from what the loop's counter says (a ratio).
 RATE_TOLERANCE = 1.35
+#: Mean samples in the optimizer's runs of an optimizer seen in every step: a
+#: step shorter than the sampling interval is missed in some.
+SEEN_EVERY_STEP = 1.5
 
 
 def anatomy_metrics(session: Session, now: float, window_s: float, known: Metrics) -> Values:
@@ -73,9 +77,9 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
 
     loop = share(FOR_LOOP)
     compute = known.get("phase_compute")
-    agreed = agreeing_steps([s for w in windows for s in w.step_shapes])
-    if agreed and not matches_counter(agreed, span / total, known.get("steps_per_s")):
-        agreed = []
+    steps = [s for w in windows for s in w.step_shapes]
+    passes, agreed = (count_passes(steps, span / total, known.get("steps_per_s"))
+                      if total else (None, []))
     return {
         "phase_optimizer_loop": loop,
         "phase_parallel_compute": (None if compute is None or loop is None
@@ -83,7 +87,7 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
         "uses_fused_optimizer": seen(FUSED),
         "uses_foreach_optimizer": seen(FOREACH),
         "optimizer_fusable": seen(FUSABLE),
-        "backward_per_step": float(len(agreed[0].backwards)) if agreed else None,
+        "backward_per_step": None if passes is None else float(passes),
         "last_backward_ratio": last_backward_ratio(agreed),
     }
 
@@ -108,19 +112,63 @@ def agreeing_steps(steps: Sequence[StepShape]) -> list[StepShape]:
     return agreed
 
 
-def matches_counter(steps: Sequence[StepShape], seconds_per_sample: float,
-                    steps_per_s: float | None) -> bool:
-    """Whether the steps last what the loop's counter says (True where it says nothing).
+def count_passes(steps: Sequence[StepShape], seconds_per_sample: float,
+                 steps_per_s: float | None) -> tuple[int | None, list[StepShape]]:
+    """Backward passes per optimizer step, and the stretches that show it.
 
-    The counter may count optimizer steps (one tick a step) or micro-batches (N
-    ticks a step, N the passes counted): either matches.
+    ``steps_per_s``: the loop counter's rate (None without a counter: unknown).
+    Most stretches one tick long: a counter of optimizer steps (a stretch of
+    several ticks is one where the optimizer was missed). Most several ticks
+    long: a counter of micro-batches, ticking once a pass, if the optimizer is
+    long enough to be seen in every step (its runs ``SEEN_EVERY_STEP`` samples
+    on average) and the stretches agree; else an optimizer missed in most
+    steps, each stretch read as the steps it spans, whose reading is kept only
+    where it shows accumulation (a counter of micro-batches read so would show
+    one pass a tick, not several).
     """
-    if not steps_per_s:
-        return True
-    seconds = statistics.median(s.samples for s in steps) * seconds_per_sample
-    passes = len(steps[0].backwards)
-    return any(1.0 / RATE_TOLERANCE <= steps_per_s * seconds / ticks <= RATE_TOLERANCE
-               for ticks in (1, passes))
+    if not steps or not steps_per_s:
+        return None, []
+    period = 1.0 / (steps_per_s * seconds_per_sample)
+    spans, _n = Counter(round(s.samples / period) for s in steps).most_common(1)[0]
+    if spans <= 1:
+        return steps_of_period(steps, period)
+    agreed = agreeing_steps(steps)
+    if (agreed and statistics.mean(s.optimizer for s in agreed) >= SEEN_EVERY_STEP
+            and within(statistics.median(s.samples for s in agreed)
+                       / len(agreed[0].backwards), period)):
+        return len(agreed[0].backwards), agreed
+    passes, agreed = steps_of_period(steps, period)
+    return (passes, agreed) if passes is not None and passes >= 2 else (None, [])
+
+
+def steps_of_period(steps: Sequence[StepShape],
+                    period: float) -> tuple[int | None, list[StepShape]]:
+    """Passes per step where the counter says a step lasts ``period`` samples.
+
+    Each stretch spans the whole number k of steps its length makes (within
+    ``PERIOD_SPREAD`` of it) and shows k times the passes of one step; most
+    stretches (``AGREEING``) must, and show the same passes per step.
+    """
+    per_step: list[tuple[int, StepShape]] = []
+    spanned = 0
+    for shape in steps:
+        k = round(shape.samples / period)
+        if k < 1 or abs(shape.samples / period - k) > PERIOD_SPREAD:
+            continue
+        spanned += k
+        if len(shape.backwards) % k == 0:
+            per_step.append((len(shape.backwards) // k, shape))
+    if spanned < MIN_STEPS or not per_step:
+        return None, []
+    passes, n = Counter(p for p, _ in per_step).most_common(1)[0]
+    if passes == 0 or n < AGREEING * len(steps) or period < SAMPLES_PER_PASS * passes:
+        return None, []
+    return passes, [shape for p, shape in per_step if p == passes]
+
+
+def within(value: float, expected: float) -> bool:
+    """Whether ``value`` is within ``RATE_TOLERANCE`` (a ratio) of ``expected``."""
+    return 1.0 / RATE_TOLERANCE <= value / expected <= RATE_TOLERANCE
 
 
 def last_backward_ratio(steps: Sequence[StepShape]) -> float | None:

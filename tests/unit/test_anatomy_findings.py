@@ -57,9 +57,10 @@ def test_on_cuda_the_for_loop_is_said_to_be_not_the_default() -> None:
 
 
 #: Rank 0 of a 2-rank CPU job: compute 99 % of its samples (backward 70 %,
-#: forward 20 %), its thread on a CPU 48 % of the time: it waits 52 %.
+#: forward 20 %), its thread on a CPU 48 % of the time: it waits 52 %. Its
+#: counter ticks once an optimizer step of 40 samples (of 1000 a second).
 WAITING_RANK = {"local_ranks": 2, "cpu_count": 2, "busy_threads": 1, "main_cpu": 48.0,
-                "host_cpu": 75.0, "steps_per_s": None,
+                "host_cpu": 75.0, "steps_per_s": 25.0,
                 "phases": mix(backward=0.7, forward=0.2, optimizer=0.09, data_wait=0.0), **CPU}
 
 

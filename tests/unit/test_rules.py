@@ -89,10 +89,11 @@ LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 
 #: A rank of a 2-rank CPU job whose training thread computes 48 % of a core while
 #: its stacks say compute 99 %: it waits for the other rank (comm_hidden 0.52).
-#: No counter: the steps' length has no rate to match.
+#: Its counter ticks once an optimizer step of 24 samples (a synthetic window's
+#: 1000 samples span one second).
 DDP_RANK_WAITING = k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
                      host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01),
-                     steps_per_s=None)
+                     steps_per_s=1000 / 24)
 #: Four backward passes per optimizer step, each as long as the others (each
 #: all-reduces), or the last one far longer (it alone all-reduces).
 EVERY_PASS_SYNCS = (StepShape(24, (4, 5, 4, 4)),)
@@ -686,7 +687,7 @@ RULE_CASES: dict[str, Cases] = {
             # The first three passes inside no_sync(): the last one waits.
             k(**DDP_RANK_WAITING, step_shapes=LAST_PASS_SYNCS),
             # One backward pass per step: no accumulation.
-            k(**DDP_RANK_WAITING, step_shapes=(StepShape(8, (5,)),)),
+            k(**DDP_RANK_WAITING, step_shapes=(StepShape(24, (20,)),)),
             # A single process accumulating: nothing to all-reduce.
             k(**{**DDP_RANK_WAITING, "local_ranks": 1}, step_shapes=EVERY_PASS_SYNCS),
             # Computing 80 % of a core: a wait of 0.2 short of rank_waits.

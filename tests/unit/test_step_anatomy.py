@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import pytest
 from aitop.knowledge.metrics.anatomy import (
     agreeing_steps,
+    count_passes,
     last_backward_ratio,
-    matches_counter,
     optimizer_loop_frame,
 )
 from aitop.probes.samples import StackWindow, StepShape
@@ -71,10 +71,7 @@ def steps_per_s(step: Step) -> float:
 
 def counted(phases: Sequence[str], rate: float | None = None) -> int | None:
     """Backward passes per step as the metrics count them (``rate``: the counter's)."""
-    agreed = agreeing_steps(step_shapes(phases))
-    if not agreed or not matches_counter(agreed, INTERVAL_S, rate):
-        return None
-    return len(agreed[0].backwards)
+    return count_passes(step_shapes(phases), INTERVAL_S, rate)[0]
 
 
 def test_steps_are_read_between_optimizer_runs_and_cut_steps_left_out() -> None:
@@ -83,9 +80,9 @@ def test_steps_are_read_between_optimizer_runs_and_cut_steps_left_out() -> None:
     def shapes(text: str) -> tuple[StepShape, ...]:
         return step_shapes([letters[c] for c in text])
 
-    assert shapes("BBSFBBFBCXBSSFBFBSF") == (StepShape(9, (2, 3)), StepShape(6, (1, 1)))
+    assert shapes("BBSFBBFBCXBSSFBFBSF") == (StepShape(9, (2, 3), 1), StepShape(6, (1, 1), 2))
     # A comm sample inside backward lengthens it; one after a forward starts nothing.
-    assert shapes("SFCBS") == (StepShape(4, (1,)),)
+    assert shapes("SFCBS") == (StepShape(4, (1,), 1),)
     assert shapes("FBFB") == ()
 
 
@@ -94,7 +91,16 @@ def test_accumulation_is_counted_where_each_pass_spans_several_samples(n: int) -
     step = micro_steps(n, forward=150.0, backward=300.0, optimizer=120.0)
     for seed in range(20):
         assert counted(sampled(step, 20.0, seed), steps_per_s(step)) == n, seed
-        assert counted(sampled(step, 20.0, seed)) == n, seed
+        # Without a counter there is no step length to check the stretches against.
+        assert counted(sampled(step, 20.0, seed)) is None
+
+
+def test_an_optimizer_step_shorter_than_the_sampling_is_missed_and_read_through() -> None:
+    """A 40-ms optimizer step is seen in under half the steps: the stretches span
+    one, two or three steps, each read as the steps the counter says it spans."""
+    step = micro_steps(3, forward=130.0, backward=330.0, optimizer=40.0)
+    counts = [counted(sampled(step, 15.0, seed), steps_per_s(step)) for seed in range(100)]
+    assert counts.count(3) >= 75 and set(counts) <= {3, None}, counts
 
 
 def test_one_backward_pass_per_step_is_one() -> None:
@@ -102,10 +108,20 @@ def test_one_backward_pass_per_step_is_one() -> None:
     assert all(counted(sampled(step, 20.0, seed), steps_per_s(step)) == 1 for seed in range(20))
 
 
-def test_the_counter_may_count_micro_batches() -> None:
-    step = micro_steps(3, forward=150.0, backward=300.0, optimizer=120.0)
+def test_the_counter_may_count_micro_batches_where_every_optimizer_step_is_seen() -> None:
+    """A counter that ticks once a pass (``for i, batch in enumerate(loader)``): the
+    stretches span 3 ticks each. That reads as 3 passes a step only where the
+    optimizer is long enough to be seen in every step: a short one missed in 2
+    steps of 3 would make stretches just like them, one pass a step."""
+    step = micro_steps(3, forward=150.0, backward=300.0, optimizer=200.0)
     micro_batches_per_s = 3 * steps_per_s(step)
-    assert all(counted(sampled(step, 20.0, seed), micro_batches_per_s) == 3 for seed in range(10))
+    assert all(counted(sampled(step, 20.0, seed), micro_batches_per_s) == 3 for seed in range(20))
+    short = micro_steps(3, forward=150.0, backward=300.0, optimizer=40.0)
+    assert all(counted(sampled(short, 20.0, seed), 3 * steps_per_s(short)) is None
+               for seed in range(20))
+    one_pass = micro_steps(1, forward=150.0, backward=300.0, optimizer=30.0)
+    assert all(counted(sampled(one_pass, 15.0, seed), steps_per_s(one_pass)) in (1, None)
+               for seed in range(100))
 
 
 @pytest.mark.parametrize("step", [
@@ -132,28 +148,32 @@ def test_a_stroboscope_is_caught_by_the_counter() -> None:
     every third step, in a pattern that agrees with itself; the counter's rate
     says the steps are three times shorter."""
     step = micro_steps(4, forward=40.0, backward=90.0, optimizer=30.0)
-    fooled = [c for seed in range(50) if (c := counted(sampled(step, 20.0, seed, 0.0)))]
-    assert fooled and all(c != 4 for c in fooled)
+    fooled = [len(agreed[0].backwards) for seed in range(50)
+              if (agreed := agreeing_steps(step_shapes(sampled(step, 20.0, seed, 0.0))))]
+    assert len(fooled) >= 25 and 4 not in fooled, fooled
     assert not [seed for seed in range(50)
                 if counted(sampled(step, 20.0, seed, 0.0), steps_per_s(step))]
 
 
-def test_phases_in_random_order_never_claim_accumulation() -> None:
+@pytest.mark.parametrize("rate", [0.5, 1.0, 2.0, 5.0, 40.0])
+def test_phases_in_random_order_never_claim_accumulation(rate: float) -> None:
     rng = random.Random(7)
     claims = 0
-    for _ in range(500):
+    for _ in range(300):
         phases = rng.choices(["forward", "backward", "optimizer", "data_wait", "other"],
                              weights=[0.3, 0.4, 0.2, 0.05, 0.05], k=200)
-        claims += (counted(phases) or 0) >= 2
-    assert claims <= 2
+        claims += (counted(phases, rate) or 0) >= 2
+    assert claims <= 1
 
 
 def test_the_last_pass_is_no_longer_where_each_syncs_and_longer_where_it_alone_does() -> None:
     every = micro_steps(4, forward=150.0, backward=300.0, optimizer=120.0)
     only_last = micro_steps(4, forward=150.0, backward=150.0, optimizer=120.0, last_extra=450.0)
     for seed in range(10):
-        equal = last_backward_ratio(agreeing_steps(step_shapes(sampled(every, 20.0, seed))))
-        longer = last_backward_ratio(agreeing_steps(step_shapes(sampled(only_last, 20.0, seed))))
+        equal = last_backward_ratio(count_passes(step_shapes(sampled(every, 20.0, seed)),
+                                                 INTERVAL_S, steps_per_s(every))[1])
+        longer = last_backward_ratio(count_passes(step_shapes(sampled(only_last, 20.0, seed)),
+                                                  INTERVAL_S, steps_per_s(only_last))[1])
         assert equal is not None and 0.6 <= equal < 1.5, (seed, equal)
         assert longer is not None and longer >= 2.0, (seed, longer)
     assert last_backward_ratio([StepShape(10, (3,))]) is None
@@ -177,7 +197,7 @@ def test_a_window_holds_the_steps_and_the_training_threads_techniques() -> None:
     classifier = PACKAGED.phases.classifier()
     window = summarize_window(profile.stacks, classifier, pid=7, t_start=0, t_end=1,
                               order=profile.order)
-    assert window.step_shapes == (StepShape(7, (2, 2)), StepShape(6, (1, 1)))
+    assert window.step_shapes == (StepShape(7, (2, 2), 1), StepShape(6, (1, 1), 2))
     assert window.technique_samples["optimizer_for_loop"] == 4
     assert window.technique_frames["optimizer_for_loop"] == (
         "_single_tensor_adam (torch/optim/adam.py)")
