@@ -45,13 +45,14 @@ class Applied:
 
 #: The jobs the calibration constants were fitted on (knowledge/judging/gains.py): the
 #: base jobs of the fixed variants. Their rounds check the fit, not the model.
-FITTING_SET = ("data", "checkpoint", "compute")
+FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
 #: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
-#: model and save interval; loading in the training thread beside torch's threads).
+#: model and save interval; loading in the training thread beside torch's threads;
+#: a for-loop optimizer of another kind over wider layers).
 CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
-             "checkpoint_deep", "inline_loading")
+             "checkpoint_deep", "inline_loading", "optimizer_loop_sgd")
 
 
 def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
@@ -72,6 +73,9 @@ def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
                        f"num_workers=1, torch threads={threads}")
     if lead == "cpu_compute_underthreaded":
         return Applied(base, ("--threads", str(USABLE_CORES)), "torch threads = usable cores")
+    if lead == "optimizer_for_loop":
+        impl = "fused" if metrics["optimizer_fusable"] == 1.0 else "foreach"
+        return Applied(base, ("--optimizer-impl", impl), f"optimizer {impl}=True")
     return None
 
 

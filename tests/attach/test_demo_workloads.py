@@ -27,7 +27,8 @@ from aitop.demo.diskdata import MEMORY_FILE_SYSTEMS, file_system_type, real_disk
 from support.jobs import start_job, stop_job
 
 #: Base scenario -> the one Config field its fixed variant changes.
-FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads"}
+FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads",
+                 "optimizer_loop": "optimizer_impl", "optimizer_loop_sgd": "optimizer_impl"}
 
 
 def test_storage_data_is_on_a_real_disk_and_removed_on_sigterm(tmp_path: Path) -> None:
@@ -86,7 +87,8 @@ def test_fixed_variant_changes_only_its_setting(base: str) -> None:
     changed = {f.name for f in dataclasses.fields(Config)
                if getattr(before, f.name) != getattr(after, f.name)}
     assert changed == {FIXED_SETTING[base]}
-    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES}
+    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES,
+                "optimizer_loop": "fused", "optimizer_loop_sgd": "fused"}
     assert getattr(after, FIXED_SETTING[base]) == expected[base]
     # The same fix, given on the command line, is the same job.
     assert with_overrides(before, **{FIXED_SETTING[base]: expected[base]}) == after
