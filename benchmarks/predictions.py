@@ -50,7 +50,7 @@ FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop")
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
 #: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
 #: model and save interval; loading in the training thread beside torch's threads;
-#: a for-loop optimizer of another kind over wider layers).
+#: a for-loop optimizer of another kind over wider layers, smaller batches).
 CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
              "checkpoint_deep", "inline_loading", "optimizer_loop_sgd")
 

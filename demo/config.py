@@ -168,9 +168,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
                                 "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
     # optimizer_loop with another optimizer and shape: SGD with momentum (one
-    # state tensor, fewer ops per tensor) over 122 wider layers, batches of 64.
-    "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 96, "depth": 120,
-                                              "batch_size": 64}),
+    # state tensor, fewer ops per tensor) over 252 layers half as wide again,
+    # batches of 16.
+    "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 48, "depth": 250,
+                                              "batch_size": 16}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {

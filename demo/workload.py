@@ -48,7 +48,7 @@ Scenarios:
   optimizer_loop 302 small Linear layers trained with AdamW's default (for-loop)
                  update on a CPU: the optimizer step is half the loop
   optimizer_loop_sgd
-                 the same with SGD (momentum) over 122 wider layers
+                 the same with SGD (momentum) over 252 layers 48 wide, batches of 16
   optimizer_loop_fixed, optimizer_loop_sgd_fixed
                  their mechanical fix: the optimizer created with fused=True
   data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
