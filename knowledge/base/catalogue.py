@@ -244,6 +244,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("comm_share", "fraction",
      "share of wall time this rank communicates or waits for the other ranks: phase_comm plus "
      "comm_hidden"),
+    ("comm_bound", "fraction",
+     "the most of wall time communicating may cost this rank: comm_share, or on a CPU rank "
+     "backward's share beyond forward's where that is more (the exchange's own CPU work, "
+     "gloo's threads and DDP's bucket copies, shows as backward running longer)"),
     ("ranks_watched", "", "ranks of the job whose communication share is known"),
     ("job_comm_share", "fraction", "mean communication share over the watched ranks"),
     ("straggler_score", "",

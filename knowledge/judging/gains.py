@@ -190,15 +190,12 @@ def _no_sync(metrics: Metrics) -> Gain:
 
     With N backward passes per step, each all-reducing, the rank waits a share
     c of its time in N all-reduces; inside ``no_sync()`` N - 1 of them go. The
-    low end removes (N - 1) / N of that wait. The wait is not all they cost: on
-    CPU ranks the exchange's own work (gloo's threads, DDP's bucket copies)
-    takes cores the step computes on, and it shows only as backward running
-    longer. The high end removes (N - 1) / N of backward's time beyond
-    forward's (a backward pass computes at least as much as its forward: every
-    layer's weight gradient is a product as large as the layer's forward),
-    where that is more than the wait: what no_sync can save is bounded by it.
-    On GPU ranks NCCL all-reduces on its own stream, overlapped with backward,
-    and the host does not see what each costs: no figure.
+    low end removes (N - 1) / N of that wait. The wait is not all they cost
+    (``comm_bound``: on CPU ranks the exchange's own work takes cores the step
+    computes on, and shows only as backward running longer than forward); the
+    high end removes (N - 1) / N of all they may cost. On GPU ranks NCCL
+    all-reduces on its own stream, overlapped with backward, and the host does
+    not see what each costs: no figure.
     """
     if metrics.get("has_gpu") == 1.0:
         return Gain(None, method="predicted", explanation=(
@@ -206,20 +203,20 @@ def _no_sync(metrics: Metrics) -> Gain:
             "backward pass's all-reduce costs is not visible from the host; no_sync removes "
             "(N - 1)/N of the gradient traffic"))
     n, c = metrics.get("backward_per_step"), metrics.get("comm_share")
-    if n is None or c is None or n < 2:
+    bound = metrics.get("comm_bound")
+    if n is None or c is None or bound is None or n < 2:
         return Gain(None, method="predicted",
                     explanation="backward passes per step or the communication share not known yet")
     kept = (n - 1.0) / n
-    excess = (metrics.get("phase_backward") or 0.0) - (metrics.get("phase_forward") or 0.0)
     wait = min(max(c - PHASE_ERROR, 0.0), 0.99)
-    bound = min(max(c, excess), 0.99)
-    low, high = 1.0 / (1.0 - wait * kept), 1.0 / (1.0 - bound * kept)
+    low, high = 1.0 / (1.0 - wait * kept), 1.0 / (1.0 - min(bound, 0.99) * kept)
     return _predicted(low, high, high, (
         f"the rank waits {c:.0%} of its time in the all-reduces of {n:.0f} backward passes per "
         f"optimizer step; inside no_sync() only the last one all-reduces: removing "
-        f"{n - 1:.0f}/{n:.0f} of that wait gives x{figure(low)}, and of backward's time beyond "
-        f"forward's ({excess:.0%}: the wait and the CPU the exchange takes from the step) "
-        f"x{figure(high)}: predicted x{figure_range(low, high)}, at most x{figure(high)}"))
+        f"{n - 1:.0f}/{n:.0f} of that wait gives x{figure(low)}, and of all the exchange may "
+        f"cost ({bound:.0%}: the wait and the CPU it takes from the step, backward's time "
+        f"beyond forward's) x{figure(high)}: predicted x{figure_range(low, high)}, at most "
+        f"x{figure(high)}"))
 
 
 def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:

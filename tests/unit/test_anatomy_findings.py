@@ -10,6 +10,7 @@ import pytest
 from aitop.knowledge.base.rules import GainSpec
 from aitop.knowledge.judging.diagnosis import Facts, estimate_gain
 from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE
+from aitop.knowledge.metrics.straggler import comm_bound
 from aitop.probes.samples import StepShape
 from support.knowledge import PACKAGED
 from support.synthetic import diagnose_job, mix
@@ -73,8 +74,9 @@ def test_accumulation_without_no_sync_leads_the_waits_it_causes() -> None:
     assert "ranks_wait_for_each_other" not in [f.id for f in d.findings]
     assert lead.explains and "waits for the job's other ranks" in lead.explains[0]
     assert "model.no_sync()" in lead.actions[0] and "model.no_sync()" in (lead.snippet or "")
-    # 3/4 of the 52 % wait (49 % read 3 points low), up to 3/4 of backward's 50
-    # points beyond forward: the higher of the two bounds.
+    # 3/4 of the 52 % wait (49 % read 3 points low), up to 3/4 of all the exchange
+    # may cost: the wait, more than backward's 50 points beyond forward.
+    assert d.metrics["comm_bound"] == pytest.approx(0.52, abs=1e-3)
     assert lead.gain.method == "predicted"
     assert lead.gain.low == pytest.approx(1 / (1 - 0.49 * 0.75), abs=1e-3)
     assert lead.gain.high == pytest.approx(1 / (1 - 0.52 * 0.75), abs=1e-3)
@@ -95,9 +97,11 @@ def no_sync_gain(**metrics: float) -> tuple[float | None, float | None, str]:
 def test_the_no_sync_bound_counts_the_cpu_the_exchange_takes() -> None:
     """A rank whose wait reads 30 % while backward runs 55 points longer than forward:
     the exchange's CPU (gloo's threads, DDP's bucket copies) shows as backward's
-    excess, and the bound for 8 passes takes it: 1 / (1 - 0.55 x 7/8)."""
-    low, high, text = no_sync_gain(backward_per_step=8.0, comm_share=0.30,
-                                   phase_backward=0.70, phase_forward=0.15)
+    excess (comm_bound), and the bound for 8 passes takes it: 1 / (1 - 0.55 x 7/8)."""
+    metrics = {"comm_share": 0.30, "phase_backward": 0.70, "phase_forward": 0.15}
+    assert comm_bound(metrics, 0.30, 0.30) == pytest.approx(0.55)
+    assert comm_bound(metrics, 0.30, None) == 0.30  # a GPU rank: what is visible
+    low, high, text = no_sync_gain(backward_per_step=8.0, comm_bound=0.55, **metrics)
     assert low == pytest.approx(1 / (1 - 0.27 * 7 / 8))
     assert high == pytest.approx(1 / (1 - 0.55 * 7 / 8))
     assert "7/8" in text and "at most x1.9" in text
@@ -105,6 +109,19 @@ def test_the_no_sync_bound_counts_the_cpu_the_exchange_takes() -> None:
 
 def test_no_figure_for_no_sync_on_a_gpu_or_without_a_count() -> None:
     low, high, text = no_sync_gain(has_gpu=1.0, backward_per_step=4.0, comm_share=0.3,
-                                   phase_backward=0.6, phase_forward=0.2)
+                                   comm_bound=0.3)
     assert low is None and high is None and "NCCL" in text
     assert no_sync_gain(comm_share=0.3)[1] is None
+
+
+def test_communication_that_dominates_is_bounded_by_all_it_may_cost() -> None:
+    """Both ranks wait 45 %; backward runs 60 points beyond forward: the ceiling of
+    communicating less is over the 60 %, not half of the 45 % (x1.19 was read for
+    a job that gained x1.86)."""
+    d = diagnose_job(RULESET, peer_comm=(0.45,), **{
+        **WAITING_RANK, "main_cpu": 53.0,
+        "phases": mix(backward=0.78, forward=0.18, optimizer=0.03, data_wait=0.0)})
+    lead = next(f for f in d.findings if f.id == "communication_dominates")
+    assert d.metrics["comm_share"] == pytest.approx(0.46, abs=0.01)
+    assert d.metrics["comm_bound"] == pytest.approx(0.60, abs=1e-3)
+    assert lead.gain.high == pytest.approx(1 / (1 - 0.60), abs=1e-3)
