@@ -49,8 +49,9 @@ PERIOD_SPREAD = 0.35
 #: Samples each backward pass (with its forward) must span on average: passes
 #: shorter than the sampling interval are not resolved.
 SAMPLES_PER_PASS = 3
-#: How far the steps' length may be from what the loop's counter says (a ratio).
-RATE_TOLERANCE = 1.35
+#: How far the steps' length may be from what the loop's counter says (a ratio):
+#: its rate over a few steps is a step or so off.
+RATE_TOLERANCE = 1.5
 #: Mean samples in the optimizer's runs of an optimizer seen in every step: a
 #: step shorter than the sampling interval is missed in some.
 SEEN_EVERY_STEP = 1.5
@@ -145,10 +146,16 @@ def steps_of_period(steps: Sequence[StepShape],
                     period: float) -> tuple[int | None, list[StepShape]]:
     """Passes per step where the counter says a step lasts ``period`` samples.
 
-    Each stretch spans the whole number k of steps its length makes (within
-    ``PERIOD_SPREAD`` of it) and shows k times the passes of one step; most
-    stretches (``AGREEING``) must, and show the same passes per step.
+    The counter's rate over a few steps, and a window's samples turned into
+    seconds, are a step or so off: where some stretches are about one step long
+    by the counter (within ``RATE_TOLERANCE``), their median length is the
+    step's. Each stretch spans the whole number k of steps its length makes
+    (within ``PERIOD_SPREAD`` of it) and shows k times the passes of one step;
+    most stretches (``AGREEING``) must, and show the same passes per step.
     """
+    ones = [s.samples for s in steps if within(s.samples, period)]
+    if ones:
+        period = statistics.median(ones)
     per_step: list[tuple[int, StepShape]] = []
     spanned = 0
     for shape in steps:
