@@ -29,8 +29,8 @@ from typing import Any
 from .jobs import REPO
 
 #: The accumulating job (tests/attach/test_accumulation.py watches the same shape).
-SHAPE = ("--accumulate", "3", "--tokens", "512", "--trunk", "12", "--batch", "8",
-         "--hidden", "196608", "--optimizer", "adamw")
+SHAPE = ("--accumulate", "2", "--tokens", "384", "--trunk", "24", "--batch", "8",
+         "--vocab", "262144", "--optimizer", "sgd-momentum")
 #: Seconds aitop watches each run; seconds of warm-up before it attaches.
 WATCH_S = 25
 WARMUP_S = 8.0

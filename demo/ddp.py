@@ -136,12 +136,15 @@ def time_allreduce(model: torch.nn.Module, budget_s: float = 2.0) -> float:
 
 
 class Samples(Dataset[tuple[torch.Tensor, int]]):
-    """Synthetic samples of ``tokens`` x 256 features (one token: a 256-vector); on
-    the slow rank each costs ``slow_ms / batch`` of CPU to make."""
+    """Synthetic samples: 256 features, or (``tokens`` > 1) that many token ids of a
+    ``vocab``-word vocabulary; on the slow rank each costs ``slow_ms / batch`` of CPU
+    to make."""
 
-    def __init__(self, cost_ms: float, tokens: int = 1, length: int = 1 << 20) -> None:
+    def __init__(self, cost_ms: float, tokens: int = 1, vocab: int = 1,
+                 length: int = 1 << 20) -> None:
         self.cost_ms = cost_ms
         self.tokens = tokens
+        self.vocab = vocab
         self.length = length
 
     def __len__(self) -> int:
@@ -150,41 +153,44 @@ class Samples(Dataset[tuple[torch.Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self.cost_ms:
             _spin(self.cost_ms)
-        shape = (self.tokens, FEATURES) if self.tokens > 1 else (FEATURES,)
-        return torch.randn(shape), index % 10
+        if self.tokens > 1:
+            return torch.randint(self.vocab, (self.tokens,)), index % 10
+        return torch.randn(FEATURES), index % 10
 
 
 class TokenModel(torch.nn.Module):
-    """``trunk`` layers applied to every token (much arithmetic, few parameters), the
-    tokens pooled, then the wide head (few operations, most of the parameters): a
-    network whose gradients are mostly the head's, as in a CNN with large
-    fully-connected layers."""
+    """Token ids embedded (a ``vocab`` x 256 table: most of the parameters, little
+    arithmetic), ``trunk`` layers applied to every token (much arithmetic, few
+    parameters), pooled, classified. The embedding's gradient is the last one
+    backward makes, as a language model's is, so its all-reduce follows the
+    backward pass rather than overlapping it."""
 
-    def __init__(self, trunk: int, hidden: int) -> None:
+    def __init__(self, vocab: int, trunk: int) -> None:
         super().__init__()
+        self.embed = torch.nn.Embedding(vocab, FEATURES)
         self.trunk = torch.nn.Sequential(*(
             layer for _ in range(trunk)
             for layer in (torch.nn.Linear(FEATURES, FEATURES), torch.nn.ReLU())))
-        self.head = head(hidden)
+        self.head = torch.nn.Linear(FEATURES, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk(x).mean(dim=1))
-
-
-def head(hidden: int) -> torch.nn.Sequential:
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, hidden), torch.nn.ReLU(),
-                               torch.nn.Linear(hidden, 10))
+        return self.head(self.trunk(self.embed(x)).mean(dim=1))
 
 
 def make_model(args: argparse.Namespace) -> torch.nn.Module:
-    """The head alone on 256-vectors, or a token-wise trunk before it (``--tokens``)."""
-    return TokenModel(args.trunk, args.hidden) if args.tokens > 1 else head(args.hidden)
+    """A hidden layer over 256-vector samples, or (``--tokens``) the token model."""
+    if args.tokens > 1:
+        return TokenModel(args.vocab, args.trunk)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(args.hidden, 10))
 
 
 def make_optimizer(model: torch.nn.Module, name: str) -> torch.optim.Optimizer:
+    """SGD, SGD with momentum or AdamW, as torch builds them (their for-loop update on CPU)."""
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return torch.optim.SGD(model.parameters(), lr=0.01)
+    return torch.optim.SGD(model.parameters(), lr=0.01,
+                           momentum=0.9 if name == "sgd-momentum" else 0.0)
 
 
 def _attempt_store(world_size: int, rank: int) -> dist.Store | None:
@@ -227,7 +233,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     optimizer = make_optimizer(model, args.optimizer)
     loss_fn = torch.nn.CrossEntropyLoss()
     cost = args.slow_ms / args.batch if rank == args.slow_rank else 0.0
-    loader = DataLoader(Samples(cost, args.tokens), batch_size=args.batch,
+    loader = DataLoader(Samples(cost, args.tokens, args.vocab), batch_size=args.batch,
                         num_workers=args.workers)
     if args.truth:
         args.truth.mkdir(parents=True, exist_ok=True)
@@ -328,12 +334,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"width of the hidden layer: its gradients are what is all-reduced "
                         f"(default {HIDDEN})")
     parser.add_argument("--tokens", type=int, default=1, metavar="T",
-                        help="tokens of 256 features per sample, through --trunk token-wise "
-                        "layers before the head (default 1: the head alone)")
+                        help="token ids per sample, embedded and through --trunk token-wise "
+                        "layers (default 1: 256 features through the hidden layer)")
+    parser.add_argument("--vocab", type=int, default=65536, metavar="V",
+                        help="rows of the token embedding (with --tokens): its gradient is "
+                        "what is all-reduced")
     parser.add_argument("--trunk", type=int, default=0, metavar="D",
-                        help="token-wise Linear(256, 256) layers before the head (with --tokens)")
-    parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
-                        help="SGD (default) or AdamW (torch's default implementation)")
+                        help="token-wise Linear(256, 256) layers (with --tokens)")
+    parser.add_argument("--optimizer", choices=("sgd", "sgd-momentum", "adamw"), default="sgd",
+                        help="SGD (default), SGD with momentum 0.9, or AdamW")
     parser.add_argument("--accumulate", type=int, default=1, metavar="N",
                         help="micro-batches per optimizer step (each backward all-reduces)")
     parser.add_argument("--no-sync", action="store_true",
@@ -345,7 +354,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    for name in ("accumulate", "batch", "hidden", "tokens"):
+    for name in ("accumulate", "batch", "hidden", "tokens", "vocab"):
         if getattr(args, name) < 1:
             raise SystemExit(f"aitop.demo.ddp: --{name} must be >= 1, not {getattr(args, name)}")
     _quiet_exit_on_signals()
