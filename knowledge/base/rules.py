@@ -38,7 +38,7 @@ class GainSpec:
     ``fewer``: the phase ``metric`` run ``times`` times less often.
     ``shrink``: predicted, the phase ``metric`` cut by ``removable`` (low..high):
     a faster implementation of the same work (a fused optimizer update).
-    ``no_sync``: predicted, the all-reduces of all but the last of a step's
+    ``no_sync``: a ceiling, the all-reduces of all but the last of a step's
     backward passes removed (gradient accumulation inside ``no_sync()``).
     ``document``: the documents' figure for ``technique`` (resolved against the
     knowledge base's technique effects). ``none``: the benefit is not speed.

@@ -117,9 +117,10 @@ def test_accumulation_that_all_reduces_every_pass_is_told_to_use_no_sync(
     assert lead["title"].startswith(f"Each optimizer step accumulates {ACCUMULATE} backward "
                                     "passes and every one all-reduces the gradients")
     assert "model.no_sync()" in lead["actions"][0]
-    assert lead["gain_method"] == "predicted"
+    # A ceiling over all the exchange may cost, above what the wait alone would give.
+    assert lead["gain_method"] == "amdahl"
     low, high = lead["est_speedup_range"]
-    assert 1.0 < low <= high
+    assert 1.0 < low < high == lead["gain_ceiling"]
     # The waits it causes are its symptoms, not rivals.
     assert not {"ranks_wait_for_each_other", "communication_dominates"} & set(ids)
 
