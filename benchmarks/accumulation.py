@@ -44,6 +44,8 @@ class Round:
     predicted: tuple[float | None, float | None]
     passes: float | None
     comm_read: float | None
+    #: All the exchange may cost the rank, as aitop reads it: the ceiling's basis.
+    comm_bound: float | None
     comm_own: float
     allreduce_own: float
     base_rate: float
@@ -104,7 +106,7 @@ def run_round(workdir: Path, index: int) -> Round:
         predicted=((lead["est_speedup_range"][0], lead["est_speedup_range"][1]) if lead
                    else (None, None)),
         passes=metrics.get("backward_per_step"),
-        comm_read=metrics.get("comm_share"),
+        comm_read=metrics.get("comm_share"), comm_bound=metrics.get("comm_bound"),
         comm_own=own["comm"], allreduce_own=own["allreduce"],
         base_rate=own["steps_per_s"], fixed_rate=fixed["steps_per_s"],
         fixed_lead=fixed_report["findings"][0]["id"] if fixed_report["findings"] else None)
@@ -123,14 +125,16 @@ def markdown(rounds: Sequence[Round]) -> str:
         f"{WATCH_S} s, then the same job with `--no-sync`; rates from rank 0's own counter.",
         "",
         "| round | lead | passes/step read | comm read | own wait | all-reduce (side) "
-        "| predicted | measured | fixed job's lead |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| comm bound (its ceiling) | aitop's range | measured | fixed job's lead |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rounds):
         low, high = r.predicted
+        ceiling = None if r.comm_bound is None else 1.0 / (1.0 - min(r.comm_bound, 0.99))
         lines.append(f"| {i + 1} | {r.lead} | {_f(r.passes)} | {_f(r.comm_read)} | "
-                     f"{r.comm_own:.2f} | {r.allreduce_own:.2f} | ×{_f(low)}–×{_f(high)} | "
-                     f"×{r.measured:.2f} | {r.fixed_lead} |")
+                     f"{r.comm_own:.2f} | {r.allreduce_own:.2f} | {_f(r.comm_bound)} "
+                     f"(×{_f(ceiling)}) | ×{_f(low)}–×{_f(high)} | ×{r.measured:.2f} | "
+                     f"{r.fixed_lead} |")
     if rounds:
         lines += ["", f"Median measured ×{statistics.median(r.measured for r in rounds):.2f}."]
     lines += ["", "```json", json.dumps([{**asdict(r), "measured": r.measured} for r in rounds],
@@ -150,8 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds.append(r)
             print(f"round {index + 1}: lead {r.lead}, passes {r.passes}, comm read "
                   f"{_f(r.comm_read)} (own wait {r.comm_own:.2f}, all-reduce "
-                  f"{r.allreduce_own:.2f}); predicted {r.predicted}, measured "
-                  f"{r.measured:.2f}", flush=True)
+                  f"{r.allreduce_own:.2f}), bound {_f(r.comm_bound)}; range {r.predicted}, "
+                  f"measured {r.measured:.2f}", flush=True)
     text = markdown(rounds)
     if args.out:
         args.out.write_text(text)
