@@ -45,13 +45,14 @@ class Applied:
 
 #: The jobs the calibration constants were fitted on (knowledge/judging/gains.py): the
 #: base jobs of the fixed variants. Their rounds check the fit, not the model.
-FITTING_SET = ("data", "checkpoint", "compute")
+FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
 #: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
-#: model and save interval; loading in the training thread beside torch's threads).
+#: model and save interval; loading in the training thread beside torch's threads;
+#: a for-loop optimizer of another kind over wider layers, smaller batches).
 CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
-             "checkpoint_deep", "inline_loading")
+             "checkpoint_deep", "inline_loading", "optimizer_loop_sgd")
 #: Costs a step pays again and again (``--overheads``), each fixed by its demo
 #: variant (demo/__init__.py FIXED_VARIANTS): recompiling for every new sequence
 #: length (compiled with dynamic=True), workers started every epoch (kept alive), a server
@@ -87,6 +88,9 @@ def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
         return Applied(base, ("--threads", str(USABLE_CORES)), "torch threads = usable cores")
     if lead in VARIANT_FIXES and base in FIXED_VARIANTS:
         return Applied(FIXED_VARIANTS[base], (), VARIANT_FIXES[lead])
+    if lead == "optimizer_for_loop":
+        impl = "fused" if metrics["optimizer_fusable"] == 1.0 else "foreach"
+        return Applied(base, ("--optimizer-impl", impl), f"optimizer {impl}=True")
     return None
 
 

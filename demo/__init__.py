@@ -11,6 +11,7 @@ SCENARIOS: tuple[str, ...] = (
     "cow", "cow_fixed", "sawtooth",
     "recompile", "recompile_padded", "epoch_workers", "epoch_workers_persistent",
     "serving_preprocess", "serving_preprocess_pool", "recompile_dynamic",
+    "optimizer_loop", "optimizer_loop_fixed", "optimizer_loop_sgd", "optimizer_loop_sgd_fixed",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -23,6 +24,8 @@ FIXED_VARIANTS: dict[str, str] = {
     "recompile": "recompile_dynamic",
     "epoch_workers": "epoch_workers_persistent",
     "serving_preprocess": "serving_preprocess_pool",
+    "optimizer_loop": "optimizer_loop_fixed",
+    "optimizer_loop_sgd": "optimizer_loop_sgd_fixed",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

@@ -88,6 +88,10 @@ class Config:
     # loop "serve_texts" (demo/serve_jobs.py): worker processes that encode the
     # requests a batch ahead (0: the serving thread encodes them itself).
     preprocess_workers: int = 0
+    # The optimizer's implementation: "" (torch's default: the per-tensor
+    # for-loop on CPU, foreach on CUDA), "foreach" or "fused" (foreach=True or
+    # fused=True).
+    optimizer_impl: str = ""
 
 
 CONFIGS: dict[str, Config] = {
@@ -186,6 +190,13 @@ CONFIGS: dict[str, Config] = {
         width=64, depth=1, batch_size=1, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, loop="serve_texts", serve_batch=32,
     ),
+    # Hundreds of small layers (302 Linear, 604 parameter tensors of at most
+    # 32x32) trained with AdamW's default implementation on a CPU: the per-tensor
+    # for-loop update takes about half the step, on one thread.
+    "optimizer_loop": Config(
+        width=32, depth=300, batch_size=32, num_workers=0, decode_ms=0.0,
+        checkpoint_every=0, threads=1,
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -211,6 +222,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # alone competes with them; one compute thread fewer gives it a core.
     "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
                                 "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
+    # optimizer_loop with another optimizer and shape: SGD with momentum (one
+    # state tensor, fewer ops per tensor) over 252 layers half as wide again,
+    # batches of 16.
+    "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 48, "depth": 250,
+                                              "batch_size": 16}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -226,9 +242,18 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "recompile_padded": ("recompile", {"pad_sequences": True}),
     "epoch_workers_persistent": ("epoch_workers", {"persistent_workers": True}),
     "serving_preprocess_pool": ("serving_preprocess", {"preprocess_workers": 2}),
+    "optimizer_loop_fixed": ("optimizer_loop", {"optimizer_impl": "fused"}),
 }
-for _name, (_base, _change) in (VARIANTS | FIXES).items():
+#: Variants that fix a variant (its base is itself in VARIANTS).
+FIXES_OF_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "optimizer_loop_sgd_fixed": ("optimizer_loop_sgd", {"optimizer_impl": "fused"}),
+}
+for _name, (_base, _change) in (VARIANTS | FIXES | FIXES_OF_VARIANTS).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)
+
+
+#: The optimizer implementations ``--optimizer-impl`` may ask for.
+OPTIMIZER_IMPLS = ("foreach", "fused")
 
 
 def with_overrides(
@@ -237,6 +262,7 @@ def with_overrides(
     num_workers: int | None = None,
     checkpoint_every: int | None = None,
     threads: int | None = None,
+    optimizer_impl: str | None = None,
 ) -> Config:
     """The scenario's config with the command line's overrides (None = keep)."""
     changes: dict[str, Any] = {
@@ -245,4 +271,8 @@ def with_overrides(
     for name, value in changes.items():
         if value is not None and value < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, not {value}")
+    if optimizer_impl is not None and optimizer_impl not in OPTIMIZER_IMPLS:
+        raise ValueError(f"--optimizer-impl must be one of {', '.join(OPTIMIZER_IMPLS)}, "
+                         f"not {optimizer_impl}")
+    changes["optimizer_impl"] = optimizer_impl
     return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})

@@ -16,13 +16,20 @@ jobs), which the others wait for in the next all-reduce. ``--fail-once-after S``
 once (an elastic restart under ``torchrun --max-restarts=1``). ``--hang-rank R
 --hang-after S`` makes rank R, S seconds in, wait forever for a batch from a
 producer that is gone (a hung rank), while the others wait for it in DDP's next
-all-reduce. SIGTERM/SIGINT
+all-reduce. ``--accumulate N`` steps the optimizer once every N micro-batches
+(the loss divided by N), each micro-batch's backward all-reducing the gradients
+as DDP does unless told otherwise; ``--no-sync`` runs the forward and backward
+of micro-batches 1..N-1 inside ``model.no_sync()`` (the fix), so only the last
+one all-reduces. With ``--truth``, each rank also times ``dist.all_reduce`` of
+its gradients' size at start (``allreduce``: that time for every micro-batch
+that all-reduced) and counts its backward passes. SIGTERM/SIGINT
 end every rank with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import shutil
@@ -42,6 +49,8 @@ from torch.utils.data import DataLoader, Dataset
 if TYPE_CHECKING:
     import torch.distributed as dist
 
+#: Features of a sample (of each of its tokens, with --tokens).
+FEATURES = 256
 #: Samples per batch.
 BATCH = 64
 #: Width of the hidden layer: ~10 ms of forward/backward per step on one core.
@@ -72,11 +81,15 @@ class StepClock:
     ``comm`` is the time inside forward/backward/optimizer that the training
     thread spent neither computing nor queued for a CPU: blocked in the gradient
     all-reduce, i.e. waiting for the other ranks (gloo does the exchange on its
-    own threads). ``compute`` is the rest of those phases.
+    own threads). ``compute`` is the rest of those phases. ``allreduce`` is the
+    all-reduce's own time, measured on the side (:func:`time_allreduce`), once
+    for each backward pass that all-reduced; ``backward_passes`` counts them all
+    (a count, not seconds), and ``steps`` the optimizer's steps.
     """
 
     def __init__(self, path: Path | None) -> None:
-        self.truth = Truth(path, phases=("data_wait", "compute", "comm"))
+        self.truth = Truth(path, phases=("data_wait", "compute", "comm", "allreduce",
+                                         "backward_passes"))
         self._wall = self._cpu = self._queued = 0.0
 
     def start(self) -> None:
@@ -85,21 +98,53 @@ class StepClock:
     def data(self) -> None:
         self.truth.add("data_wait", time.perf_counter() - self._wall)
 
-    def compute(self) -> None:
+    def compute(self, *, stepped: bool = True, allreduce_s: float = 0.0) -> None:
+        """One micro-batch's forward and backward done (and the optimizer's step if
+        ``stepped``); ``allreduce_s``: what its all-reduce takes, 0 if it had none."""
         wall = time.perf_counter() - self._wall
         busy = (time.thread_time() - self._cpu) + (_runqueue_s() - self._queued)
         comm = max(0.0, wall - busy)
         self.truth.add("comm", comm)
         self.truth.add("compute", wall - comm)
-        self.truth.steps += 1
+        self.truth.add("allreduce", allreduce_s)
+        self.truth.add("backward_passes", 1.0)
+        self.truth.steps += int(stepped)
         self.truth.maybe_write()
 
 
-class Samples(Dataset[tuple[torch.Tensor, int]]):
-    """Synthetic samples; on the slow rank each costs ``slow_ms / batch`` of CPU to make."""
+def time_allreduce(model: torch.nn.Module, budget_s: float = 2.0) -> float:
+    """Seconds one ``dist.all_reduce`` of the model's gradients takes, every rank at it.
 
-    def __init__(self, cost_ms: float, length: int = 1 << 20) -> None:
+    What each micro-batch's backward pays in DDP outside ``no_sync()``: the same
+    bytes through the same process group, timed on the side before training,
+    as many times as fit in about ``budget_s`` (3 to 20; the ranks agree on
+    the count, since each round is a collective).
+    """
+    import torch.distributed as dist
+
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+    started = time.perf_counter()
+    dist.all_reduce(flat)
+    first = torch.tensor([time.perf_counter() - started])
+    dist.all_reduce(first, op=dist.ReduceOp.MAX)
+    rounds = max(3, min(20, int(budget_s / max(float(first), 1e-6))))
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(rounds):
+        dist.all_reduce(flat)
+    return (time.perf_counter() - started) / rounds
+
+
+class Samples(Dataset[tuple[torch.Tensor, int]]):
+    """Synthetic samples: 256 features, or (``tokens`` > 1) that many token ids of a
+    ``vocab``-word vocabulary; on the slow rank each costs ``slow_ms / batch`` of CPU
+    to make."""
+
+    def __init__(self, cost_ms: float, tokens: int = 1, vocab: int = 1,
+                 length: int = 1 << 20) -> None:
         self.cost_ms = cost_ms
+        self.tokens = tokens
+        self.vocab = vocab
         self.length = length
 
     def __len__(self) -> int:
@@ -108,7 +153,44 @@ class Samples(Dataset[tuple[torch.Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self.cost_ms:
             _spin(self.cost_ms)
-        return torch.randn(256), index % 10
+        if self.tokens > 1:
+            return torch.randint(self.vocab, (self.tokens,)), index % 10
+        return torch.randn(FEATURES), index % 10
+
+
+class TokenModel(torch.nn.Module):
+    """Token ids embedded (a ``vocab`` x 256 table: most of the parameters, little
+    arithmetic), ``trunk`` layers applied to every token (much arithmetic, few
+    parameters), pooled, classified. The embedding's gradient is the last one
+    backward makes, as a language model's is, so its all-reduce follows the
+    backward pass rather than overlapping it."""
+
+    def __init__(self, vocab: int, trunk: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, FEATURES)
+        self.trunk = torch.nn.Sequential(*(
+            layer for _ in range(trunk)
+            for layer in (torch.nn.Linear(FEATURES, FEATURES), torch.nn.ReLU())))
+        self.head = torch.nn.Linear(FEATURES, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(self.embed(x)).mean(dim=1))
+
+
+def make_model(args: argparse.Namespace) -> torch.nn.Module:
+    """A hidden layer over 256-vector samples, or (``--tokens``) the token model."""
+    if args.tokens > 1:
+        return TokenModel(args.vocab, args.trunk)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(args.hidden, 10))
+
+
+def make_optimizer(model: torch.nn.Module, name: str) -> torch.optim.Optimizer:
+    """SGD, SGD with momentum or AdamW, as torch builds them (their for-loop update on CPU)."""
+    if name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return torch.optim.SGD(model.parameters(), lr=0.01,
+                           momentum=0.9 if name == "sgd-momentum" else 0.0)
 
 
 def _attempt_store(world_size: int, rank: int) -> dist.Store | None:
@@ -147,14 +229,15 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=rank, world_size=world_size,
                                 store=_attempt_store(world_size, rank))
-    model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(256, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model = DistributedDataParallel(make_model(args))
+    optimizer = make_optimizer(model, args.optimizer)
     loss_fn = torch.nn.CrossEntropyLoss()
-    cost = args.slow_ms / BATCH if rank == args.slow_rank else 0.0
-    loader = DataLoader(Samples(cost), batch_size=BATCH, num_workers=args.workers)
+    cost = args.slow_ms / args.batch if rank == args.slow_rank else 0.0
+    loader = DataLoader(Samples(cost, args.tokens, args.vocab), batch_size=args.batch,
+                        num_workers=args.workers)
     if args.truth:
         args.truth.mkdir(parents=True, exist_ok=True)
+    allreduce_s = time_allreduce(model) if args.truth else 0.0
     clock = StepClock(args.truth / f"rank{rank}.jsonl" if args.truth else None)
     deadline = time.time() + args.duration
     # torchrun counts its restarts: only the first attempt fails.
@@ -162,7 +245,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     fail_at = (time.time() + args.fail_once_after
                if args.fail_once_after is not None and first_attempt else None)
     hang_at = time.time() + args.hang_after
-    step = 0
+    step = micro = 0
     # Only the checkpointing rank needs a directory, and it goes however the
     # rank ends (a test stops a job with SIGTERM, raised here as KeyboardInterrupt).
     checkpoints = (Path(tempfile.mkdtemp(prefix="aitop-ddp-ckpt-"))
@@ -173,12 +256,20 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
             for x, y in loader:
                 clock.data()
                 clock.start()
-                optimizer.zero_grad()
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                optimizer.step()
-                clock.compute()
-                step += 1
+                micro += 1
+                last = micro % args.accumulate == 0
+                quiet = args.no_sync and not last
+                with model.no_sync() if quiet else contextlib.nullcontext():
+                    loss = loss_fn(model(x), y) / args.accumulate
+                    loss.backward()
+                if last:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    step += 1
+                clock.compute(stepped=last, allreduce_s=0.0 if quiet else allreduce_s)
+                if not last:
+                    clock.start()
+                    continue
                 if checkpoints is not None and step % args.checkpoint_every == 0:
                     save_checkpoint(model, optimizer, checkpoints)
                 if time.time() >= deadline:
@@ -237,6 +328,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hang-rank", type=int, default=-1, metavar="R",
                         help="rank R waits forever for a batch after --hang-after seconds")
     parser.add_argument("--hang-after", type=float, default=10.0, metavar="S")
+    parser.add_argument("--batch", type=int, default=BATCH, metavar="B",
+                        help=f"samples per (micro-)batch (default {BATCH})")
+    parser.add_argument("--hidden", type=int, default=HIDDEN, metavar="H",
+                        help=f"width of the hidden layer: its gradients are what is all-reduced "
+                        f"(default {HIDDEN})")
+    parser.add_argument("--tokens", type=int, default=1, metavar="T",
+                        help="token ids per sample, embedded and through --trunk token-wise "
+                        "layers (default 1: 256 features through the hidden layer)")
+    parser.add_argument("--vocab", type=int, default=65536, metavar="V",
+                        help="rows of the token embedding (with --tokens): its gradient is "
+                        "what is all-reduced")
+    parser.add_argument("--trunk", type=int, default=0, metavar="D",
+                        help="token-wise Linear(256, 256) layers (with --tokens)")
+    parser.add_argument("--optimizer", choices=("sgd", "sgd-momentum", "adamw"), default="sgd",
+                        help="SGD (default), SGD with momentum 0.9, or AdamW")
+    parser.add_argument("--accumulate", type=int, default=1, metavar="N",
+                        help="micro-batches per optimizer step (each backward all-reduces)")
+    parser.add_argument("--no-sync", action="store_true",
+                        help="micro-batches 1..N-1 inside model.no_sync(): one all-reduce a step")
     parser.add_argument("--truth", type=Path, metavar="DIR",
                         help="write each rank's own timers to DIR/rankN.jsonl")
     return parser.parse_args(argv)
@@ -244,6 +354,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    for name in ("accumulate", "batch", "hidden", "tokens", "vocab"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"aitop.demo.ddp: --{name} must be >= 1, not {getattr(args, name)}")
     _quiet_exit_on_signals()
     try:
         if args.spawn:

@@ -193,7 +193,12 @@ class PhaseClassifier:
 
     def techniques_in(self, frames: Sequence[Frame]) -> set[str]:
         """Techniques whose signature frames appear in this stack."""
-        found: set[str] = set()
+        return set(self.technique_hits(frames))
+
+    def technique_hits(self, frames: Sequence[Frame]) -> dict[str, Frame]:
+        """Techniques whose signature frames appear in this stack, each with the
+        innermost frame that shows it."""
+        found: dict[str, Frame] = {}
         for frame in frames:
             cached = self._technique_cache.get(frame)
             if cached is None:
@@ -204,7 +209,8 @@ class PhaseClassifier:
                 )
                 if len(self._technique_cache) < 50_000:
                     self._technique_cache[frame] = cached
-            found.update(cached)
+            for technique in cached:
+                found[technique] = frame
         return found
 
 
@@ -216,7 +222,8 @@ _THREAD_RE = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::\s*(?P<name>.*))?$")
 
 @dataclass(frozen=True, slots=True)
 class RawStack:
-    """One line of ``py-spy record --format raw --threads``: a stack and its count."""
+    """One distinct stack of a window and how often it was sampled (a line of py-spy's raw
+    format, or the speedscope samples of one stack, ``speedscope.py``)."""
 
     thread_id: str | None
     thread_name: str | None

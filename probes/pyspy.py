@@ -128,10 +128,11 @@ def record_args(binary: str, pid: int, *, rate: int, duration: int, output: str)
     """Arguments for one ``py-spy record`` window in speedscope format.
 
     Speedscope keeps each thread's samples in the order they were taken (the
-    collapsed format sums them): the step-cycle count reads that order
-    (``probes.step_cycles``), the phase shares read the sums. ``--idle`` keeps
-    samples of threads that wait (a training thread blocked on the DataLoader
-    queue is idle, and that wait is exactly what we measure); ``--threads``
+    collapsed format sums them): the step-cycle count (``probes.step_cycles``)
+    and the step's anatomy (``probes.step_anatomy``) read that order, the phase
+    shares read the sums. ``--idle`` keeps samples of threads that wait (a
+    training thread blocked on the DataLoader queue is idle, and that wait is
+    exactly what we measure); ``--threads``
     roots each stack in a frame naming its thread so we can pick the
     training thread; ``--full-filenames`` lets aitop read the job's own source
     lines (the names are shortened again when parsed).

@@ -264,6 +264,23 @@ class StepCycles:
 
 
 @dataclass(frozen=True, slots=True)
+class StepShape:
+    """One optimizer step as the training thread's samples, in the order taken, show it.
+
+    From the first sample of one optimizer run (consecutive samples in the
+    optimizer phase) to the first of the next: ``samples`` long, with
+    ``backwards`` the length in samples of each backward pass seen in between
+    (backward samples up to a forward or data-wait sample), in order, and
+    ``optimizer`` the length of the run it starts with. Several backward
+    passes per step is gradient accumulation.
+    """
+
+    samples: int
+    backwards: tuple[int, ...]
+    optimizer: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class StackWindow:
     """The training thread's stack samples over one py-spy window, by phase.
 
@@ -294,6 +311,15 @@ class StackWindow:
     cycles: StepCycles | None = None
     #: Why no cycles were counted in this window, when they were not.
     cycles_note: str | None = None
+    #: The training thread's samples with each technique's frames in them
+    #: (``techniques_seen`` counts any thread): how much of the step uses it.
+    technique_samples: dict[str, int] = field(default_factory=dict)
+    #: Each technique's frame the training thread was seen in most
+    #: ("_single_tensor_adam (torch/optim/adam.py)").
+    technique_frames: dict[str, str] = field(default_factory=dict)
+    #: The optimizer steps the window's sample order shows whole (none where
+    #: the samples came without their order).
+    step_shapes: tuple[StepShape, ...] = ()
 
 
 #: A hot frame's identity across windows: (phase, function, location, caller).

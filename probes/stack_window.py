@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
 from .samples import HotFrame, StackWindow, StepCycles, ThreadActivity
 from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
+from .step_anatomy import step_shapes
 from .step_cycles import CycleCounter
 
 CHECKPOINT = "checkpoint"
@@ -444,21 +445,28 @@ def summarize_window(
 
     ``order``: each thread's samples in the order taken, as indexes into
     ``stacks``, taken over ``sampled``; with them ``counter`` counts the
-    training thread's step cycles (``probes.step_cycles``).
+    training thread's step cycles (``probes.step_cycles``), and the window holds
+    the optimizer steps it saw whole (:func:`step_anatomy.step_shapes`).
     """
     thread = pick_training_thread(stacks, classifier, pid, previous_thread)
     techniques: set[str] = set()
     samples: list[_Sample] = []
     sample_of: dict[int, _Sample] = {}
     thread_name = None
+    used: Counter[str] = Counter()
+    used_in: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for index, stack in enumerate(stacks):
-        techniques |= classifier.techniques_in(stack.frames)
+        hits = classifier.technique_hits(stack.frames)
+        techniques.update(hits)
         if stack.thread_id != thread or not stack.frames:
             continue
         thread_name = stack.thread_name or thread_name
         result = classifier.classify(stack.frames)
         samples.append(_Sample(stack, result.phase, result.outermost_index))
         sample_of[index] = samples[-1]
+        for technique, frame in hits.items():
+            used[technique] += stack.count
+            used_in[technique][frame_label(frame)] += stack.count
     _undo_false_evaluation(samples, classifier)
     loop_frame = find_loop_frame(samples, classifier, previous_loop)
     _refine(samples, classifier, loop_frame, source)
@@ -506,4 +514,8 @@ def summarize_window(
         other_threads=_other_threads(stacks, thread, classifier.reading.idle_functions),
         cycles=cycles,
         cycles_note=cycles_note,
+        technique_samples=dict(used),
+        technique_frames={t: frames.most_common(1)[0][0] for t, frames in used_in.items()},
+        step_shapes=step_shapes([sample_of[i].phase for i in (order or {}).get(thread, ())
+                                 if i in sample_of]) if thread is not None else (),
     )

@@ -1,5 +1,9 @@
 """The stack probe: py-spy ``record`` windows turned into phase counts.
 
+Each window is written in py-spy's speedscope format, which keeps every
+thread's samples in the order they were taken (the raw format only counts
+them): the counts give the phase shares, the order the step's anatomy.
+
 Why rolling ``record`` windows rather than periodic ``dump``: each
 ``dump`` is a fresh attach, so sampling with dumps costs one attach per sample,
 while one ``record`` process attaches once per window and then each sample is a

@@ -180,6 +180,28 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("phase_checkpoint_long", "fraction",
      "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
+    ("phase_optimizer_loop", "fraction",
+     "share of the training thread's time in an optimizer's for-loop update "
+     "(_single_tensor_adam, _single_tensor_sgd ...: one parameter tensor at a time)"),
+    ("phase_parallel_compute", "fraction",
+     "forward + backward + optimizer less the optimizer's for-loop update: the compute "
+     "that more intra-op threads could run wider (the for-loop dispatches op by op on one "
+     "core)"),
+    ("uses_fused_optimizer", "0/1",
+     "1 when the training thread ran a fused optimizer update (fused=True, apex, DeepSpeed)"),
+    ("uses_foreach_optimizer", "0/1",
+     "1 when the training thread ran the foreach optimizer update (_multi_tensor_*)"),
+    ("optimizer_fusable", "0/1",
+     "1 when the for-loop update seen is one of an optimizer with a fused implementation "
+     "(Adam, AdamW, SGD: fused=True on CPU and CUDA)"),
+    ("backward_per_step", "",
+     "backward passes per optimizer step (gradient accumulation), counted in the order of "
+     "the training thread's samples where the steps agree; unknown where passes are shorter "
+     "than the sampling resolves"),
+    ("last_backward_ratio", "x",
+     "samples in the backward pass before each optimizer step over the mean of the step's "
+     "other passes: about 1 when every pass does the same work (each all-reducing its "
+     "gradients), above when the last alone does (the others inside no_sync())"),
     ("phase_compile_last", "fraction",
      "share of the newest stack window in torch.compile: whether compiling goes on now, "
      "where phase_compile still holds a compilation that has ended"),
@@ -271,6 +293,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("comm_share", "fraction",
      "share of wall time this rank communicates or waits for the other ranks: phase_comm plus "
      "comm_hidden"),
+    ("comm_bound", "fraction",
+     "the most of wall time communicating may cost this rank: comm_share, or on a CPU rank "
+     "backward's share beyond forward's where that is more (the exchange's own CPU work, "
+     "gloo's threads and DDP's bucket copies, shows as backward running longer)"),
     ("ranks_watched", "", "ranks of the job whose communication share is known"),
     ("job_comm_share", "fraction", "mean communication share over the watched ranks"),
     ("straggler_score", "",
@@ -331,6 +357,9 @@ WORDS: frozenset[str] = frozenset({
     # many times and how often, the guard that failed last, and the function it
     # gave up on at its limit: each a sentence, or "" (knowledge/metrics/compiling.py).
     "recompile_frame", "recompile_count", "recompile_guard", "recompile_limit",
+    # The optimizer's for-loop update the training thread runs most
+    # ("_single_tensor_adam (torch/optim/adam.py)").
+    "optimizer_loop_frame",
 })
 
 

@@ -22,7 +22,7 @@ from .findings import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
 EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "offload", "fewer",
-                         "document", "none"]
+                         "shrink", "no_sync", "document", "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 
@@ -40,6 +40,10 @@ class GainSpec:
     ``offload``: the phase ``metric`` moved off the thread that sets the pace,
     onto the free cores (gains.py).
     ``fewer``: the phase ``metric`` run ``times`` times less often.
+    ``shrink``: predicted, the phase ``metric`` cut by ``removable`` (low..high):
+    a faster implementation of the same work (a fused optimizer update).
+    ``no_sync``: a ceiling, the all-reduces of all but the last of a step's
+    backward passes removed (gradient accumulation inside ``no_sync()``).
     ``document``: the documents' figure for ``technique`` (resolved against the
     knowledge base's technique effects). ``none``: the benefit is not speed.
     """

@@ -194,6 +194,63 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
            if rest > 1.0 else ")")))
 
 
+def _shrink(spec: GainSpec, metrics: Metrics) -> Gain:
+    """A phase cut by a faster implementation of the same work (a fused optimizer update).
+
+    The phase's share p falls by a fraction r of itself, ``removable`` (low..high)
+    as measured on a fitting job (docs/predictions.md); the low end also assumes
+    p was read ``PHASE_ERROR`` too high. At r = 1 the high end is the ceiling of
+    the phase gone entirely.
+    """
+    p = _phase(metrics, spec.metric)
+    if p is None:
+        return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
+    lo_r, hi_r = spec.removable
+    low = 1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r)
+    high = 1.0 / (1.0 - p * hi_r)
+    name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
+    return _predicted(low, high, _ceiling(p), (
+        f"the {name} is {p:.0%} of the time; doing the same work in one kernel removes "
+        f"{lo_r:.0%}-{hi_r:.0%} of it: predicted x{figure_range(low, high)} "
+        f"(1 / (1 - {p:.2f} x r))"))
+
+
+def _no_sync(metrics: Metrics) -> Gain:
+    """All but the last backward pass of each optimizer step inside ``no_sync()``: a ceiling.
+
+    With N backward passes per step, each all-reducing, the rank waits a share
+    c of its time in N all-reduces; inside ``no_sync()`` N - 1 of them go, the
+    low end. What goes is more than that wait: on CPU ranks the exchange's own
+    work takes cores the step computes on (it shows only as backward running
+    longer than forward, ``comm_bound``), and the one all-reduce left costs
+    less than before, with the ranks no longer contending for cores every
+    pass (two micro-batches a step measured x1.83 where half the wait would
+    give x1.14). The bound is all the exchange may cost. On GPU ranks NCCL
+    all-reduces on its own stream, overlapped with backward, and the host does
+    not see what each costs: no figure.
+    """
+    if metrics.get("has_gpu") == 1.0:
+        return Gain(None, method="amdahl", explanation=(
+            "on GPU ranks NCCL all-reduces on its own stream while backward runs, so what each "
+            "backward pass's all-reduce costs is not visible from the host; no_sync removes "
+            "(N - 1)/N of the gradient traffic"))
+    n, c = metrics.get("backward_per_step"), metrics.get("comm_share")
+    bound = metrics.get("comm_bound")
+    if n is None or c is None or bound is None or n < 2:
+        return Gain(None, method="amdahl",
+                    explanation="backward passes per step or the communication share not known yet")
+    bound = min(max(bound, c), 0.99)
+    low = 1.0 / (1.0 - min(c, 0.99) * (n - 1.0) / n)
+    high = 1.0 / (1.0 - bound)
+    return Gain(speedup=high, low=low, high=high, method="amdahl", ceiling=high, explanation=(
+        f"the rank waits {c:.0%} of its time in the all-reduces of {n:.0f} backward passes per "
+        f"optimizer step; inside no_sync() only the last one all-reduces: {n - 1:.0f}/{n:.0f} "
+        f"of that wait gives x{figure(low)}, and all the exchange may cost ({bound:.0%}: the "
+        f"wait and the CPU it takes from the step, backward's time beyond forward's) bounds "
+        f"it at x{figure(high)}; the one all-reduce left also costs less, with the ranks no "
+        "longer contending for cores every pass: a ceiling, not a prediction"))
+
+
 def _parallel(spec: GainSpec, metrics: Metrics) -> Gain:
     p = _phase(metrics, spec.metric)
     factor = metrics.get(spec.factor or "")
@@ -313,6 +370,10 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
         return _offload(spec, metrics)
     if spec.method == "fewer" and spec.metric:
         return _fewer(spec, metrics)
+    if spec.method == "shrink" and spec.metric:
+        return _shrink(spec, metrics)
+    if spec.method == "no_sync":
+        return _no_sync(metrics)
     if spec.method == "parallel" and spec.metric:
         return _parallel(spec, metrics)
     if spec.method == "amdahl" and spec.metric:

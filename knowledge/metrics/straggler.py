@@ -67,7 +67,25 @@ def comm_metrics(metrics: Metrics) -> dict[str, float | None]:
     hidden = hidden_comm(metrics)
     values["comm_hidden"] = hidden
     values["comm_share"] = None if visible is None else visible + (hidden or 0.0)
+    values["comm_bound"] = comm_bound(metrics, values["comm_share"], hidden)
     return values
+
+
+def comm_bound(metrics: Metrics, share: float | None, hidden: float | None) -> float | None:
+    """The most of a rank's wall time that communicating may cost it.
+
+    Its wait (``comm_share``) is not all: on a CPU rank the exchange's own work
+    (gloo's threads summing and copying, DDP's bucket copies on the training
+    thread) takes cores the step computes on, and shows only as backward
+    running longer. A backward pass computes at least as much as its forward
+    (every layer's weight gradient is a product as large as its forward), so
+    backward's time beyond forward's bounds what the exchange inside it costs.
+    On GPU ranks, where the wait inside backward is not read, the visible share.
+    """
+    if share is None or hidden is None:
+        return share
+    excess = (metrics.get("phase_backward") or 0.0) - (metrics.get("phase_forward") or 0.0)
+    return max(share, min(excess, 1.0))
 
 
 def hidden_comm(metrics: Metrics) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from aitop.probes.session import Session
 
+from .anatomy import anatomy_metrics
 from .gpu import gpu_metrics
 from .loading import loading_metrics
 from .memory import memory_metrics
@@ -47,6 +48,7 @@ def compute_metrics(
     metrics |= phase_metrics(session, now, window_s, has_gpu=metrics["has_gpu"] == 1.0,
                              gpu_util_mean=metrics["gpu_util_mean"])
     metrics |= step_rate_metrics(session, now, window_s)
+    metrics |= anatomy_metrics(session, now, window_s, metrics)
     metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"])
     metrics |= memory_metrics(session, now, window_s)
     metrics |= private_memory_metrics(session, now, metrics["mem_free_mb"])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from aitop.probes.samples import GpuSample, StackWindow, hot_frame_counts
 from aitop.probes.session import Session
 
+from .anatomy import optimizer_loop_frame
 from .compiling import compile_words
 from .gpu import target_devices
 from .loading import busiest_child, busiest_producer, main_data_source
@@ -43,6 +44,9 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     words["other_frame"] = _hottest_other_frame(windows)
     words["warmup_work"] = _warmup_work(windows)
     words |= compile_words(session, now, windows)
+    loop = optimizer_loop_frame(windows)
+    if loop is not None:
+        words["optimizer_loop_frame"] = loop
     words |= _stall_words(session, now)
     hosts = session.host.window(now - window_s, now)
     if hosts and hosts[-1].others:

@@ -38,8 +38,8 @@ RULE_KEYS = (
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
              "samples", "note")
-GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "fewer", "document",
-                "none")
+GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "fewer", "shrink",
+                "no_sync", "document", "none")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr", "measured_by", "gpu_only", "leads_for", "last", "well_used")
 TARGET_KEYS = ("metric", "low", "high", "text", "source")
@@ -280,12 +280,14 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     if "method" in spec and method not in GAIN_METHODS:
         r.report(r.line(spec, "method"), f"{what}: unknown gain method '{method}' "
                                          "(amdahl, parallel, workers, worker_core, offload, "
-                                         "fewer, document or none)")
+                                         "fewer, shrink, no_sync, document or none)")
         return GainSpec("none")
-    if method == "amdahl":
-        return GainSpec("amdahl", metric=r.metric(spec, "metric", what),
+    if method in ("amdahl", "shrink"):
+        return GainSpec(method, metric=r.metric(spec, "metric", what),
                         removable=_removable(r, spec, what), note=note,
                         samples=r.metric(spec, "samples", what) if "samples" in spec else None)
+    if method == "no_sync":
+        return GainSpec("no_sync", note=note)
     if method == "parallel":
         return GainSpec("parallel", metric=r.metric(spec, "metric", what),
                         factor=r.metric(spec, "factor", what), note=note)

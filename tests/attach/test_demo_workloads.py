@@ -29,7 +29,8 @@ from support.jobs import start_job, stop_job
 #: Base scenario -> the one Config field its fixed variant changes.
 FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads",
                  "recompile": "dynamic_shapes", "epoch_workers": "persistent_workers",
-                 "serving_preprocess": "preprocess_workers"}
+                 "serving_preprocess": "preprocess_workers",
+                 "optimizer_loop": "optimizer_impl", "optimizer_loop_sgd": "optimizer_impl"}
 #: The fixed value of each setting; the first three can be given on the command line.
 FIXED_VALUE = {"recompile": True, "epoch_workers": True, "serving_preprocess": 2}
 
@@ -93,7 +94,8 @@ def test_fixed_variant_changes_only_its_setting(base: str) -> None:
     if base in FIXED_VALUE:  # a setting of the job's own loop, not a command-line override
         assert getattr(after, FIXED_SETTING[base]) == FIXED_VALUE[base]
         return
-    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES}
+    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES,
+                "optimizer_loop": "fused", "optimizer_loop_sgd": "fused"}
     assert getattr(after, FIXED_SETTING[base]) == expected[base]
     # The same fix, given on the command line, is the same job.
     assert with_overrides(before, **{FIXED_SETTING[base]: expected[base]}) == after

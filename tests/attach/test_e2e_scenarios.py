@@ -103,6 +103,8 @@ LEADS = {
     "data": ({"workers_cpu_bound"}, "predicted"),
     "checkpoint": ({"checkpoint_stalls"}, "predicted"),
     "compute": ({"cpu_compute_underthreaded"}, "amdahl"),
+    # AdamW's per-tensor loop over 604 small tensors, fused=True applied.
+    "optimizer_loop": ({"optimizer_for_loop"}, "predicted"),
 }
 #: One round's spread of a measured speed-up on this loaded 2-core machine
 #: (docs/predictions.md shows several rounds): the range is widened this much

@@ -44,6 +44,7 @@ from aitop.probes.samples import (
     ProcessTreeSample,
     StackWindow,
     StepCounterSample,
+    StepShape,
     StorageSample,
     ThreadActivity,
     ThreadInfo,
@@ -143,6 +144,12 @@ class Job:
     #: One stack window every this many seconds (a window spans that long).
     stack_period_s: int = 1
     techniques: tuple[str, ...] = ("torch_compile",)
+    #: Share of the training thread's samples with each technique's frames in
+    #: them (StackWindow.technique_samples), e.g. {"optimizer_for_loop": 0.4};
+    #: each one named is also among the techniques seen.
+    technique_shares: Mapping[str, float] = field(default_factory=dict)
+    #: The whole optimizer steps each stack window shows (StackWindow.step_shapes).
+    step_shapes: tuple[StepShape, ...] = ()
     #: What the training thread's data waits were spent in (StackWindow.data_source).
     data_source: str | None = "dataloader"
     #: Share of samples the busiest other thread spends working (None: no other thread).
@@ -392,7 +399,13 @@ def stack_window(job: Job, i: int) -> StackWindow:
         thread_id=str(PID),
         total_samples=job.samples_per_window,
         phase_counts=_phase_counts(job, i),
-        techniques_seen=job.techniques,
+        techniques_seen=tuple(sorted({*job.techniques, *job.technique_shares})),
+        technique_samples={t: round(f * job.samples_per_window)
+                           for t, f in job.technique_shares.items()},
+        technique_frames={t: "_single_tensor_adam (torch/optim/adam.py)"
+                          if t == "optimizer_for_loop" else f"{t} (torch/x.py)"
+                          for t in job.technique_shares},
+        step_shapes=job.step_shapes,
         loop_frame="train (train.py)",
         hot_frames=() if job.other_frame is None else (HotFrame(
             "other", *job.other_frame[:2],

@@ -20,11 +20,12 @@ import pytest
 from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
+from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE, FUSED
 from aitop.knowledge.metrics.growth import memory_growth
 from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
 from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
 from aitop.probes.gpu import GpuProbe
-from aitop.probes.samples import GpuSample
+from aitop.probes.samples import GpuSample, StepShape
 from aitop.probes.session import aggregate
 from support.fake_nvml import GIB, LEAK_MB_S, OTHER_PID, FakeClock, make_fake
 from support.synthetic import (
@@ -103,6 +104,18 @@ def first_compile(share: float, **others: float) -> dict[str, float]:
     (none runs before the model is compiled); the rest is 'other'."""
     return mix(compile=share, backward=0.0, **others)
 
+
+#: A rank of a 2-rank CPU job whose training thread computes 48 % of a core while
+#: its stacks say compute 99 %: it waits for the other rank (comm_hidden 0.52).
+#: Its counter ticks once an optimizer step of 24 samples (a synthetic window's
+#: 1000 samples span one second).
+DDP_RANK_WAITING = k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main_cpu=48.0,
+                     host_cpu=75.0, workers=0, phases=mix(data_wait=0.0, other=0.01),
+                     steps_per_s=1000 / 24)
+#: Four backward passes per optimizer step, each as long as the others (each
+#: all-reduces), or the last one far longer (it alone all-reduces).
+EVERY_PASS_SYNCS = (StepShape(24, (4, 5, 4, 4)),)
+LAST_PASS_SYNCS = (StepShape(24, (2, 2, 2, 9)),)
 
 RULE_CASES: dict[str, Cases] = {
     # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
@@ -757,6 +770,31 @@ RULE_CASES: dict[str, Cases] = {
     "host_iowait": Cases(
         fires=(k(iowait=20.0),),
         misses=(k(iowait=19.9),),
+    ),
+    # A third of the time or more in AdamW's per-tensor for-loop; not once the
+    # update is fused, nor under 15 %.
+    "optimizer_for_loop": Cases(
+        fires=(k(technique_shares={FOR_LOOP: 0.44, FUSABLE: 0.44}, phases=mix(optimizer=0.5),
+                 **CPU_ONLY),
+               k(technique_shares={FOR_LOOP: 0.15}, phases=mix(optimizer=0.2))),
+        misses=(k(technique_shares={FOR_LOOP: 0.149}, phases=mix(optimizer=0.2)),
+                k(technique_shares={FOR_LOOP: 0.3, FUSED: 0.01}, phases=mix(optimizer=0.4)),
+                k(technique_shares={FUSED: 0.3}, phases=mix(optimizer=0.4))),
+    ),
+    # Rank 0 of two on two cores, waiting 52 % of its time, four backward passes
+    # of about the same length per optimizer step.
+    "accumulation_without_no_sync": Cases(
+        fires=(k(**DDP_RANK_WAITING, step_shapes=EVERY_PASS_SYNCS),),
+        misses=(
+            # The first three passes inside no_sync(): the last one waits.
+            k(**DDP_RANK_WAITING, step_shapes=LAST_PASS_SYNCS),
+            # One backward pass per step: no accumulation.
+            k(**DDP_RANK_WAITING, step_shapes=(StepShape(24, (20,)),)),
+            # A single process accumulating: nothing to all-reduce.
+            k(**{**DDP_RANK_WAITING, "local_ranks": 1}, step_shapes=EVERY_PASS_SYNCS),
+            # Computing 80 % of a core: a wait of 0.2 short of rank_waits.
+            k(**{**DDP_RANK_WAITING, "main_cpu": 80.0}, step_shapes=EVERY_PASS_SYNCS),
+        ),
     ),
 }
 
