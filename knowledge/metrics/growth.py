@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 #: A steady rise is fitted over the last minute (at least the rule window), and
 #: read once it spans 15 s, with a slope at least 4 standard errors from flat;
-#: from 10 s on, a slope twice as clear (8 standard errors) is read already: an
-#: unseen job leaking 5 GB/min was still unconfirmed at the end of a 20-s report.
+#: from 10 s on, a slope twice as clear (8 standard errors) is read already, so
+#: a fast leak is confirmed within a 20-s report (docs/diagnosis.md, History).
 GROWTH_LOOKBACK_S = 60.0
 GROWTH_MIN_SPAN_S = 15.0
 GROWTH_MIN_T = 4.0

@@ -65,9 +65,9 @@ def compute_metrics(
 
 def judged_window(session: Session, now: float, window_s: float) -> float:
     """The window, started after the first compilation once the steps fill
-    ``JUDGE_AFTER_WARMUP_S`` after it: they are judged on their own, not after
-    the compilation has left a whole window (an unseen job stayed "warming up"
-    22 s after compiling ended)."""
+    ``JUDGE_AFTER_WARMUP_S`` after it: they are judged on their own, not once the
+    compilation has left a whole window, which would keep a job that trains
+    "warming up" for most of a window after compiling ended."""
     warmup = session.compile_warmup
     if warmup is None or warmup.end is None:
         return window_s

@@ -111,8 +111,8 @@ def _warmup_work(windows: Sequence[StackWindow]) -> str:
 def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:
     """Where the training thread's 'other' time goes: its hottest innermost frame.
 
-    An unseen job that logged through a 30 ms call every step read "66 % of the
-    loop is spent outside ..."; naming ``log_metrics (train.py:9)`` says what to fix.
+    A share of the loop "outside the recognised phases" says nothing to fix;
+    naming the frame (``log_metrics (train.py:9)``) says what to change.
     """
     other = [key for key, _n in hot_frame_counts(windows) if key[0] == "other"]
     if not other:
