@@ -31,13 +31,14 @@ from aitop.tui.node_app import NodeApp
 from aitop.tui.screens.main import MainScreen
 from aitop.tui.screens.node import NodeScreen
 from aitop.tui.widgets.grouped_table import GroupedTable
+from support.jobs import run_aitop
 from support.knowledge import PACKAGED
 from support.processes import free_port, start_logged, stop_tree
 from support.report_schema import errors_of
 from support.tui_pilot import screen_text, wait_for
 from textual.pilot import Pilot
 
-from benchmarks.jobs import LIGHT_JOB, run_aitop
+from benchmarks.jobs import LIGHT_JOB
 
 pytestmark = pytest.mark.attach
 

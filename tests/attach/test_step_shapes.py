@@ -69,6 +69,7 @@ def test_steps_per_second_of_a_loop_within_a_tenth_of_its_own(
     truth = true_rate(run.truth, *span)
     print(f"| {shape.name} | {truth:.3f} | {got:.3f} | {steps.get('source')} "
           f"`{steps.get('counter')}` | {100 * (got / truth - 1):+.1f} % |")
+    print("readings:", steps.get("readings"), "span:", span)
     assert steps["source"] == source, steps
     assert got == pytest.approx(truth, rel=TOLERANCE), steps
 

@@ -42,3 +42,21 @@ def test_a_folder_left_out_is_found(tmp_path: Path) -> None:
         (tmp_path / name).write_text("")
     assert uncollected(tmp_path / "tests", listed_paths(tmp_path / "pyproject.toml")) == [
         "tests/new"]
+
+
+def shared_basenames(tests: Path) -> list[str]:
+    """Test files whose names repeat in another folder: with no ``__init__.py``,
+    pytest imports each by its basename and refuses the second one it meets."""
+    names = [path.name for path in tests.rglob("test_*.py")]
+    return sorted({name for name in names if names.count(name) > 1})
+
+
+def test_every_test_file_has_a_name_of_its_own() -> None:
+    assert shared_basenames(ROOT / "tests") == []
+
+
+def test_a_repeated_name_is_found(tmp_path: Path) -> None:
+    for name in ("unit/test_a.py", "attach/test_a.py", "attach/test_b.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert shared_basenames(tmp_path) == ["test_a.py"]
