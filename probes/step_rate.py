@@ -220,16 +220,18 @@ def rate_between_moves(increments: Sequence[Interval]) -> float | None:
     is half the first and the last brackets' widths over the span.
     *Over the span*: the steps over the whole time, as for a fast count; its
     error is a step at each end of each run.
+    *Steady pace* (``_steady_pace``): the step times every reading allows, for
+    a count that keeps one pace.
     The one with the smaller error is taken. Needs ``MIN_STEPS`` steps (never a
     rate from one step) over ``MIN_SPAN_S``.
     """
-    moved = _between_moves(increments)
     total = float(sum(n for *_, n in increments))
     runs = 1 + sum(prev is not before for (_, before, _), (prev, _, _)
                    in itertools.pairwise(increments))
     over_span = (total, sum(cur.t - prev.t for prev, cur, _ in increments),
                  runs / total if total else math.inf)
-    steps, span, _error = min((moved, over_span), key=lambda r: r[2]) if moved else over_span
+    estimates = [e for e in (_between_moves(increments), _steady_pace(increments)) if e]
+    steps, span, _error = min((*estimates, over_span), key=lambda r: r[2])
     if span < MIN_SPAN_S or steps < MIN_STEPS:
         return None
     return steps / span
@@ -261,3 +263,38 @@ def _between_moves(increments: Sequence[Interval]) -> tuple[float, float, float]
         last = cur
     close_run()
     return (steps, span, error / span) if span > 0 and steps > 0 else None
+
+
+def _steady_pace(increments: Sequence[Interval]) -> tuple[float, float, float] | None:
+    """Steps, span and relative error of one unbroken run at a steady pace.
+
+    Each reading of count ``c`` at ``t`` says step ``c`` ended by ``t`` and step
+    ``c + 1`` after it. For a loop that keeps one step time ``P``, each pair of
+    such bounds bounds ``P``; the middle of the range every pair allows is
+    taken, its half-width the error. A loop whose step time changed leaves no
+    range (None). The middle of each move's bracket (``_between_moves``) errs
+    the same way at every move when the loop and the reader keep steady paces
+    (a 2 s step read every second sits at one place in its bracket), which
+    these bounds do not.
+    """
+    if any(prev is not before for (_, before, _), (prev, _, _)
+           in itertools.pairwise(increments)):
+        return None
+    count = 0
+    readings = [(0, increments[0][0].t)]
+    for _prev, cur, n in increments:
+        count += n
+        readings.append((count, cur.t))
+    if count < MIN_STEPS:
+        return None
+    # Step c ended by t (an upper bound on its time), step c + 1 after t (a lower one).
+    shortest = max(((t_late - t_early) / (c_late + 1 - c_early)
+                    for c_early, t_early in readings for c_late, t_late in readings
+                    if c_late + 1 > c_early), default=0.0)
+    longest = min(((t_late - t_early) / (c_late - c_early - 1)
+                   for c_early, t_early in readings for c_late, t_late in readings
+                   if c_late - c_early - 1 > 0), default=math.inf)
+    if not shortest < longest < math.inf:
+        return None
+    pace = (shortest + longest) / 2
+    return float(count), count * pace, (longest - shortest) / (longest + shortest)

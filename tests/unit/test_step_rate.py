@@ -109,3 +109,25 @@ def test_a_first_reading_misread_high_does_not_hide_the_rate() -> None:
 def test_too_short_or_flat_is_unknown() -> None:
     assert steps_per_second(readings([0, 10])[:1]) is None
     assert steps_per_second(readings([5, 5, 5])) is None
+
+
+#: A loop of 2.0 s steps read every second (its truth: 0.495 steps/s over these
+#: readings), the first two readings 2 s apart: each move sits at the same place
+#: in its bracket, and the middles of the brackets read the rate 3 % low.
+SLOW_STEADY = [(69.722, 5), (71.734, 6), (72.746, 6), (73.726, 7), (74.734, 7), (75.734, 8),
+               (76.734, 8), (77.731, 9), (78.742, 9), (79.731, 10), (80.732, 10),
+               (81.731, 11), (82.734, 11), (83.731, 12)]
+
+
+def test_a_slow_steady_count_is_timed_by_every_reading() -> None:
+    readings = [StepCounterSample(t=t, name="step", value=v) for t, v in SLOW_STEADY]
+    assert steps_per_second(readings) == pytest.approx(0.495, rel=0.01)
+
+
+def test_a_count_that_changes_pace_keeps_the_middles_of_its_brackets() -> None:
+    # 1 s steps, then 3 s steps: no one pace fits every reading; the rate is the
+    # steps between the first and last moves over their time.
+    values = [0, 1, 2, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6, 7]
+    readings = [StepCounterSample(t=float(t) + 0.5, name="step", value=v)
+                for t, v in enumerate(values)]
+    assert steps_per_second(readings) == pytest.approx(6 / 12, rel=0.1)
