@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import psutil
 
+from .cpu_groups import read_cpu_groups
 from .kernel.procfs import (
     PROC,
     list_tids,
@@ -355,11 +356,13 @@ class ProcessTreeProbe:
         self._pids = tuple(p.pid for p in infos)
         named = self._names_workers is not None and self._names_workers()
         roles = classify_roles(self.target_pid, nodes, structural=not named)
+        group_of, cpu_groups = read_cpu_groups(self._pids)
         processes = tuple(
             replace(
                 p,
                 role=roles.get(p.pid, "child"),
                 threads=threads if p.pid == self.target_pid else (),
+                cpu_group=group_of.get(p.pid),
             )
             for p in infos
         )
@@ -374,6 +377,7 @@ class ProcessTreeProbe:
             processes=processes,
             pin_memory_thread=pin,
             error=error,
+            cpu_groups=cpu_groups,
         )
 
     # ------------------------------------------------------------- internals

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .kernel.cgroups import MemoryLimit
+from .kernel.cgroups import CpuCgroup, MemoryLimit
 
 # ---------------------------------------------------------------- processes
 
@@ -52,6 +52,9 @@ class ProcessInfo:
     #: % of a core its main thread spent runnable but waiting for a CPU
     #: (/proc/PID/schedstat): contention, as opposed to sleeping on I/O.
     cpu_wait_percent: float | None = None
+    #: Its group in the cpu cgroup hierarchy (``CpuCgroup.group`` of one of the
+    #: tree sample's ``cpu_groups``); None where unread.
+    cpu_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,9 @@ class ProcessTreeSample:
     pin_memory_thread: bool | None = None
     exit_status: int | None = None
     error: str | None = None
+    #: The CPU cgroups of the tree's processes, one per group, read at this tick:
+    #: the quota each runs under and its throttling counters.
+    cpu_groups: tuple[CpuCgroup, ...] = ()
 
     @property
     def workers(self) -> tuple[ProcessInfo, ...]:
