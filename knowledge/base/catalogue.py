@@ -182,6 +182,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("free_cores_in_compute", "cores",
      "cores free while the step computes (free_cores less what the job's compute "
      "threads hold then beyond their mean): what a new DataLoader worker would get"),
+    ("free_cores_for_loading", "cores",
+     "cores more loading would get: with DataLoader workers the cores free on average (a "
+     "worker loads beside the whole step), without them those free while the step computes "
+     "(loading moved out of the training thread leaves it computing)"),
     ("suggested_threads", "",
      "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
     ("suggested_workers", "",

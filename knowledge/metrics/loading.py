@@ -61,6 +61,7 @@ def loading_metrics(session: Session, now: float, window_s: float, known: Metric
     values |= free_cores(seen, session.host.window(now - window_s, now))
     values["compute_threads"] = compute_threads(seen)
     values["free_cores_in_compute"] = free_cores_in_compute(seen)
+    values["free_cores_for_loading"] = free_cores_for_loading(seen)
     threads = values["compute_threads"]
     values["threads_beside_worker"] = (
         None if threads is None else float(max(1, round(threads) - 1)))
@@ -251,3 +252,20 @@ def free_cores_in_compute(metrics: Metrics) -> float | None:
         return free
     helpers = max(0.0, main_cpu - training) / 100.0
     return max(0.0, free - max(0.0, (threads - 1.0) - helpers))
+
+
+def free_cores_for_loading(metrics: Metrics) -> float | None:
+    """Cores more loading would get: with DataLoader workers the mean free cores,
+    without them those free while the step computes.
+
+    A worker loads beside the whole step, not only while it computes: while the
+    loop waits for data the step's compute threads leave their cores, and a new
+    worker gets them, so the cores they hold while the step computes are not
+    taken from it. Without workers the loading itself leaves the training
+    thread, which then computes all the time: a worker gets only what the
+    compute threads leave then (``free_cores_in_compute``).
+    """
+    workers = metrics.get("num_workers")
+    if workers is None:
+        return None
+    return metrics.get("free_cores" if workers >= 1 else "free_cores_in_compute")

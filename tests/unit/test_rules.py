@@ -416,6 +416,30 @@ RULE_CASES: dict[str, Cases] = {
             k(workers=2, worker_cpu=20.0, worker_cpu_wait=50.0, phases=mix(data_wait=0.5)),
         ),
     ),
+    # Workers asleep (not running, not waiting for a CPU) while the job reads
+    # nothing from disk: they wait on input from elsewhere.
+    "workers_wait_on_input": Cases(
+        fires=(
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.5)),
+            # Busy cores do not make more workers useless: they hardly need one.
+            k(workers=2, worker_cpu=30.0, worker_cpu_wait=20.0, read_mb_s=0.5,
+              disk_read_mb=0.0, host_cpu=100.0, phases=mix(data_wait=0.10)),
+        ),
+        misses=(
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.099)),
+            # Reading from disk: storage (workers_wait_on_reads).
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0,
+              disk_read_mb=1.0, phases=mix(data_wait=0.5)),
+            # Computing more than sleeping: CPU-bound.
+            k(workers=1, worker_cpu=50.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.5)),
+            # Waiting for a CPU more than sleeping: contention.
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=50.0, read_mb_s=0.0,
+              disk_read_mb=0.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
     "disk_saturated_reads": Cases(
         fires=(k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),),
         misses=(
