@@ -21,8 +21,8 @@ from .expressions import Condition, ExpressionError
 from .findings import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
-EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "fewer", "document",
-                         "none"]
+EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "quota", "fewer",
+                         "document", "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 
@@ -35,6 +35,7 @@ class GainSpec:
     ``metric`` (a phase fraction) bounds the speed-up at 1 / (1 - p * removable).
     ``parallel``: Amdahl with the phase ``metric`` run ``factor`` times wider.
     ``workers``: more DataLoader workers, limited by the free cores (gains.py).
+    ``quota``: the job's CPU quota raised to what it would use (``quota_target``).
     ``fewer``: the phase ``metric`` run ``times`` times less often.
     ``document``: the documents' figure for ``technique`` (resolved against the
     knowledge base's technique effects). ``none``: the benefit is not speed.

@@ -41,6 +41,10 @@ LOW_EFFICIENCY = 0.7
 #: moments the mean hides. On a quiet 2-core box 1 -> 2 CPU-bound workers gave
 #: 1.95x for a free-core estimate of 1.9x.
 HIGH_ALLOWANCE = 1.1
+#: How much of the CPU a raised quota gives a throttled job it may turn into
+#: more than its share of speed: the waits on threads the quota stopped
+#: mid-step go with it (docs/predictions-check.md, the quota job).
+QUOTA_HIGH = 1.15
 #: How far a phase share may be from the job's own timer: the bound aitop's phase
 #: shares are held to (docs/benchmarks.md, accuracy). A predicted range's low end
 #: assumes the share was read this much too high.
@@ -143,6 +147,44 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
                              "not a prediction"))
 
 
+def _quota(metrics: Metrics) -> Gain:
+    """The job's CPU quota raised to ``quota_target``: a range, for that quota.
+
+    A job its quota throttles runs the CPU it is given; given Q CPUs it runs
+    min(Q less what others in its group take, its demand) instead of what it
+    runs now, and its steps speed up by about that ratio R where its work per
+    step does not change. It does change: threads stopped mid-step by the quota
+    hold locks, the GIL or an OpenMP barrier that the others then wait on
+    (spinning, on the quota), so a throttled job does less per CPU second than
+    an unthrottled one and the speed-up can pass R; what lies beyond R depends
+    on those waits, which no counter shows. The range says so: from R less
+    the share of the new CPU lost to contention (``LOW_EFFICIENCY``) to R with
+    ``QUOTA_HIGH`` of it recovered, for the quota it names.
+    """
+    quota, target = metrics.get("cpu_quota"), metrics.get("quota_target")
+    demand, used_pct = metrics.get("cpu_demand"), metrics.get("proc_cpu_mean")
+    if quota is None or demand is None or used_pct is None or not used_pct:
+        return Gain(None, method="predicted",
+                    explanation="no prediction yet: the quota or the job's CPU is not known")
+    if target is None:
+        return Gain(None, method="none", explanation=(
+            f"the quota ({quota:.1f} CPUs) already reaches every CPU the job may run on, "
+            "or what it would use: more quota buys nothing; size its threads and workers "
+            "to the quota"))
+    used = used_pct / 100.0
+    others = metrics.get("cpu_group_others") or 0.0
+    runs = max(used, min(target - others, demand))
+    ratio = runs / used
+    low = 1.0 + (ratio - 1.0) * LOW_EFFICIENCY
+    high = max(low, ratio * QUOTA_HIGH)
+    mid = math.sqrt(low * high)
+    return Gain(speedup=mid, low=low, high=high, method="predicted", explanation=(
+        f"with a quota of {target:.0f} CPUs: the job runs {used:.1f} core(s) now and would "
+        f"run {runs:.1f} (what it wants: its CPU plus the time the quota held it back"
+        + (f", less {others:.1f} core(s) other processes of its group take" if others else "")
+        + f"), x{figure(ratio)} the CPU: predicted x{figure_range(low, high)}"))
+
+
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
     """Doing a phase ``times`` times less often (checkpoints, validation)."""
     p = _phase(metrics, spec.metric)
@@ -233,6 +275,8 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
         return _workers(spec, metrics)
     if spec.method == "worker_core":
         return _worker_core(spec, metrics)
+    if spec.method == "quota":
+        return _quota(metrics)
     if spec.method == "fewer" and spec.metric:
         return _fewer(spec, metrics)
     if spec.method == "parallel" and spec.metric:

@@ -185,7 +185,12 @@ def other_idle(metrics: Metrics) -> float | None:
 
 def free_cores(metrics: Metrics, hosts: list[HostSample]) -> Values:
     """Cores the job could still use (its allowance minus its use, capped by the idle
-    machine), the cores other processes keep busy, and what would be free without them."""
+    machine), the cores other processes keep busy, and what would be free without them.
+
+    The allowance is what the job may use (affinity, cpuset, CPU quota); where
+    other processes share its quota (a container's other programs), what they
+    run is spent from it too. Idle cores outside the allowance are none of its.
+    """
     values: Values = {"other_procs_cpu": None, "free_cores_without_others": None,
                       "free_cores": None}
     allowed = metrics.get("cpu_count")
@@ -195,12 +200,13 @@ def free_cores(metrics: Metrics, hosts: list[HostSample]) -> Values:
         return values
     machine_idle = hosts[-1].cpu_count * (1.0 - host / 100.0)
     others = other_processes_cores(hosts)
+    sharing = metrics.get("cpu_group_others") or 0.0
+    left = allowed - used / 100.0
     return {
         "other_procs_cpu": others,
         "free_cores_without_others": (
-            None if others is None
-            else max(0.0, min(allowed - used / 100.0, machine_idle + others))),
-        "free_cores": max(0.0, min(allowed - used / 100.0, machine_idle)),
+            None if others is None else max(0.0, min(left, machine_idle + others))),
+        "free_cores": max(0.0, min(left - sharing, machine_idle)),
     }
 
 

@@ -18,6 +18,7 @@ from .loading import loading_metrics
 from .memory import memory_metrics
 from .processes import process_metrics
 from .progress import progress_metrics, step_rate_metrics
+from .quota import limit_metrics, throttling_metrics
 from .series import series_metrics
 from .stall import stall_metrics
 from .step_phases import phase_metrics
@@ -45,7 +46,10 @@ def compute_metrics(
     metrics |= phase_metrics(session, now, window_s, has_gpu=metrics["has_gpu"] == 1.0,
                              gpu_util_mean=metrics["gpu_util_mean"])
     metrics |= step_rate_metrics(session, now, window_s)
-    metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"])
+    metrics |= limit_metrics(session, now, window_s)
+    metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"],
+                               metrics)
+    metrics |= throttling_metrics(session, now, window_s, metrics)
     metrics |= memory_metrics(session, now, window_s, metrics["proc_rss_growth"])
     metrics |= storage_metrics(session, now, window_s)
     metrics |= technique_metrics(session, now, window_s)

@@ -38,7 +38,8 @@ RULE_KEYS = (
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
              "note")
-GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "fewer", "document", "none")
+GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "quota", "fewer", "document",
+                "none")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr", "measured_by", "gpu_only", "leads_for", "last", "well_used")
 TARGET_KEYS = ("metric", "low", "high", "text", "source")
@@ -278,8 +279,8 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     note = r.opt_text(spec, "note", what, empty=True) or ""
     if "method" in spec and method not in GAIN_METHODS:
         r.report(r.line(spec, "method"), f"{what}: unknown gain method '{method}' "
-                                         "(amdahl, parallel, workers, worker_core, fewer, document "
-                                         "or none)")
+                                         "(amdahl, parallel, workers, worker_core, quota, fewer, "
+                                         "document or none)")
         return GainSpec("none")
     if method == "amdahl":
         return GainSpec("amdahl", metric=r.metric(spec, "metric", what),
@@ -287,6 +288,8 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     if method == "parallel":
         return GainSpec("parallel", metric=r.metric(spec, "metric", what),
                         factor=r.metric(spec, "factor", what), note=note)
+    if method == "quota":
+        return GainSpec("quota", note=note)
     if method in ("workers", "worker_core"):
         return GainSpec(method, metric=r.metric(spec, "metric", what, "phase_data_wait"),
                         note=note)

@@ -86,6 +86,12 @@ STUCK = k(phases=mix(other=1.0), other_frame=("Queue.get", "queue.py:171", "/job
 #: A training thread that has taken no step yet (building an optimizer reads as one).
 LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 
+#: A CPU job sized to a 2-core machine (2 torch threads, 2 workers) in a 1-CPU
+#: quota: throttled in nearly every period, a core's worth held back a second.
+QUOTA_BOUND = k(gpu=False, cpu_count=2, cpu_quota=1.0, throttled_share=0.98,
+                throttled_cores=1.0, main_cpu=60.0, busy_threads=2, workers=2,
+                worker_cpu=22.0, host_cpu=55.0, phases=mix(data_wait=0.9))
+
 RULE_CASES: dict[str, Cases] = {
     # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
     "gpu_memory_grows": Cases(
@@ -446,6 +452,20 @@ RULE_CASES: dict[str, Cases] = {
             k(iowait=50.0, disk_busy=79.9, phases=mix(data_wait=0.10)),
             k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
             k(disk_busy=100.0, worker_cpu=70.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    # The job's CPU quota throttles it in a quarter of its periods or more, holding
+    # back a third of a core's time a second or more.
+    "cpu_quota_throttles": Cases(
+        fires=(
+            k(**QUOTA_BOUND),
+            k(**{**QUOTA_BOUND, "throttled_share": 0.25, "throttled_cores": 0.3}),
+        ),
+        misses=(
+            k(**{**QUOTA_BOUND, "throttled_share": 0.24}),
+            k(**{**QUOTA_BOUND, "throttled_cores": 0.29}),
+            # The same counters without a quota (no group's quota binds): nothing to raise.
+            k(**{**QUOTA_BOUND, "cpu_quota": None}),
         ),
     ),
     "checkpoint_stalls": Cases(
