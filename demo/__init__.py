@@ -8,6 +8,7 @@ SCENARIOS: tuple[str, ...] = (
     "compile", "loading", "leak", "hang", "serving", "module_loop", "data_heavy",
     "compute_small", "checkpoint_deep", "inline_loading",
     "data_fixed", "checkpoint_fixed", "compute_fixed", "leak_fixed", "serving_batched",
+    "quota", "quota_raised", "quota_sized", "fit_loop", "fit_loop_fixed", "fit_loop_waits",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -17,6 +18,8 @@ FIXED_VARIANTS: dict[str, str] = {
     "data": "data_fixed",
     "checkpoint": "checkpoint_fixed",
     "compute": "compute_fixed",
+    "quota": "quota_raised",
+    "fit_loop": "fit_loop_fixed",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

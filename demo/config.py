@@ -39,7 +39,8 @@ class Config:
     optimizer: str = "adamw"  # or "sgd" (momentum: one state tensor per parameter)
     # "wall": decode spins until a wall-clock deadline (the original demo jobs).
     # "cpu": until the thread has used decode_ms of CPU, so the cost is real CPU
-    # work that more workers cannot conjure up on a busy machine.
+    # work that more workers cannot conjure up on a busy machine. "sleep": the
+    # sample waits decode_ms without the CPU (a remote read).
     decode_clock: str = "wall"
     augment_passes: int = 0  # >0: samples are images blurred this many times (torch ops)
     storage_blocks: int = 0  # >0: each sample is this many 4 KiB O_DIRECT disk reads
@@ -65,6 +66,10 @@ class Config:
     # Seconds the training process spends building its records in Python before
     # the first step (a script tokenizing its corpus at start): no step is taken.
     prepare_s: float = 0.0
+    # CPUs of the cgroup CPU quota the job is meant to run under (0: none), as a
+    # container's limit. A job does not give itself a quota: whoever starts it
+    # makes the cgroup (benchmarks/jobs.py start_job, tests/support/cgroups.py).
+    cpu_quota: float = 0.0
 
 
 CONFIGS: dict[str, Config] = {
@@ -131,6 +136,19 @@ CONFIGS: dict[str, Config] = {
         width=768, depth=3, batch_size=32, num_workers=1, decode_ms=0.9,
         checkpoint_every=0, threads=1, decode_clock="cpu", loop="generator",
     ),
+    # Sized to the machine, as a script that asks os.cpu_count(): a torch thread
+    # and a decoding worker per CPU, in a container allowed 1 CPU. The quota
+    # stops all of it for most of each period; the machine's other core idles.
+    "quota": Config(
+        width=512, depth=3, batch_size=32, num_workers=USABLE_CORES, decode_ms=2.0,
+        checkpoint_every=0, threads=USABLE_CORES, decode_clock="cpu", cpu_quota=1.0,
+    ),
+    # A Lightning-style loop (demo/fit_loop.py) with torch's default threads and
+    # one DataLoader worker decoding in a Python loop: the loop waits for it.
+    "fit_loop": Config(
+        width=512, depth=3, batch_size=32, num_workers=1, decode_ms=1.5,
+        checkpoint_every=0, threads=0, decode_clock="cpu", loop="fit",
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -156,6 +174,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # alone competes with them; one compute thread fewer gives it a core.
     "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
                                 "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
+    # quota with its torch threads and workers sized to its 1-CPU quota.
+    "quota_sized": ("quota", {"threads": 1, "num_workers": 1}),
+    # fit_loop whose one worker waits for each sample instead of computing it.
+    "fit_loop_waits": ("fit_loop", {"decode_clock": "sleep"}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -166,6 +188,8 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "compute_fixed": ("compute", {"threads": USABLE_CORES}),
     "leak_fixed": ("leak", {"keep_per_step": "numbers"}),
     "serving_batched": ("serving", {"serve_batch": 32}),
+    "quota_raised": ("quota", {"cpu_quota": 2.0}),
+    "fit_loop_fixed": ("fit_loop", {"num_workers": 2}),
 }
 for _name, (_base, _change) in (VARIANTS | FIXES).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

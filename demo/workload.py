@@ -45,6 +45,14 @@ Scenarios:
                  fitted on)
   inline_loading data's decoding done in the training thread (no worker) while
                  torch's default threads hold every core as the step computes
+  quota          data's loop sized to the machine (torch threads and workers =
+                 os.cpu_count()), meant to run under a 1-CPU cgroup quota that
+                 whoever starts it makes (quota_raised: 2 CPUs; quota_sized:
+                 threads and workers sized to the quota)
+  fit_loop       a Lightning-style loop (trainer, fetcher one batch ahead,
+                 training_step, a .item() logged a step) with torch's default
+                 threads and one DataLoader worker decoding in a Python loop;
+                 fit_loop_waits: the worker waits (a sleep) instead
   data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
                  the mechanical fix of data (2 workers), checkpoint (4x less
                  often), compute (threads = usable cores), leak (keep
@@ -85,6 +93,7 @@ from aitop.demo.data import (
     make_val_loader,
 )
 from aitop.demo.diskdata import real_disk_scratch
+from aitop.demo.fit_loop import fit
 from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -466,6 +475,8 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
         return train_streaming(cfg, time.time() + duration_s, truth_path, ready_file)
     if cfg.loop == "module":
         return run_module_level_script(duration_s, truth_path, ready_file)
+    if cfg.loop == "fit":
+        return fit(set_up(cfg), make_loader(cfg), duration_s, truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

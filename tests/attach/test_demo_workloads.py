@@ -27,7 +27,8 @@ from aitop.demo.diskdata import MEMORY_FILE_SYSTEMS, file_system_type, real_disk
 from support.jobs import start_job, stop_job
 
 #: Base scenario -> the one Config field its fixed variant changes.
-FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads"}
+FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads",
+                 "quota": "cpu_quota", "fit_loop": "num_workers"}
 
 
 def test_storage_data_is_on_a_real_disk_and_removed_on_sigterm(tmp_path: Path) -> None:
@@ -86,10 +87,19 @@ def test_fixed_variant_changes_only_its_setting(base: str) -> None:
     changed = {f.name for f in dataclasses.fields(Config)
                if getattr(before, f.name) != getattr(after, f.name)}
     assert changed == {FIXED_SETTING[base]}
-    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES}
+    expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES,
+                "quota": 2.0, "fit_loop": 2}
     assert getattr(after, FIXED_SETTING[base]) == expected[base]
+    if FIXED_SETTING[base] == "cpu_quota":
+        return  # a job does not give itself a quota: whoever starts it makes the group
     # The same fix, given on the command line, is the same job.
     assert with_overrides(before, **{FIXED_SETTING[base]: expected[base]}) == after
+
+
+def test_the_quota_job_is_sized_to_the_machine_and_its_variant_to_the_quota() -> None:
+    cfg, sized = CONFIGS["quota"], CONFIGS["quota_sized"]
+    assert (cfg.threads, cfg.num_workers, cfg.cpu_quota) == (USABLE_CORES, USABLE_CORES, 1.0)
+    assert (sized.threads, sized.num_workers, sized.cpu_quota) == (1, 1, 1.0)
 
 
 def test_overrides_keep_what_is_not_given() -> None:
