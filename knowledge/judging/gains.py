@@ -148,18 +148,20 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
 
 
 def _quota(metrics: Metrics) -> Gain:
-    """The job's CPU quota raised to ``quota_target``: a range, for that quota.
+    """The job's CPU quota raised to ``quota_target``: a range for that quota, where
+    the pace is its loaders'; no figure where its compute threads set it.
 
-    A job its quota throttles runs the CPU it is given; given Q CPUs it runs
-    min(Q less what others in its group take, its demand) instead of what it
-    runs now, and its steps speed up by about that ratio R where its work per
-    step does not change. It does change: threads stopped mid-step by the quota
-    hold locks, the GIL or an OpenMP barrier that the others then wait on
-    (spinning, on the quota), so a throttled job does less per CPU second than
-    an unthrottled one and the speed-up can pass R; what lies beyond R depends
-    on those waits, which no counter shows. The range says so: from R less
-    the share of the new CPU lost to contention (``LOW_EFFICIENCY``) to R with
-    ``QUOTA_HIGH`` of it recovered, for the quota it names.
+    Given Q CPUs a throttled job runs min(Q less what others of its group take,
+    its demand) instead of what it runs now: x R the CPU. Its DataLoader workers
+    are processes of one thread each, so where they set the pace (the loop waits
+    for data more than it computes, and they take more CPU than the training
+    process) batches come about R times faster. The range allows for the new CPU
+    lost to contention (``LOW_EFFICIENCY``) and for more than R (``QUOTA_HIGH``):
+    a throttled job does less per CPU second than a free one, since threads the
+    quota stops mid-step hold a lock, the GIL or an OpenMP barrier the others
+    wait on. Where the training process's compute threads set the pace, the
+    speed-up is how its operations spread over threads and what those waits
+    cost, which no counter shows: no figure, only the quota it would need.
     """
     quota, target = metrics.get("cpu_quota"), metrics.get("quota_target")
     demand, used_pct = metrics.get("cpu_demand"), metrics.get("proc_cpu_mean")
@@ -175,14 +177,30 @@ def _quota(metrics: Metrics) -> Gain:
     others = metrics.get("cpu_group_others") or 0.0
     runs = max(used, min(target - others, demand))
     ratio = runs / used
+    how = (f"with a quota of {target:.0f} CPUs the job would run {runs:.1f} core(s) instead "
+           f"of {used:.1f} (what it wants: its CPU plus the time the quota held it back"
+           + (f", less {others:.1f} core(s) other processes of its group take" if others
+              else "") + f"), x{figure(ratio)} the CPU")
+    if not _loaders_set_the_pace(metrics):
+        return Gain(None, method="none", explanation=(
+            f"{how}; its compute threads set its pace, and how its operations spread over "
+            "threads, and what threads the quota stops mid-step cost the others (OpenMP "
+            "barriers, the GIL), no counter shows: no figure"))
     low = 1.0 + (ratio - 1.0) * LOW_EFFICIENCY
     high = max(low, ratio * QUOTA_HIGH)
-    mid = math.sqrt(low * high)
-    return Gain(speedup=mid, low=low, high=high, method="predicted", explanation=(
-        f"with a quota of {target:.0f} CPUs: the job runs {used:.1f} core(s) now and would "
-        f"run {runs:.1f} (what it wants: its CPU plus the time the quota held it back"
-        + (f", less {others:.1f} core(s) other processes of its group take" if others else "")
-        + f"), x{figure(ratio)} the CPU: predicted x{figure_range(low, high)}"))
+    return Gain(speedup=math.sqrt(low * high), low=low, high=high, method="predicted",
+                explanation=(f"{how}; its DataLoader workers set its pace (one thread a "
+                             f"process): predicted x{figure_range(low, high)}"))
+
+
+def _loaders_set_the_pace(metrics: Metrics) -> bool:
+    """The loop waits for data more than it computes, and the workers run more CPU
+    than the training process."""
+    wait, compute = metrics.get("phase_data_wait"), metrics.get("phase_compute")
+    workers, main = metrics.get("workers_cpu_mean"), metrics.get("main_cpu_mean")
+    if wait is None or compute is None or workers is None or main is None:
+        return False
+    return wait >= compute and workers >= main
 
 
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:

@@ -60,7 +60,7 @@ def test_a_job_its_quota_throttles_is_told_so_first(tmp_path: Path) -> None:
                    for f in report["findings"]), ids
     # Its figure names the quota it assumes; the predictions benchmark applies it.
     assert lead["gain_method"] == "predicted"
-    assert lead["gain_explanation"].startswith("with a quota of 2 CPUs:")
+    assert lead["gain_explanation"].startswith("with a quota of 2 CPUs the job would run")
     assert lead["actions"][0].startswith("Raise the job's CPU limit to 2 CPUs")
     assert lead["actions"][1].startswith(
         "Size the job to its quota, not to the machine: torch.set_num_threads(1)")

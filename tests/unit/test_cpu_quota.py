@@ -17,12 +17,13 @@ from support.synthetic import JOB_GROUP, diagnose_job, make_session, metrics_at,
 
 RULESET = load_knowledge_base().rules
 
-#: A CPU job sized to a 2-core machine (2 torch threads, 2 workers) in a 1-CPU
-#: quota: 0.99 core used, the machine 45 % idle, throttled in 98 % of periods
-#: with a core's worth of runnable time held back each second.
+#: A CPU job sized to a 2-core machine (2 torch threads, 2 decoding workers) in
+#: a 1-CPU quota: 0.99 core used (0.69 of it the workers'), the machine 45 %
+#: idle, throttled in 98 % of periods with a core's worth of runnable time held
+#: back each second, the loop waiting for data 90 % of the time.
 THROTTLED = dict(gpu=False, cpu_count=2, cpu_quota=1.0, throttled_share=0.98,
-                 throttled_cores=1.0, main_cpu=60.0, busy_threads=2, workers=2,
-                 worker_cpu=22.0, host_cpu=55.0, phases=mix(data_wait=0.9))
+                 throttled_cores=1.0, main_cpu=30.0, busy_threads=2, workers=2,
+                 worker_cpu=37.0, host_cpu=55.0, phases=mix(data_wait=0.9))
 
 
 def test_the_cores_the_job_may_use_are_its_quotas_not_the_machines() -> None:
@@ -78,9 +79,22 @@ def test_a_throttled_job_leads_with_its_quota_not_its_data_wait() -> None:
     assert "set_num_threads(max(1, int(cpus)))" in (d.top.snippet or "")
     gain = d.top.gain
     assert gain.method == "predicted"
-    assert gain.explanation.startswith("with a quota of 2 CPUs:")
+    assert gain.explanation.startswith("with a quota of 2 CPUs the job would run 2.0 core(s) "
+                                       "instead of 1.0")
+    assert "its DataLoader workers set its pace" in gain.explanation
     # 1.99 cores wanted over 0.99 used: x2.0 the CPU.
     assert (gain.low, gain.high) == pytest.approx((1.71, 2.31), abs=0.01)
+
+
+def test_where_compute_threads_set_the_pace_more_quota_has_no_figure() -> None:
+    """How a step spreads over threads, and what a thread stopped mid-step costs the
+    others, no counter shows: the quota it needs is said, no speed-up."""
+    d = diagnose_job(RULESET, **{**THROTTLED, "main_cpu": 90.0, "worker_cpu": 7.0,
+                                  "phases": mix(data_wait=0.2)})
+    assert d.top is not None and d.top.id == "cpu_quota_throttles"
+    assert d.top.gain.speedup is None and d.top.gain.method == "none"
+    assert d.top.gain.explanation.startswith("with a quota of 2 CPUs the job would run")
+    assert d.top.gain.explanation.endswith("no counter shows: no figure")
 
 
 def test_a_quota_that_reaches_every_cpu_has_no_more_to_give() -> None:

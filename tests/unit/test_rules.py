@@ -89,8 +89,8 @@ LOADING = k(phases=mix(other=1.0), workers=0, steps_per_s=0.0, gpu=False)
 #: A CPU job sized to a 2-core machine (2 torch threads, 2 workers) in a 1-CPU
 #: quota: throttled in nearly every period, a core's worth held back a second.
 QUOTA_BOUND = k(gpu=False, cpu_count=2, cpu_quota=1.0, throttled_share=0.98,
-                throttled_cores=1.0, main_cpu=60.0, busy_threads=2, workers=2,
-                worker_cpu=22.0, host_cpu=55.0, phases=mix(data_wait=0.9))
+                throttled_cores=1.0, main_cpu=30.0, busy_threads=2, workers=2,
+                worker_cpu=37.0, host_cpu=55.0, phases=mix(data_wait=0.9))
 
 RULE_CASES: dict[str, Cases] = {
     # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
