@@ -16,15 +16,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader
-
-if TYPE_CHECKING:
-    from aitop.demo.workload import Setup
 
 #: Steps between progress-bar refreshes (tqdm's default refresh is a few a second).
 REFRESH_EVERY = 20
@@ -69,9 +65,9 @@ class Module(nn.Module):
 class Trainer:
     """Fits a module for a while: fit loop, epoch loop, step, as Lightning nests them."""
 
-    def __init__(self, job: Setup, truth: Truth, deadline: float,
+    def __init__(self, optimizer: torch.optim.Optimizer, truth: Truth, deadline: float,
                  ready_file: Path | None) -> None:
-        self.job = job
+        self.optimizer = optimizer
         self.truth = truth
         self.deadline = deadline
         self.ready_file = ready_file
@@ -97,8 +93,8 @@ class Trainer:
             t2 = time.perf_counter()
             loss.backward()
             t3 = time.perf_counter()
-            self.job.optimizer.step()
-            self.job.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
             t4 = time.perf_counter()
             for phase, seconds in (("data_wait", t1 - t0), ("forward", t2 - t1),
                                    ("backward", t3 - t2), ("optimizer", t4 - t3)):
@@ -115,8 +111,9 @@ class Trainer:
                 self.ready_file.touch()
 
 
-def fit(job: Setup, loader: DataLoader, duration_s: float, truth_path: Path | None,
+def fit(model: nn.Module, criterion: nn.Module, optimizer: torch.optim.Optimizer,
+        loader: DataLoader, duration_s: float, truth_path: Path | None,
         ready_file: Path | None = None) -> int:
-    """Fit the job's model on ``loader`` for ``duration_s`` seconds, Lightning-style."""
-    trainer = Trainer(job, Truth(truth_path), time.time() + duration_s, ready_file)
-    return trainer.fit(Module(job.model, job.criterion), loader)
+    """Fit ``model`` on ``loader`` for ``duration_s`` seconds, Lightning-style."""
+    trainer = Trainer(optimizer, Truth(truth_path), time.time() + duration_s, ready_file)
+    return trainer.fit(Module(model, criterion), loader)

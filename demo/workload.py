@@ -476,7 +476,9 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
     if cfg.loop == "module":
         return run_module_level_script(duration_s, truth_path, ready_file)
     if cfg.loop == "fit":
-        return fit(set_up(cfg), make_loader(cfg), duration_s, truth_path, ready_file)
+        job = set_up(cfg)
+        return fit(job.model, job.criterion, job.optimizer, make_loader(job.cfg), duration_s,
+                   truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()
