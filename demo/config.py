@@ -140,7 +140,7 @@ CONFIGS: dict[str, Config] = {
     # and a decoding worker per CPU, in a container allowed 1 CPU. The quota
     # stops all of it for most of each period; the machine's other core idles.
     "quota": Config(
-        width=512, depth=3, batch_size=32, num_workers=USABLE_CORES, decode_ms=2.0,
+        width=256, depth=3, batch_size=32, num_workers=USABLE_CORES, decode_ms=3.0,
         checkpoint_every=0, threads=USABLE_CORES, decode_clock="cpu", cpu_quota=1.0,
     ),
     # A Lightning-style loop (demo/fit_loop.py) with torch's default threads and
