@@ -55,11 +55,15 @@ train()
 
 def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
               extra_args: Sequence[str] = (), *, training: bool = True,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+              env: dict[str, str] | None = None,
+              cgroup: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a demo job and wait until it is training (its first truth record).
 
     ``extra_args`` go to the workload's command line, e.g. ``("--num-workers", "2")``.
     ``training=False`` returns once the process runs, before its first step.
+    ``cgroup``: the directory of a cgroup to run the job in, as a container
+    would (``cgroups.cpu_cgroup``): it is moved in as it starts, before it has
+    imported torch, so its threads and DataLoader workers are all inside.
     """
     log = truth.with_suffix(".log").open("wb")
     job = subprocess.Popen(
@@ -68,6 +72,13 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
          "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
     )
+    if cgroup is not None:
+        try:
+            (cgroup / "cgroup.procs").write_text(str(job.pid))
+        except OSError:
+            job.kill()
+            job.wait()
+            raise
     if not training:
         return job
     deadline = time.time() + 60

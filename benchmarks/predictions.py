@@ -14,6 +14,7 @@ span instead of after a warm-up).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .cgroups import LimitedCgroup, cpu_cgroup
 from .jobs import REPO, start_job, stop_job, truth_between
 
 #: Seconds aitop watches the job as it is.
@@ -41,6 +43,8 @@ class Applied:
     scenario: str
     args: tuple[str, ...]
     change: str
+    #: The CPU quota (CPUs) the fixed run is started under; None: the job's own.
+    cpu_quota: float | None = None
 
 
 #: The jobs the calibration constants were fitted on (knowledge/judging/gains.py): the
@@ -52,7 +56,8 @@ FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop")
 #: model and save interval; loading in the training thread beside torch's threads;
 #: a for-loop optimizer of another kind over wider layers, smaller batches).
 CHECK_SET = ("generator", "checkpoint_durable", "data_heavy", "compute_small",
-             "checkpoint_deep", "inline_loading", "optimizer_loop_sgd")
+             "checkpoint_deep", "inline_loading", "optimizer_loop_sgd", "quota",
+             "fit_loop")
 #: Costs a step pays again and again (``--overheads``), each fixed by its demo
 #: variant (demo/__init__.py FIXED_VARIANTS): recompiling for every new sequence
 #: length (compiled with dynamic=True), workers started every epoch (kept alive), a server
@@ -91,7 +96,22 @@ def apply_lead(base: str, report: dict[str, Any]) -> Applied | None:
     if lead == "optimizer_for_loop":
         impl = "fused" if metrics["optimizer_fusable"] == 1.0 else "foreach"
         return Applied(base, ("--optimizer-impl", impl), f"optimizer {impl}=True")
+    if lead == "cpu_quota_throttles" and metrics.get("quota_target"):
+        quota = float(metrics["quota_target"])
+        return Applied(base, (), f"CPU quota {quota:g} CPUs", cpu_quota=quota)
     return None
+
+
+def quota_group(cpus: float | None) -> contextlib.AbstractContextManager[LimitedCgroup | None]:
+    """A cgroup whose CPU quota allows ``cpus`` CPUs to run a job in; none for 0 or None."""
+    return cpu_cgroup(cpus) if cpus else contextlib.nullcontext()
+
+
+def job_quota(scenario: str) -> float | None:
+    """The CPU quota a demo job is meant to run under (its Config), None for none."""
+    from aitop.demo.config import CONFIGS
+
+    return CONFIGS[scenario].cpu_quota or None
 
 
 @dataclass(frozen=True)
@@ -142,8 +162,14 @@ def fixed_rate(applied: Applied, workdir: Path) -> float:
     """
     truth = workdir / f"{applied.scenario}-fixed.jsonl"
     truth.unlink(missing_ok=True)
-    job = start_job(applied.scenario, truth, duration_s=120.0,
-                              extra_args=applied.args)
+    with quota_group(applied.cpu_quota or job_quota(applied.scenario)) as group:
+        job = start_job(applied.scenario, truth, duration_s=120.0, extra_args=applied.args,
+                        cgroup=None if group is None else group.directory)
+        return _watched_rate(job, truth)
+
+
+def _watched_rate(job: subprocess.Popen[bytes], truth: Path) -> float:
+    """The job's own steps/s after the warm-up, aitop watching it; the job stopped after."""
     watcher = subprocess.Popen(
         [sys.executable, "-m", "aitop.tui", "--pid", str(job.pid), "--headless", "--json",
          "--duration", str(FIXED_WARMUP_S + FIXED_MEASURE_S + 1.0)],
@@ -164,11 +190,13 @@ def run_round(base: str, workdir: Path, attach_s: float = ATTACH_S) -> Outcome:
     """Diagnose the job as it is, apply the lead action, measure both by the job's count."""
     truth = workdir / f"{base}.jsonl"
     truth.unlink(missing_ok=True)
-    job = start_job(base, truth, duration_s=120.0)
-    try:
-        report = headless_report(job.pid, attach_s)
-    finally:
-        stop_job(job)
+    with quota_group(job_quota(base)) as group:
+        job = start_job(base, truth, duration_s=120.0,
+                        cgroup=None if group is None else group.directory)
+        try:
+            report = headless_report(job.pid, attach_s)
+        finally:
+            stop_job(job)
     t0, t1 = report["phase_span"]
     base_rate = float(truth_between(truth, t0, t1)["steps_per_s"])
     lead = report["findings"][0] if report["findings"] else None

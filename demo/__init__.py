@@ -12,6 +12,7 @@ SCENARIOS: tuple[str, ...] = (
     "recompile", "recompile_padded", "epoch_workers", "epoch_workers_persistent",
     "serving_preprocess", "serving_preprocess_pool", "recompile_dynamic",
     "optimizer_loop", "optimizer_loop_fixed", "optimizer_loop_sgd", "optimizer_loop_sgd_fixed",
+    "quota", "quota_raised", "quota_sized", "fit_loop", "fit_loop_fixed", "fit_loop_waits",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -26,6 +27,8 @@ FIXED_VARIANTS: dict[str, str] = {
     "serving_preprocess": "serving_preprocess_pool",
     "optimizer_loop": "optimizer_loop_fixed",
     "optimizer_loop_sgd": "optimizer_loop_sgd_fixed",
+    "quota": "quota_raised",
+    "fit_loop": "fit_loop_fixed",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

@@ -39,7 +39,8 @@ class Config:
     optimizer: str = "adamw"  # or "sgd" (momentum: one state tensor per parameter)
     # "wall": decode spins until a wall-clock deadline (the original demo jobs).
     # "cpu": until the thread has used decode_ms of CPU, so the cost is real CPU
-    # work that more workers cannot conjure up on a busy machine.
+    # work that more workers cannot conjure up on a busy machine. "sleep": the
+    # sample waits decode_ms without the CPU (a remote read).
     decode_clock: str = "wall"
     augment_passes: int = 0  # >0: samples are images blurred this many times (torch ops)
     storage_blocks: int = 0  # >0: each sample is this many 4 KiB O_DIRECT disk reads
@@ -92,6 +93,10 @@ class Config:
     # for-loop on CPU, foreach on CUDA), "foreach" or "fused" (foreach=True or
     # fused=True).
     optimizer_impl: str = ""
+    # CPUs of the cgroup CPU quota the job is meant to run under (0: none), as a
+    # container's limit. A job does not give itself a quota: whoever starts it
+    # makes the cgroup (benchmarks/jobs.py start_job, tests/support/cgroups.py).
+    cpu_quota: float = 0.0
 
 
 CONFIGS: dict[str, Config] = {
@@ -197,6 +202,19 @@ CONFIGS: dict[str, Config] = {
         width=32, depth=300, batch_size=32, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1,
     ),
+    # Sized to the machine, as a script that asks os.cpu_count(): a torch thread
+    # and a decoding worker per CPU, in a container allowed 1 CPU. The quota
+    # stops all of it for most of each period; the machine's other core idles.
+    "quota": Config(
+        width=256, depth=3, batch_size=32, num_workers=USABLE_CORES, decode_ms=3.0,
+        checkpoint_every=0, threads=USABLE_CORES, decode_clock="cpu", cpu_quota=1.0,
+    ),
+    # A Lightning-style loop (demo/fit_loop.py) with torch's default threads and
+    # one DataLoader worker decoding in a Python loop: the loop waits for it.
+    "fit_loop": Config(
+        width=512, depth=3, batch_size=32, num_workers=1, decode_ms=1.5,
+        checkpoint_every=0, threads=0, decode_clock="cpu", loop="fit",
+    ),
 }
 
 #: Scenarios that are another's loop with one thing changed (the base's shape,
@@ -222,11 +240,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # alone competes with them; one compute thread fewer gives it a core.
     "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
                                 "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
-    # optimizer_loop with another optimizer and shape: SGD with momentum (one
-    # state tensor, fewer ops per tensor) over 252 layers half as wide again,
-    # batches of 16.
-    "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 48, "depth": 250,
-                                              "batch_size": 16}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -243,6 +256,8 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
     "epoch_workers_persistent": ("epoch_workers", {"persistent_workers": True}),
     "serving_preprocess_pool": ("serving_preprocess", {"preprocess_workers": 2}),
     "optimizer_loop_fixed": ("optimizer_loop", {"optimizer_impl": "fused"}),
+    "quota_raised": ("quota", {"cpu_quota": 2.0}),
+    "fit_loop_fixed": ("fit_loop", {"num_workers": 2}),
 }
 #: Variants that fix a variant (its base is itself in VARIANTS).
 FIXES_OF_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

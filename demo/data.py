@@ -59,6 +59,16 @@ class SlowDecodeImages(SlowDecodeDataset):
         return (x.sigmoid() * 255).to(torch.uint8), y
 
 
+class WaitingDataset(SlowDecodeDataset):
+    """Samples that take their time without the CPU: each waits ``decode_ms``
+    (a fetch from object storage or a remote service, a rate limit)."""
+
+    def __getitem__(self, index: int) -> Sample:
+        time.sleep(self.decode_s)
+        generator = torch.Generator().manual_seed(index)
+        return torch.randn(self.features, generator=generator), torch.tensor(index % 10)
+
+
 class AugmentedImages(Dataset[Sample]):
     """Samples made by CPU-heavy augmentation in torch (a blur, ``passes`` times).
 
@@ -123,6 +133,8 @@ def make_dataset(cfg: Config, data_dir: Path | None) -> Dataset:
     if cfg.augment_passes > 0:
         return AugmentedImages(1_000_000, cfg.augment_passes)
     if cfg.decode_ms > 0:
+        if cfg.decode_clock == "sleep":
+            return WaitingDataset(1_000_000, 64, cfg.decode_ms)
         clock = time.thread_time if cfg.decode_clock == "cpu" else time.perf_counter
         kind = SlowDecodeImages if cfg.loop == "generator" else SlowDecodeDataset
         return kind(1_000_000, 64, cfg.decode_ms, clock)

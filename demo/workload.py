@@ -51,6 +51,14 @@ Scenarios:
                  the same with SGD (momentum) over 252 layers 48 wide, batches of 16
   optimizer_loop_fixed, optimizer_loop_sgd_fixed
                  their mechanical fix: the optimizer created with fused=True
+  quota          data's loop sized to the machine (torch threads and workers =
+                 os.cpu_count()), meant to run under a 1-CPU cgroup quota that
+                 whoever starts it makes (quota_raised: 2 CPUs; quota_sized:
+                 threads and workers sized to the quota)
+  fit_loop       a Lightning-style loop (trainer, fetcher one batch ahead,
+                 training_step, a .item() logged a step) with torch's default
+                 threads and one DataLoader worker decoding in a Python loop;
+                 fit_loop_waits: the worker waits (a sleep) instead
   data_fixed, checkpoint_fixed, compute_fixed, leak_fixed, serving_batched
                  the mechanical fix of data (2 workers), checkpoint (4x less
                  often), compute (threads = usable cores), leak (keep
@@ -108,6 +116,7 @@ from aitop.demo.data import (
 )
 from aitop.demo.diskdata import real_disk_scratch
 from aitop.demo.memory_jobs import train_records
+from aitop.demo.fit_loop import fit
 from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -501,6 +510,10 @@ def run(cfg: Config, duration_s: float, truth_path: Path | None, checkpoint_dir:
     if cfg.loop == "serve_texts":
         from aitop.demo.serve_jobs import serve_texts
         return serve_texts(cfg, duration_s, truth_path, ready_file)
+    if cfg.loop == "fit":
+        job = set_up(cfg)
+        return fit(job.model, job.criterion, job.optimizer, make_loader(job.cfg), duration_s,
+                   truth_path, ready_file)
     scratch: contextlib.AbstractContextManager[Path | None] = (
         real_disk_scratch(checkpoint_dir.parent) if cfg.storage_blocks
         else contextlib.nullcontext()

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import psutil
 
+from .cpu_groups import read_cpu_groups
 from .kernel.procfs import (
     PROC,
     list_tids,
@@ -362,6 +363,7 @@ class ProcessTreeProbe:
         roles = classify_roles(self.target_pid, nodes, structural=not named)
         private = self._private.read(self._pids) if self._private is not None else None
         rollups = private.rollups if private is not None else {}
+        group_of, cpu_groups = read_cpu_groups(self._pids)
         processes = tuple(
             replace(
                 p,
@@ -369,6 +371,7 @@ class ProcessTreeProbe:
                 threads=threads if p.pid == self.target_pid else (),
                 uss_bytes=rollups[p.pid].uss_bytes if p.pid in rollups else None,
                 pss_bytes=rollups[p.pid].pss_bytes if p.pid in rollups else None,
+                cpu_group=group_of.get(p.pid),
             )
             for p in infos
         )
@@ -384,6 +387,7 @@ class ProcessTreeProbe:
             pin_memory_thread=pin,
             error=error,
             shm_mapped_bytes=private.shm_mapped_bytes if private is not None else None,
+            cpu_groups=cpu_groups,
         )
 
     # ------------------------------------------------------------- internals

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .kernel.cgroups import MemoryLimit
+from .kernel.cgroups import CpuCgroup, MemoryLimit
 from .kernel.shm import ShmUsage
 
 # ---------------------------------------------------------------- processes
@@ -62,6 +62,9 @@ class ProcessInfo:
     #: When it started (seconds since the epoch): a worker re-created each
     #: epoch is young, a persistent one as old as the job.
     started: float | None = None
+    #: Its group in the cpu cgroup hierarchy (``CpuCgroup.group`` of one of the
+    #: tree sample's ``cpu_groups``); None where unread.
+    cpu_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,9 @@ class ProcessTreeSample:
     #: DataLoader workers and the training process), read with the private
     #: memory; None on the ticks it is not read.
     shm_mapped_bytes: int | None = None
+    #: The CPU cgroups of the tree's processes, one per group, read at this tick:
+    #: the quota each runs under and its throttling counters.
+    cpu_groups: tuple[CpuCgroup, ...] = ()
 
     @property
     def workers(self) -> tuple[ProcessInfo, ...]:

@@ -253,6 +253,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("free_cores_in_compute", "cores",
      "cores free while the step computes (free_cores less what the job's compute "
      "threads hold then beyond their mean): what a new DataLoader worker would get"),
+    ("free_cores_for_loading", "cores",
+     "cores more loading would get: with DataLoader workers the cores free on average (a "
+     "worker loads beside the whole step), without them those free while the step computes "
+     "(loading moved out of the training thread leaves it computing)"),
     ("suggested_threads", "",
      "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
     ("suggested_workers", "",
@@ -278,7 +282,38 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("uses_hf_trainer", "0/1", "1 when the Hugging Face Trainer drives the loop"),
     ("uses_accelerate", "0/1", "1 when Hugging Face Accelerate frames were seen"),
     ("pin_memory", "0/1", "1 when the pin-memory thread exists"),
-    ("cpu_count", "", "CPUs the target may use (affinity, capped by its cgroup quota)"),
+    ("cpu_count", "",
+     "CPUs the job may use: the least of its affinity, its cpuset and its cgroups' CPU quota"),
+    ("has_cpu_quota", "0/1",
+     "1 when every process of the job runs under a cgroup CPU quota (0 also where none "
+     "could be read)"),
+    ("cpu_quota", "CPUs",
+     "CPUs the job's cgroup CPU quota allows (the tightest quota over each of its processes, "
+     "summed over distinct groups); unknown where a process runs under none"),
+    ("cpu_quota_period_ms", "ms", "the quota's period (CFS bandwidth control)"),
+    ("cpuset_cpus", "", "CPUs the job's cpuset lets it run on"),
+    ("cpu_throttled_share", "fraction",
+     "share of the quota's periods in which it throttled the job's group (the increase of "
+     "cpu.stat nr_throttled over nr_periods in the window)"),
+    ("cpu_throttled_per_s", "s/s",
+     "run-queue time the quota held the job's group back per second, summed over CPUs (the "
+     "increase of cpu.stat's throttled time): 1.0 is a core's worth"),
+    ("cpu_group_cpu", "cores",
+     "CPU of every process in the job's quota group; unknown where the group's usage is not "
+     "kept with its quota (cgroup v1 with cpuacct mounted apart)"),
+    ("cpu_group_others", "cores",
+     "CPU of the processes outside the job that share its quota group (spent from its quota)"),
+    ("cpu_demand", "cores",
+     "what the job would use without its quota: its CPU plus the time the quota held it back "
+     "(its part of the group's), at most the CPUs it may run on"),
+    ("quota_target", "CPUs",
+     "the quota, in whole CPUs, that lets the job run what it wants (its demand and its "
+     "group's other processes rounded up, at most its cpuset); unknown when no more would help"),
+    ("quota_threads", "threads",
+     "torch intra-op threads sized to the quota: its whole CPUs, at least one"),
+    ("quota_workers", "",
+     "DataLoader workers sized to the quota: its whole CPUs, at least one, at most the "
+     "workers now"),
     ("local_ranks", "",
      "ranks of the target's job on this machine (1 for a single-process job, or when the "
      "job was not looked for, as in older recordings)"),
@@ -360,6 +395,8 @@ WORDS: frozenset[str] = frozenset({
     # The optimizer's for-loop update the training thread runs most
     # ("_single_tensor_adam (torch/optim/adam.py)").
     "optimizer_loop_frame",
+    # The cgroup whose CPU quota binds the job ("/kubepods/burstable/pod7/ctr").
+    "quota_group",
 })
 
 

@@ -21,8 +21,8 @@ from .expressions import Condition, ExpressionError
 from .findings import Category, Severity
 
 #: How a rule's gain is estimated (see GainSpec).
-EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "offload", "fewer",
-                         "shrink", "no_sync", "document", "none"]
+EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "offload", "quota",
+                         "fewer", "shrink", "no_sync", "document", "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 
@@ -39,6 +39,7 @@ class GainSpec:
     ``workers``: more DataLoader workers, limited by the free cores (gains.py).
     ``offload``: the phase ``metric`` moved off the thread that sets the pace,
     onto the free cores (gains.py).
+    ``quota``: the job's CPU quota raised to what it would use (``quota_target``).
     ``fewer``: the phase ``metric`` run ``times`` times less often.
     ``shrink``: predicted, the phase ``metric`` cut by ``removable`` (low..high):
     a faster implementation of the same work (a fused optimizer update).

@@ -41,6 +41,10 @@ LOW_EFFICIENCY = 0.7
 #: moments the mean hides. On a quiet 2-core box 1 -> 2 CPU-bound workers gave
 #: 1.95x for a free-core estimate of 1.9x.
 HIGH_ALLOWANCE = 1.1
+#: How much of the CPU a raised quota gives a throttled job it may turn into
+#: more than its share of speed: the waits on threads the quota stopped
+#: mid-step go with it (docs/predictions-check.md, the quota job).
+QUOTA_HIGH = 1.15
 #: How far a phase share may be from the job's own timer: the bound aitop's phase
 #: shares are held to (docs/benchmarks.md, accuracy). A predicted range's low end
 #: assumes the share was read this much too high.
@@ -171,6 +175,63 @@ def _offload(spec: GainSpec, metrics: Metrics) -> Gain:
         f"{name} is {p:.0%} of the time (x{figure(_ceiling(p))} if it left the thread "
         f"entirely), and the job's work can spread over {used:.1f} + {free:.1f} free "
         f"core(s) (x{figure(cores)}): at most x{figure(high)}; a ceiling, not a prediction"))
+
+
+
+def _quota(metrics: Metrics) -> Gain:
+    """The job's CPU quota raised to ``quota_target``: a range for that quota, where
+    the pace is its loaders'; no figure where its compute threads set it.
+
+    Given Q CPUs a throttled job runs min(Q less what others of its group take,
+    its demand) instead of what it runs now: x R the CPU. Its DataLoader workers
+    are processes of one thread each, so where they set the pace (the loop waits
+    for data more than it computes, and they take more CPU than the training
+    process) batches come about R times faster. The range allows for the new CPU
+    lost to contention (``LOW_EFFICIENCY``) and for more than R (``QUOTA_HIGH``):
+    a throttled job does less per CPU second than a free one, since threads the
+    quota stops mid-step hold a lock, the GIL or an OpenMP barrier the others
+    wait on. Where the training process's compute threads set the pace, the
+    speed-up is how its operations spread over threads and what those waits
+    cost, which no counter shows: no figure, only the quota it would need.
+    """
+    quota, target = metrics.get("cpu_quota"), metrics.get("quota_target")
+    demand, used_pct = metrics.get("cpu_demand"), metrics.get("proc_cpu_mean")
+    if quota is None or demand is None or used_pct is None or not used_pct:
+        return Gain(None, method="predicted",
+                    explanation="no prediction yet: the quota or the job's CPU is not known")
+    if target is None:
+        return Gain(None, method="none", explanation=(
+            f"the quota ({quota:.1f} CPUs) already reaches every CPU the job may run on, "
+            "or what it would use: more quota buys nothing; size its threads and workers "
+            "to the quota"))
+    used = used_pct / 100.0
+    others = metrics.get("cpu_group_others") or 0.0
+    runs = max(used, min(target - others, demand))
+    ratio = runs / used
+    how = (f"with a quota of {target:.0f} CPUs the job would run {runs:.1f} core(s) instead "
+           f"of {used:.1f} (what it wants: its CPU plus the time the quota held it back"
+           + (f", less {others:.1f} core(s) other processes of its group take" if others
+              else "") + f"), x{figure(ratio)} the CPU")
+    if not _loaders_set_the_pace(metrics):
+        return Gain(None, method="none", explanation=(
+            f"{how}; its compute threads set its pace, and how its operations spread over "
+            "threads, and what threads the quota stops mid-step cost the others (OpenMP "
+            "barriers, the GIL), no counter shows: no figure"))
+    low = 1.0 + (ratio - 1.0) * LOW_EFFICIENCY
+    high = max(low, ratio * QUOTA_HIGH)
+    return Gain(speedup=math.sqrt(low * high), low=low, high=high, method="predicted",
+                explanation=(f"{how}; its DataLoader workers set its pace (one thread a "
+                             f"process): predicted x{figure_range(low, high)}"))
+
+
+def _loaders_set_the_pace(metrics: Metrics) -> bool:
+    """The loop waits for data more than it computes, and the workers run more CPU
+    than the training process."""
+    wait, compute = metrics.get("phase_data_wait"), metrics.get("phase_compute")
+    workers, main = metrics.get("workers_cpu_mean"), metrics.get("main_cpu_mean")
+    if wait is None or compute is None or workers is None or main is None:
+        return False
+    return wait >= compute and workers >= main
 
 
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
@@ -368,6 +429,8 @@ def estimate_gain(spec: GainSpec, metrics: Metrics, facts: Facts) -> Gain:
         return _worker_core(spec, metrics)
     if spec.method == "offload" and spec.metric:
         return _offload(spec, metrics)
+    if spec.method == "quota":
+        return _quota(metrics)
     if spec.method == "fewer" and spec.metric:
         return _fewer(spec, metrics)
     if spec.method == "shrink" and spec.metric:

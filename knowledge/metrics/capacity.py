@@ -14,12 +14,8 @@ Metrics = Mapping[str, "float | None"]
 
 
 def free_for_workers(metrics: Metrics) -> float | None:
-    """Cores a new worker would get: those free while the step computes, where known.
-
-    A worker loads while the step computes, so the cores the job's own compute
-    threads take then are not its, however free they are on average.
-    """
-    free = metrics.get("free_cores_in_compute")
+    """Cores more loading would get (``free_cores_for_loading``), else the mean free cores."""
+    free = metrics.get("free_cores_for_loading")
     return metrics.get("free_cores") if free is None else free
 
 
@@ -65,11 +61,16 @@ def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:
                 f"core(s) plus the {p:.0%} of the training thread it took now")
     workers_cores = (metrics.get("workers_cpu_mean") or 0.0) / 100.0
     target = suggested_workers(metrics) or n
-    if workers_cores <= 0.05:
-        return None
-    by_cores = (workers_cores + free) / workers_cores
     by_count = target / n
-    factor = min(by_cores, by_count)
+    # Workers asleep more than they compute (on their own input) need little
+    # CPU to be doubled, free cores or not: their number is what bounds them.
+    asleep = metrics.get("worker_blocked_mean")
+    waits = asleep is not None and asleep >= workers_cores * 100.0 / n
+    if waits or workers_cores <= 0.05:
+        return (by_count, f"the {n:.0f} worker(s) wait on their input more than they "
+                f"compute ({workers_cores:.1f} core(s) together), so {target:.0f} workers "
+                f"keep {by_count:.2f}x the waits in flight")
+    factor = min((workers_cores + free) / workers_cores, by_count)
     return (factor, f"the {n:.0f} worker(s) use {workers_cores:.1f} core(s); {free:.1f} "
             f"more are free, so {target:.0f} workers can produce at most "
             f"{factor:.2f}x the batches")

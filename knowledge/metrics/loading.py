@@ -61,6 +61,7 @@ def loading_metrics(session: Session, now: float, window_s: float, known: Metric
     values |= free_cores(seen, session.host.window(now - window_s, now))
     values["compute_threads"] = compute_threads(seen)
     values["free_cores_in_compute"] = free_cores_in_compute(seen)
+    values["free_cores_for_loading"] = free_cores_for_loading(seen)
     threads = values["compute_threads"]
     values["threads_beside_worker"] = (
         None if threads is None else float(max(1, round(threads) - 1)))
@@ -184,7 +185,12 @@ def other_idle(metrics: Metrics) -> float | None:
 
 def free_cores(metrics: Metrics, hosts: list[HostSample]) -> Values:
     """Cores the job could still use (its allowance minus its use, capped by the idle
-    machine), the cores other processes keep busy, and what would be free without them."""
+    machine), the cores other processes keep busy, and what would be free without them.
+
+    The allowance is what the job may use (affinity, cpuset, CPU quota); where
+    other processes share its quota (a container's other programs), what they
+    run is spent from it too. Idle cores outside the allowance are none of its.
+    """
     values: Values = {"other_procs_cpu": None, "free_cores_without_others": None,
                       "free_cores": None}
     allowed = metrics.get("cpu_count")
@@ -194,12 +200,13 @@ def free_cores(metrics: Metrics, hosts: list[HostSample]) -> Values:
         return values
     machine_idle = hosts[-1].cpu_count * (1.0 - host / 100.0)
     others = other_processes_cores(hosts)
+    sharing = metrics.get("cpu_group_others") or 0.0
+    left = allowed - used / 100.0
     return {
         "other_procs_cpu": others,
         "free_cores_without_others": (
-            None if others is None
-            else max(0.0, min(allowed - used / 100.0, machine_idle + others))),
-        "free_cores": max(0.0, min(allowed - used / 100.0, machine_idle)),
+            None if others is None else max(0.0, min(left, machine_idle + others))),
+        "free_cores": max(0.0, min(left - sharing, machine_idle)),
     }
 
 
@@ -251,3 +258,20 @@ def free_cores_in_compute(metrics: Metrics) -> float | None:
         return free
     helpers = max(0.0, main_cpu - training) / 100.0
     return max(0.0, free - max(0.0, (threads - 1.0) - helpers))
+
+
+def free_cores_for_loading(metrics: Metrics) -> float | None:
+    """Cores more loading would get: with DataLoader workers the mean free cores,
+    without them those free while the step computes.
+
+    A worker loads beside the whole step, not only while it computes: while the
+    loop waits for data the step's compute threads leave their cores, and a new
+    worker gets them, so the cores they hold while the step computes are not
+    taken from it. Without workers the loading itself leaves the training
+    thread, which then computes all the time: a worker gets only what the
+    compute threads leave then (``free_cores_in_compute``).
+    """
+    workers = metrics.get("num_workers")
+    if workers is None:
+        return None
+    return metrics.get("free_cores" if workers >= 1 else "free_cores_in_compute")

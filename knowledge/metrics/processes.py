@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aitop.probes.samples import ProcessInfo, ProcessTreeSample
 from aitop.probes.session import Session
 
-from .units import Values, flag, mb
+from .units import Metrics, Values, flag, mb
 
 #: A thread this busy (% of a core) counts as doing work; idle pool threads sit near 0.
 BUSY_THREAD_PERCENT = 10.0
@@ -78,10 +78,12 @@ def main_busy_threads(
 
 
 def process_metrics(
-    session: Session, now: float, window_s: float, main_busy_threads_mean: float | None
+    session: Session, now: float, window_s: float, main_busy_threads_mean: float | None,
+    limits: Metrics | None = None,
 ) -> Values:
     """Workers, pin-memory thread, liveness, ranks, the cores allowed and how much
-    wider CPU compute could go (``main_busy_threads_mean``: the series' window mean)."""
+    wider CPU compute could go (``main_busy_threads_mean``: the series' window mean;
+    ``limits``: the quota and cpuset of the job's cgroups, ``quota.limit_metrics``)."""
     # The newest sample *inside* the window, so a replay cursor or a late
     # evaluation sees the state at `now`, not whatever came last.
     trees = session.processes.window(now - window_s, now)
@@ -108,6 +110,13 @@ def process_metrics(
         cores: float | None = float(env.cpus_allowed)
     else:
         cores = float(hosts[-1].cpu_count) if hosts else None
+    # What the job may use is the least of its affinity, its cpuset and the quota
+    # of every one of its processes' groups (the environment reads the main
+    # process's alone, and less often).
+    bounds = [(limits or {}).get(name) for name in ("cpu_quota", "cpuset_cpus")]
+    known_bounds = [b for b in bounds if b is not None]
+    if cores is not None and known_bounds:
+        cores = min(cores, *known_bounds)
     values["cpu_count"] = cores
     # Counted in threads, not CPU %, so that other processes loading the host do
     # not make a single-threaded job look parallel (or a parallel one look narrow).

@@ -20,6 +20,7 @@ from .memory import memory_metrics
 from .private_memory import private_memory_metrics, shm_metrics
 from .processes import process_metrics
 from .progress import progress_metrics, step_rate_metrics
+from .quota import limit_metrics, throttling_metrics
 from .series import series_metrics
 from .stall import stall_metrics
 from .step_phases import phase_metrics
@@ -49,7 +50,10 @@ def compute_metrics(
                              gpu_util_mean=metrics["gpu_util_mean"])
     metrics |= step_rate_metrics(session, now, window_s)
     metrics |= anatomy_metrics(session, now, window_s, metrics)
-    metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"])
+    metrics |= limit_metrics(session, now, window_s)
+    metrics |= process_metrics(session, now, window_s, metrics["main_busy_threads_mean"],
+                               metrics)
+    metrics |= throttling_metrics(session, now, window_s, metrics)
     metrics |= memory_metrics(session, now, window_s)
     metrics |= private_memory_metrics(session, now, metrics["mem_free_mb"])
     metrics |= shm_metrics(session, now, window_s)

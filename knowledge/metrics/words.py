@@ -13,6 +13,7 @@ from .gpu import target_devices
 from .loading import busiest_child, busiest_producer, main_data_source
 from .memory import memory_limit_words
 from .private_memory import worker_memory_words
+from .quota import quota_words
 from .stall import STALL_LOOKBACK_S, stall
 from .stall_feeder import stall_feeder
 from .step_phases import read_stacks
@@ -58,7 +59,7 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
     gpus = session.gpu.window(now - window_s, now)
     if gpus:
         words["gpu_neighbours"] = _gpu_neighbour_words(gpus[-1])
-    return words
+    return words | quota_words(session, now, window_s)
 
 
 def _stall_words(session: Session, now: float) -> dict[str, str]:

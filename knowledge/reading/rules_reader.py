@@ -38,8 +38,8 @@ RULE_KEYS = (
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
              "samples", "note")
-GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "fewer", "shrink",
-                "no_sync", "document", "none")
+GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "quota", "fewer",
+                "shrink", "no_sync", "document", "none")
 SOURCE_KEYS = ("document", "section", "quote")
 STATE_KEYS = ("id", "expr", "measured_by", "gpu_only", "leads_for", "last", "well_used")
 TARGET_KEYS = ("metric", "low", "high", "text", "source")
@@ -278,9 +278,8 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     method = spec.get("method")
     note = r.opt_text(spec, "note", what, empty=True) or ""
     if "method" in spec and method not in GAIN_METHODS:
-        r.report(r.line(spec, "method"), f"{what}: unknown gain method '{method}' "
-                                         "(amdahl, parallel, workers, worker_core, offload, "
-                                         "fewer, shrink, no_sync, document or none)")
+        known = ", ".join(GAIN_METHODS[:-1]) + f" or {GAIN_METHODS[-1]}"
+        r.report(r.line(spec, "method"), f"{what}: unknown gain method '{method}' ({known})")
         return GainSpec("none")
     if method in ("amdahl", "shrink"):
         return GainSpec(method, metric=r.metric(spec, "metric", what),
@@ -291,6 +290,8 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     if method == "parallel":
         return GainSpec("parallel", metric=r.metric(spec, "metric", what),
                         factor=r.metric(spec, "factor", what), note=note)
+    if method == "quota":
+        return GainSpec("quota", note=note)
     if method in ("workers", "worker_core"):
         return GainSpec(method, metric=r.metric(spec, "metric", what, "phase_data_wait"),
                         note=note)

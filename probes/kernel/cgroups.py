@@ -168,6 +168,41 @@ class Cgroup:
         return next((v for name, v in self.controllers if name == controller), None)
 
 
+@dataclass(frozen=True, slots=True)
+class CpuCgroup:
+    """What a process's CPU cgroup allows it and what it did with it, at one moment.
+
+    The counters are those of the group whose quota binds (the tightest on the
+    process's path: a pod's limit over its container's, a container's over the
+    job's own group), where the kernel throttles; of the process's own group
+    when no quota applies. ``None`` where unread or unlimited.
+    """
+
+    #: The process's own group in the cpu hierarchy, as /proc/PID/cgroup names it.
+    group: str
+    version: int
+    #: CPUs the tightest quota on the path allows (1.5: a core and a half), the
+    #: group that sets it and that group's period (microseconds).
+    quota_cpus: float | None = None
+    limit_group: str | None = None
+    period_us: int | None = None
+    #: How many CPUs the group may run on (its effective cpuset).
+    cpuset_count: int | None = None
+    #: Periods with runnable tasks, those the quota throttled, and the run-queue
+    #: time it held back, summed over the CPUs (microseconds).
+    nr_periods: int | None = None
+    nr_throttled: int | None = None
+    throttled_us: int | None = None
+    #: CPU time of every process in the counted group (microseconds): known only
+    #: where that same group keeps it (v2, or v1 with cpuacct mounted with cpu).
+    usage_us: int | None = None
+
+    @property
+    def counted_group(self) -> str:
+        """The group the counters are of: the one whose quota binds, else its own."""
+        return self.limit_group or self.group
+
+
 # ------------------------------------------------------------------ reading
 
 
@@ -463,3 +498,36 @@ def read_cgroup(pid: Pid, proc_root: str = PROC, cgroup_root: str | None = None,
         pids_current=_int(pids.read("pids.current")) if pids is not None else None,
         pids_max=None if pids_max in ("", "max") else _int(pids_max),
     )
+
+
+def read_cpu_cgroup(pid: Pid, proc_root: str = PROC, cgroup_root: str | None = None,
+                    reader: int | None = None) -> CpuCgroup | None:
+    """``pid``'s CPU cgroup: the binding quota and its group's throttling and usage
+    counters; None where no cpu controller is found for it."""
+    hierarchies = _hierarchies(pid, proc_root, cgroup_root, reader)
+    cpu = hierarchies.place("cpu")
+    if cpu is None:
+        return None
+    tightest = _tightest_quota(cpu)
+    counted = cpu.group if tightest is None else tightest[1]
+    _, period = _quota(cpu, counted)
+    stat = _keyed(cpu.read("cpu.stat", counted))
+    cpuset = hierarchies.place("cpuset")
+    cpus = None if cpuset is None else _cpuset(cpuset)
+    if cpu.version == 2:
+        throttled, usage = stat.get("throttled_usec"), stat.get("usage_usec")
+    else:
+        throttled = _ns_to_us(stat.get("throttled_time"))
+        # cpuacct mounted apart keeps its own groups, which need not hold the
+        # same processes: only a hierarchy with both says the group's usage.
+        together = any({"cpu", "cpuacct"} <= set(line.controllers)
+                       for line in hierarchies.lines)
+        usage = _ns_to_us(_int(cpu.read("cpuacct.usage", counted))) if together else None
+    return CpuCgroup(
+        group=cpu.group, version=cpu.version,
+        quota_cpus=None if tightest is None else tightest[0],
+        limit_group=None if tightest is None else tightest[1],
+        period_us=None if tightest is None else period,
+        cpuset_count=None if cpus is None else len(cpus),
+        nr_periods=stat.get("nr_periods"), nr_throttled=stat.get("nr_throttled"),
+        throttled_us=throttled, usage_us=usage)

@@ -30,7 +30,8 @@ from support.jobs import start_job, stop_job
 FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compute": "threads",
                  "recompile": "dynamic_shapes", "epoch_workers": "persistent_workers",
                  "serving_preprocess": "preprocess_workers",
-                 "optimizer_loop": "optimizer_impl", "optimizer_loop_sgd": "optimizer_impl"}
+                 "optimizer_loop": "optimizer_impl", "optimizer_loop_sgd": "optimizer_impl",
+                 "quota": "cpu_quota", "fit_loop": "num_workers"}
 #: The fixed value of each setting; the first three can be given on the command line.
 FIXED_VALUE = {"recompile": True, "epoch_workers": True, "serving_preprocess": 2}
 
@@ -95,10 +96,19 @@ def test_fixed_variant_changes_only_its_setting(base: str) -> None:
         assert getattr(after, FIXED_SETTING[base]) == FIXED_VALUE[base]
         return
     expected = {"data": 2, "checkpoint": 4 * before.checkpoint_every, "compute": USABLE_CORES,
-                "optimizer_loop": "fused", "optimizer_loop_sgd": "fused"}
+                "optimizer_loop": "fused", "optimizer_loop_sgd": "fused",
+                "quota": 2.0, "fit_loop": 2}
     assert getattr(after, FIXED_SETTING[base]) == expected[base]
+    if FIXED_SETTING[base] == "cpu_quota":
+        return  # a job does not give itself a quota: whoever starts it makes the group
     # The same fix, given on the command line, is the same job.
     assert with_overrides(before, **{FIXED_SETTING[base]: expected[base]}) == after
+
+
+def test_the_quota_job_is_sized_to_the_machine_and_its_variant_to_the_quota() -> None:
+    cfg, sized = CONFIGS["quota"], CONFIGS["quota_sized"]
+    assert (cfg.threads, cfg.num_workers, cfg.cpu_quota) == (USABLE_CORES, USABLE_CORES, 1.0)
+    assert (sized.threads, sized.num_workers, sized.cpu_quota) == (1, 1, 1.0)
 
 
 def test_overrides_keep_what_is_not_given() -> None:

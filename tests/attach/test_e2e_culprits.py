@@ -54,6 +54,17 @@ EXPECT: dict[str, Expect] = {
         "workers_cpu_bound": "Raise num_workers from 1 to",
         "host_cpu_saturated": "Make per-sample work cheaper",
     }, "worker batch index", ("data_wait", 0.15, 1.0)),
+    # A Lightning-style loop with torch's default threads (they fill the cores
+    # while the step computes) and one worker decoding in Python: a second
+    # worker gets the cores the compute threads leave while the loop waits.
+    "fit_loop": Expect("data_loading",
+                       {"workers_cpu_bound": "Raise num_workers from 1 to 2"}, "batch_idx",
+                       ("data_wait", 0.30, 1.0)),
+    # The same loop whose worker waits for each sample (a remote read): more
+    # workers, not queueing batches ahead nor cheaper samples.
+    "fit_loop_waits": Expect("data_loading",
+                             {"workers_wait_on_input": "Raise num_workers from 1 to 2"},
+                             "batch_idx", ("data_wait", 0.30, 1.0)),
 }
 
 

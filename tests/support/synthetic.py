@@ -18,7 +18,7 @@ evaluation window, so a full window always holds the same share of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.base.rules import RuleEngine, RuleSet
@@ -26,7 +26,7 @@ from aitop.knowledge.judging.diagnosis import Diagnoser, Facts
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.knowledge.metrics.window import compute_metrics
 from aitop.knowledge.metrics.words import compute_words
-from aitop.probes.kernel.cgroups import MemoryLimit
+from aitop.probes.kernel.cgroups import CpuCgroup, MemoryLimit
 from aitop.probes.kernel.shm import ShmUsage
 from aitop.probes.ranks import Job as RankJob
 from aitop.probes.ranks import RankProcess
@@ -227,6 +227,18 @@ class Job:
     shm_size_mb: float | None = 32000.0
     shm_used_mb: float = 100.0
     shm_mapped_mb: float = 20.0
+    #: CPUs the CPU quota of the job's cgroup allows (None: no quota); every
+    #: process of the job is in that one group.
+    cpu_quota: float | None = None
+    #: Share of the quota's periods it throttled the group, and the run-queue
+    #: time it held back per second (s/s), steady over the session.
+    throttled_share: float = 0.0
+    throttled_cores: float = 0.0
+    #: CPUs of the group's cpuset (None: every CPU of the machine).
+    cpuset: int | None = None
+    #: Cores the group's processes outside the job run, where the group keeps its
+    #: usage with its quota (None: it does not, as with v1's cpuacct mounted apart).
+    group_others: float | None = None
     # ------------------------------------------------------------ storage
     storage: bool = True
     network_fs: bool = False
@@ -360,11 +372,34 @@ def process_tree_sample(job: Job, i: int) -> ProcessTreeSample:
         )
         for k in range(job.workers)
     )
+    processes = tuple(replace(p, cpu_group=JOB_GROUP) for p in (main, *workers))
+    job_cores = sum(p.cpu_percent or 0.0 for p in processes) / 100.0
     return ProcessTreeSample(
-        t=T0 + i, target_pid=PID, alive=True, processes=(main, *workers),
-        pin_memory_thread=job.pin_memory,
+        t=T0 + i, target_pid=PID, alive=True, processes=processes,
+        pin_memory_thread=job.pin_memory, cpu_groups=(cpu_group(job, i, job_cores),),
         shm_mapped_bytes=round(job.shm_mapped_mb * 1e6) if read else None,
     )
+
+
+#: The cgroup every synthetic job's processes are in.
+JOB_GROUP = "/kubepods/pod7/job"
+#: CFS periods a second: a 50 ms period, so that a quarter of them is whole.
+PERIODS_PER_S = 20
+
+
+def cpu_group(job: Job, i: int, job_cores: float) -> CpuCgroup:
+    """The job's CPU cgroup at tick ``i``: its counters grow at the job's rates."""
+    quota = job.cpu_quota
+    return CpuCgroup(
+        group=JOB_GROUP, version=2, quota_cpus=quota,
+        limit_group=None if quota is None else JOB_GROUP,
+        period_us=None if quota is None else 50_000,
+        cpuset_count=job.cpuset or job.cpu_count,
+        nr_periods=PERIODS_PER_S * i,
+        nr_throttled=round(PERIODS_PER_S * i * job.throttled_share),
+        throttled_us=round(job.throttled_cores * 1e6 * i),
+        usage_us=(None if job.group_others is None
+                  else round((job_cores + job.group_others) * 1e6 * i)))
 
 
 def host_sample(job: Job, i: int) -> HostSample:

@@ -230,3 +230,48 @@ def test_predicted_ranges_stay_within_one_and_a_half() -> None:
             gain = estimate_gain(GainSpec("workers"), metrics, Facts())
             assert gain.low is not None and gain.high is not None
             assert gain.high / gain.low <= 1.5, (free, p, gain)
+
+
+#: A CPU job in the style of a Lightning loop on 2 cores: torch's default 2
+#: threads (the training thread and one intra-op thread) computing 35 % of the
+#: time, one DataLoader worker 90 % busy in Python, the loop waiting for data
+#: 65 %: 0.55 core free on average, none while the step computes.
+ONE_SLOW_WORKER = dict(gpu=False, cpu_count=2, host_cpu=72.5, main_cpu=55.0, busy_threads=2,
+                       thread_cpu=(30.0, 25.0), workers=1, worker_cpu=90.0,
+                       phases=mix(data_wait=0.65))
+
+
+def test_a_worker_loads_beside_the_whole_step_not_only_while_it_computes() -> None:
+    """The cores the compute threads hold while the step computes are theirs only
+    then: while the loop waits for data a second worker gets them."""
+    d = diagnose_job(RULESET, **ONE_SLOW_WORKER)
+    assert d.metrics["free_cores_in_compute"] < 0.5 <= d.metrics["free_cores"]
+    assert d.metrics["free_cores_for_loading"] == d.metrics["free_cores"]
+    assert d.top is not None and d.top.id == "workers_cpu_bound", [f.id for f in d.findings]
+    assert d.top.actions[0].startswith("Raise num_workers from 1 to 2")
+    assert "host_cpu_saturated" not in [f.id for f in d.findings]
+    # The worker's 0.9 core and 0.55 free: x1.61 the batches at most, under the
+    # ceiling of a 65 % data wait.
+    assert d.top.gain.method == "predicted"
+    assert (d.top.gain.low, d.top.gain.high) == pytest.approx((1.43, 1.77), abs=0.01)
+
+
+def test_without_workers_only_the_cores_free_while_the_step_computes_count() -> None:
+    """Loading moved out of the training thread leaves it computing all the time."""
+    d = diagnose_job(RULESET, **{**ONE_SLOW_WORKER, "workers": 0, "main_cpu": 145.0,
+                                  "thread_cpu": (90.0, 55.0)})
+    assert d.metrics["free_cores_for_loading"] == d.metrics["free_cores_in_compute"]
+    assert d.top is not None and d.top.id == "loading_beside_compute_threads"
+
+
+def test_a_worker_asleep_on_its_input_is_told_to_add_workers_not_to_prefetch() -> None:
+    """A worker that waits (a sleep, a socket) needs no free core to be doubled."""
+    d = diagnose_job(RULESET, **{**ONE_SLOW_WORKER, "worker_cpu": 8.0, "worker_cpu_wait": 2.0,
+                                  "host_cpu": 100.0, "read_mb_s": 0.0, "disk_read_mb": 0.0})
+    assert d.metrics["free_cores"] == 0.0
+    assert d.top is not None and d.top.id == "workers_wait_on_input", [f.id for f in d.findings]
+    assert d.top.actions[0].startswith("Raise num_workers from 1 to 2")
+    ids = [f.id for f in d.findings]
+    assert "host_cpu_saturated" not in ids and "data_wait_dominant" not in ids
+    # Twice the workers, each hardly using a core: x2 the batches, less contention.
+    assert (d.top.gain.low, d.top.gain.high) == pytest.approx((1.7, 2.2))

@@ -7,14 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aitop.probes.cpu_groups import read_cpu_groups
 from aitop.probes.kernel.cgroups import (
     Cgroup,
     CgroupLine,
+    CpuCgroup,
     MemoryLimit,
     cpu_limit,
     parse_cgroup,
     parse_cpu_list,
     read_cgroup,
+    read_cpu_cgroup,
 )
 from support.kernel_tree import V1_NO_MEMORY_LIMIT, V1_NO_QUOTA, KernelTree
 
@@ -212,3 +215,78 @@ def test_cgroup_lines_and_cpu_lists_parse() -> None:
 
 def _fields(group: Cgroup) -> list[tuple[str, object]]:
     return [(name, getattr(group, name)) for name in Cgroup.__dataclass_fields__]
+
+
+# ------------------------------------------------------------ the CPU reading
+
+
+def test_the_cpu_reading_counts_the_group_whose_quota_binds(tmp_path: Path) -> None:
+    """v1 with cpu and cpuacct together: the job's own quota (0.5) is the tightest."""
+    tree = KernelTree(tmp_path)
+    v1_job(tree)
+    assert read_cpu_cgroup(PID, *tree.roots) == CpuCgroup(
+        group=JOB, version=1, quota_cpus=0.5, limit_group=JOB, period_us=100_000,
+        cpuset_count=5, nr_periods=120, nr_throttled=30, throttled_us=2_500_000,
+        usage_us=7_000_000)
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_a_pods_quota_over_its_container_is_where_the_throttling_is_counted(
+        tmp_path: Path, layout: str) -> None:
+    """A pod of one CPU holding a container allowed three: the pod throttles."""
+    tree = KernelTree(tmp_path)
+    pod = "nr_periods 50\nnr_throttled 40\n"
+    ctr = "nr_periods 50\nnr_throttled 0\n"
+    if layout == "v1":
+        tree.process(PID, cgroup="2:cpu,cpuacct:/pod/ctr\n")
+        tree.v1("cpu,cpuacct", "/pod", {
+            "cpu.cfs_quota_us": "100000", "cpu.cfs_period_us": "100000",
+            "cpu.stat": pod + "throttled_time 3000000000\n", "cpuacct.usage": "8000000000"})
+        tree.v1("cpu,cpuacct", "/pod/ctr", {
+            "cpu.cfs_quota_us": "300000", "cpu.cfs_period_us": "100000",
+            "cpu.stat": ctr + "throttled_time 0\n", "cpuacct.usage": "1000"})
+    else:
+        tree.process(PID, cgroup="0::/pod/ctr\n")
+        tree.v2("/pod", {"cpu.max": "100000 100000",
+                         "cpu.stat": "usage_usec 8000000\n" + pod + "throttled_usec 3000000\n"})
+        tree.v2("/pod/ctr", {"cpu.max": "300000 100000",
+                             "cpu.stat": "usage_usec 1\n" + ctr + "throttled_usec 0\n"})
+    group = read_cpu_cgroup(PID, *tree.roots)
+    assert group is not None
+    assert (group.group, group.limit_group, group.counted_group) == ("/pod/ctr", "/pod", "/pod")
+    assert (group.quota_cpus, group.nr_throttled, group.throttled_us, group.usage_us) == (
+        1.0, 40, 3_000_000, 8_000_000)
+
+
+def test_usage_of_a_cpuacct_hierarchy_mounted_apart_is_not_the_quota_groups(
+        tmp_path: Path) -> None:
+    """This box's layout: cpuacct's groups need not hold the cpu group's processes."""
+    tree = KernelTree(tmp_path)
+    tree.process(PID, cgroup=f"3:cpuacct:/\n2:cpu:{JOB}\n0::/\n")
+    tree.v1("cpu", JOB, {"cpu.cfs_quota_us": "100000", "cpu.cfs_period_us": "100000",
+                         "cpu.stat": "nr_periods 9\nnr_throttled 9\nthrottled_time 900000\n"})
+    tree.v1("cpuacct", "/", {"cpuacct.usage": "123456789"})
+    group = read_cpu_cgroup(PID, *tree.roots)
+    assert group is not None and group.usage_us is None
+    assert (group.quota_cpus, group.nr_throttled, group.throttled_us) == (1.0, 9, 900)
+
+
+def test_no_quota_counts_the_processs_own_group(tmp_path: Path) -> None:
+    tree = KernelTree(tmp_path)
+    tree.process(PID, cgroup="0::/job\n")
+    tree.v2("/job", {"cpu.max": "max 100000", "cpu.stat": "usage_usec 5\nnr_periods 0\n"})
+    group = read_cpu_cgroup(PID, *tree.roots)
+    assert group == CpuCgroup(group="/job", version=2, nr_periods=0, usage_us=5)
+    assert read_cpu_cgroup(PID + 1, *tree.roots) is None  # no such process
+
+
+def test_every_process_of_a_job_is_placed_and_each_group_read_once(tmp_path: Path) -> None:
+    """The main process and a worker share a container; a second worker is elsewhere."""
+    tree = KernelTree(tmp_path)
+    for pid, group in ((PID, "/ctr"), (PID + 1, "/ctr"), (PID + 2, "/other")):
+        tree.process(pid, cgroup=f"0::{group}\n")
+    tree.v2("/ctr", {"cpu.max": "100000 100000", "cpu.stat": "nr_periods 4\n"})
+    tree.v2("/other", {"cpu.max": "max 100000"})
+    placed, groups = read_cpu_groups((PID, PID + 1, PID + 2, PID + 3), *tree.roots)
+    assert placed == {PID: "/ctr", PID + 1: "/ctr", PID + 2: "/other"}
+    assert [(g.group, g.quota_cpus) for g in groups] == [("/ctr", 1.0), ("/other", None)]

@@ -117,6 +117,12 @@ DDP_RANK_WAITING = k(local_ranks=2, gpu=False, cpu_count=2, busy_threads=1, main
 EVERY_PASS_SYNCS = (StepShape(24, (4, 5, 4, 4)),)
 LAST_PASS_SYNCS = (StepShape(24, (2, 2, 2, 9)),)
 
+#: A CPU job sized to a 2-core machine (2 torch threads, 2 workers) in a 1-CPU
+#: quota: throttled in nearly every period, a core's worth held back a second.
+QUOTA_BOUND = k(gpu=False, cpu_count=2, cpu_quota=1.0, throttled_share=0.98,
+                throttled_cores=1.0, main_cpu=30.0, busy_threads=2, workers=2,
+                worker_cpu=37.0, host_cpu=55.0, phases=mix(data_wait=0.9))
+
 RULE_CASES: dict[str, Cases] = {
     # GPU memory that grows 60 MB/min or more, held 20 s; none without a GPU.
     "gpu_memory_grows": Cases(
@@ -531,12 +537,50 @@ RULE_CASES: dict[str, Cases] = {
             k(workers=2, worker_cpu=20.0, worker_cpu_wait=50.0, phases=mix(data_wait=0.5)),
         ),
     ),
+    # Workers asleep (not running, not waiting for a CPU) while the job reads
+    # nothing from disk: they wait on input from elsewhere.
+    "workers_wait_on_input": Cases(
+        fires=(
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.5)),
+            # Busy cores do not make more workers useless: they hardly need one.
+            k(workers=2, worker_cpu=30.0, worker_cpu_wait=20.0, read_mb_s=0.5,
+              disk_read_mb=0.0, host_cpu=100.0, phases=mix(data_wait=0.10)),
+        ),
+        misses=(
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.099)),
+            # Reading from disk: storage (workers_wait_on_reads).
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=5.0, read_mb_s=0.0,
+              disk_read_mb=1.0, phases=mix(data_wait=0.5)),
+            # Computing more than sleeping: CPU-bound.
+            k(workers=1, worker_cpu=50.0, worker_cpu_wait=5.0, read_mb_s=0.0, disk_read_mb=0.0,
+              phases=mix(data_wait=0.5)),
+            # Waiting for a CPU more than sleeping: contention.
+            k(workers=1, worker_cpu=10.0, worker_cpu_wait=50.0, read_mb_s=0.0,
+              disk_read_mb=0.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
     "disk_saturated_reads": Cases(
         fires=(k(iowait=1.0, disk_busy=80.0, phases=mix(data_wait=0.10)),),
         misses=(
             k(iowait=50.0, disk_busy=79.9, phases=mix(data_wait=0.10)),
             k(iowait=10.0, disk_busy=80.0, phases=mix(data_wait=0.099)),
             k(disk_busy=100.0, worker_cpu=70.0, phases=mix(data_wait=0.5)),
+        ),
+    ),
+    # The job's CPU quota throttles it in a quarter of its periods or more, holding
+    # back a third of a core's time a second or more.
+    "cpu_quota_throttles": Cases(
+        fires=(
+            k(**QUOTA_BOUND),
+            k(**{**QUOTA_BOUND, "throttled_share": 0.25, "throttled_cores": 0.3}),
+        ),
+        misses=(
+            k(**{**QUOTA_BOUND, "throttled_share": 0.24}),
+            k(**{**QUOTA_BOUND, "throttled_cores": 0.29}),
+            # The same counters without a quota (no group's quota binds): nothing to raise.
+            k(**{**QUOTA_BOUND, "cpu_quota": None}),
         ),
     ),
     "checkpoint_stalls": Cases(
