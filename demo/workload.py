@@ -115,8 +115,8 @@ from aitop.demo.data import (
     make_val_loader,
 )
 from aitop.demo.diskdata import real_disk_scratch
-from aitop.demo.memory_jobs import train_records
 from aitop.demo.fit_loop import fit
+from aitop.demo.memory_jobs import train_records
 from aitop.demo.truth import Truth
 from torch import nn
 from torch.utils.data import DataLoader, Dataset

@@ -177,7 +177,6 @@ def _offload(spec: GainSpec, metrics: Metrics) -> Gain:
         f"core(s) (x{figure(cores)}): at most x{figure(high)}; a ceiling, not a prediction"))
 
 
-
 def _quota(metrics: Metrics) -> Gain:
     """The job's CPU quota raised to ``quota_target``: a range for that quota, where
     the pace is its loaders'; no figure where its compute threads set it.
