@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.jobs import stop_job, truth_between
+from benchmarks.jobs import truth_between
 from support.jobs import run_aitop
+from support.processes import start_logged, stop_tree
 
 __all__ = ["LIGHTNING", "TRANSFORMERS", "PublicRun", "rate_of", "start_public", "watch_public"]
 
@@ -44,11 +45,10 @@ def start_public(script: Path, workdir: Path, name: str, args: Sequence[str] = (
     truth = workdir / f"{name}.jsonl"
     out = workdir / f"{name}.log"
     folder = "--data-dir" if script == LIGHTNING else "--output-dir"
-    job = subprocess.Popen(
+    job = start_logged(
         [sys.executable, str(script), "--truth", str(truth), "--duration", f"{duration_s:g}",
          folder, str(workdir / f"{name}-files"), *args],
-        stdout=out.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, cwd=workdir)
+        out, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, cwd=workdir)
     deadline = time.time() + START_S
     while time.time() < deadline:
         if job.poll() is not None:
@@ -57,7 +57,7 @@ def start_public(script: Path, workdir: Path, name: str, args: Sequence[str] = (
         if truth.exists() and truth.read_text().count("\n") >= 1:
             return job, truth
         time.sleep(0.2)
-    stop_job(job)
+    stop_tree(job)
     raise AssertionError(f"{script.name} took no step within {START_S:.0f} s: "
                          + out.read_text()[-2000:])
 
@@ -97,7 +97,7 @@ def watch_public(script: Path, workdir: Path, name: str, args: Sequence[str] = (
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
                            f"{seconds:g}", timeout=seconds + 90)
     finally:
-        stop_job(job)
+        stop_tree(job)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     stacks = report["probe_states"].get("stacks", {})
