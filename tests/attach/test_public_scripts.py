@@ -134,11 +134,11 @@ def test_lightning_one_slow_worker_more_workers_help_as_shown(tmp_path: Path) ->
     assert_second_worker_helps_as_shown(LIGHTNING, tmp_path, LIGHTNING_SLOW, run)
 
 
-@pytest.mark.alone
 def test_lightning_boring_model_steps_are_counted_and_judged(tmp_path: Path) -> None:
     """BoringModel (one Linear(32, 2)): a step is microseconds of compute inside
     Lightning's hooks. Its hundred-odd steps/s are counted from Lightning's loop,
-    and the first sentence is judged (not a warm-up, not a stall)."""
+    and the first sentence is judged (not a warm-up, not a stall); whether a
+    neighbouring test's job is named first does not matter here."""
     run = watch_public(LIGHTNING, tmp_path, "boring", ("--model", "boring"), WATCH_S)
     print(run.describe())
     bottleneck = run.report["bottleneck"]
