@@ -98,8 +98,8 @@ def busiest_producer(
     By its CPU where the process probe knows it (a thread asleep in
     ``time.sleep`` has no frame of its own that says it waits), else by the
     samples py-spy saw it outside a wait. A thread that has exited since is
-    no producer: an unseen job whose producer died was told to give it "more
-    reads in flight" for 15 s before it read as stalled.
+    no producer: a dead producer gets no advice, and the loop waiting for it
+    reads as stalled (docs/diagnosis.md).
     """
     alive = live_threads(session) if session is not None else None
     best: dict[str, tuple[int, int, ThreadActivity]] = {}
@@ -159,9 +159,8 @@ def other_idle(metrics: Metrics) -> float | None:
     is unknown, so that work is never taken for waiting. Without a GPU the
     step's compute phases keep the thread on a CPU, less the time it waited for
     one (schedstat; without it nothing is credited), so that much of its CPU
-    is not 'other' work: an unseen job sleeping 10 ms a step at module level
-    read 9 % idle (its 41 % of forward and backward counted as 'other' CPU)
-    and was told to log less often.
+    is not 'other' work: counted as 'other', the compute's CPU would hide a
+    sleep in the loop behind advice about logging (docs/diagnosis.md).
     """
     other = metrics.get("phase_other")
     if other is None:
@@ -244,9 +243,8 @@ def free_cores_in_compute(metrics: Metrics) -> float | None:
     ``free_cores`` is a mean over the window. Where the job's own compute threads
     (torch's intra-op pool) fill the cores while forward and backward run and
     leave them while the training thread loads a batch, the mean shows a core
-    free that a worker running beside the compute would not have: an unseen job
-    loading 67 % of its time in its training thread, 0.55 core "free", measured
-    x0.97 with one worker against x1.4-1.7 predicted. The main process's threads
+    free that a worker running beside the compute would not have (the measured
+    case is in docs/diagnosis.md). The main process's threads
     besides the training thread work (as far as they are compute) only during the
     compute phases: their mean CPU over that share, at most one core per busy
     thread, is what they hold then.
