@@ -240,6 +240,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # alone competes with them; one compute thread fewer gives it a core.
     "inline_loading": ("data", {"num_workers": 0, "threads": 0, "decode_clock": "cpu",
                                 "width": 1024, "batch_size": 64, "decode_ms": 0.5}),
+    # optimizer_loop with another optimizer and shape: SGD with momentum (one
+    # state tensor, fewer ops per tensor) over 252 layers half as wide again,
+    # batches of 16.
+    "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 48, "depth": 250,
+                                              "batch_size": 16}),
+    # quota with its torch threads and workers sized to its 1-CPU quota.
+    "quota_sized": ("quota", {"threads": 1, "num_workers": 1}),
+    # fit_loop whose one worker waits for each sample instead of computing it.
+    "fit_loop_waits": ("fit_loop", {"decode_clock": "sleep"}),
 }
 #: The mechanical fix of each base scenario, as the one setting it changes.
 FIXES: dict[str, tuple[str, dict[str, Any]]] = {
