@@ -298,3 +298,31 @@ def _steady_pace(increments: Sequence[Interval]) -> tuple[float, float, float] |
         return None
     pace = (shortest + longest) / 2
     return float(count), count * pace, (longest - shortest) / (longest + shortest)
+
+
+def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:
+    """Why a count that starts again each epoch cannot be read this seldom, or None.
+
+    A drop to half or less is a new epoch (a batch index): it took at least the
+    rest of the epoch before it (up to the highest value seen, a lower bound on
+    its length) and the new one's steps, which bounds the pace from below. Where
+    at that pace a whole epoch fits between two readings, a reading may follow
+    one or several epochs on, with nothing to tell which: a loop of a thousand
+    steps a second over epochs of six seconds, read every two to six, read 63/s
+    as readily as 10,700/s. Such a count gives no rate.
+    """
+    named = [s for s in samples if s.value is not None and s.name is not None]
+    if not named:
+        return None
+    same = [s for s in named if s.name == named[-1].name]
+    pairs = [(a, b) for a, b in itertools.pairwise(same) if b.t > a.t and not b.start]
+    epoch = max(s.value or 0 for s in same) + 1
+    floors = [((epoch - (a.value or 0)) + (b.value or 0)) / (b.t - a.t) for a, b in pairs
+              if (b.value or 0) <= (a.value or 0) // 2]
+    if not floors or not pairs:
+        return None
+    pace, apart = max(floors), max(b.t - a.t for a, b in pairs)
+    if pace * apart < epoch:
+        return None
+    return (f"an epoch of at least {epoch} steps passes in {epoch / pace:.2g} s or less, and "
+            f"readings lie up to {apart:.2g} s apart: whole epochs may pass unseen")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from .job_log import LOG_SOURCE
 from .samples import StepCounterSample
 from .step_cycles import CYCLES_SOURCE
-from .step_rate import counter_increments, steps_per_second
+from .step_rate import counter_increments, epochs_pass_unseen, steps_per_second
 from .steps import WORKER_COUNTER
 
 #: The sources in the order they are preferred, and how a report names them.
@@ -151,6 +151,8 @@ def choose_step_readings(readings: Sequence[StepCounterSample]) -> StepReadings:
     why: dict[str, str] = {}
     rejected = None
     counted = rates[LOOP]
+    if counted is not None and (unseen := epochs_pass_unseen(by[LOOP])):
+        why[LOOP], rates[LOOP], counted = f"set aside: {unseen}", None, None
     if counted is not None and (rejected := _counter_too_fast(by[LOOP], counted, by, rates)):
         why[LOOP], rates[LOOP] = f"set aside: {rejected}", None
     workers = rates[WORKERS]

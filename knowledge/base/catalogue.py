@@ -261,6 +261,10 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "torch intra-op threads that match the cores the job gets (its CPU plus the free cores)"),
     ("suggested_workers", "",
      "DataLoader workers that would use the free cores (now + free cores / cores per worker)"),
+    ("loading_capacity", "x",
+     "how many times the batches more loading could make: the workers' cores and the cores "
+     "free for loading over the workers' cores (without workers, the training thread's "
+     "loading share moved onto them)"),
     ("data_from_queue", "0/1",
      "1 when the training thread's data waits are spent on a queue or pipe another thread "
      "or process fills (a hand-written prefetcher)"),

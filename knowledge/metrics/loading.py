@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from aitop.probes.samples import HostSample, StackWindow, ThreadActivity
 from aitop.probes.session import Session
 
-from .capacity import suggested_workers
+from .capacity import loading_capacity_factor, suggested_workers
 from .processes import BUSY_THREAD_PERCENT
 from .stall_feeder import is_gone, live_threads
 from .step_phases import read_stacks
@@ -71,6 +71,8 @@ def loading_metrics(session: Session, now: float, window_s: float, known: Metric
         else flag(known.get("proc_cpu_wait_mean") is not None)
     )
     values["suggested_workers"] = suggested_workers(seen)
+    capacity = loading_capacity_factor(seen)
+    values["loading_capacity"] = capacity[0] if capacity else None
     main_cpu, free = known.get("main_cpu_mean"), values["free_cores"]
     values["suggested_threads"] = (
         None if main_cpu is None or free is None

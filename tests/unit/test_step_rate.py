@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from aitop.probes.samples import StepCounterSample
+from aitop.probes.step_rate import epochs_pass_unseen
 from aitop.probes.steps import WORKER_COUNTER, read_counter, read_worker_index, steps_per_second
 
 
@@ -131,3 +132,16 @@ def test_a_count_that_changes_pace_keeps_the_middles_of_its_brackets() -> None:
     readings = [StepCounterSample(t=float(t) + 0.5, name="step", value=v)
                 for t, v in enumerate(values)]
     assert steps_per_second(readings) == pytest.approx(6 / 12, rel=0.1)
+
+
+def test_a_count_whose_epochs_pass_between_readings_gives_no_rate() -> None:
+    # Lightning's batch_idx at ~1,100 steps/s over epochs of 6,250 batches, read
+    # 6 s and then 2 s apart: a wrap is seen once; another may have passed unseen.
+    fast = [StepCounterSample(t=t, name="batch_idx", value=v)
+            for t, v in ((20.838, 5828), (26.842, 6205), (28.854, 2247))]
+    assert epochs_pass_unseen(fast) is not None
+    assert "passes in 5.6 s or less" in (epochs_pass_unseen(fast) or "")
+    # A slow batch index over the same epochs: a wrap is no puzzle.
+    slow = [StepCounterSample(t=float(t), name="i", value=v)
+            for t, v in ((0, 6200), (2, 6240), (4, 30), (6, 70))]
+    assert epochs_pass_unseen(slow) is None
