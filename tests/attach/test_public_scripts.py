@@ -180,6 +180,7 @@ def test_hf_trainer_one_slow_worker_more_workers_help_as_shown(tmp_path: Path) -
     assert_second_worker_helps_as_shown(TRANSFORMERS, tmp_path, HF_SLOW, run)
 
 
+@pytest.mark.alone  # beside other jobs the busy cores lead and evaluation may not show
 def test_hf_trainer_evaluating_every_few_steps_is_told_to_evaluate_less(
         tmp_path: Path) -> None:
     """``eval_strategy="steps"`` with an evaluation set much larger than the steps

@@ -81,6 +81,7 @@ def ceiling_holds(lead: dict[str, Any], base: dict[str, float],
     return measured
 
 
+@pytest.mark.alone  # its phase shares and ceiling are timed against the job's own
 def test_recompiling_after_the_first_steps_is_recompilation_not_a_warm_up(
         tmp_path: Path) -> None:
     # Attached 5 s into its recompiles; 24 s: compile_recurs holds 10 s once its
@@ -119,6 +120,7 @@ def test_recompiling_after_the_first_steps_is_recompilation_not_a_warm_up(
     ceiling_holds(lead, truth, fixed)
 
 
+@pytest.mark.alone  # its phase shares and ceiling are timed against the job's own
 def test_workers_started_again_every_epoch_are_named_with_persistent_workers(
         tmp_path: Path) -> None:
     report, truth, fixed = watch_pair("epoch_workers", "epoch_workers_persistent", tmp_path,
