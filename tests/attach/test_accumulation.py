@@ -120,8 +120,9 @@ def test_accumulation_that_all_reduces_every_pass_is_told_to_use_no_sync(
         assert metrics["backward_per_step"] != ACCUMULATE or metrics["last_backward_ratio"] is None
         assert lead["id"] in ("ranks_wait_for_each_other", "communication_dominates"), ids
         return
-    assert metrics["backward_per_step"] == ACCUMULATE
-    assert metrics["last_backward_ratio"] < 1.5
+    # The count the finding was said with is in its title (its metrics may have
+    # gone unread in the last window while it is kept by its keep_firing_for).
+    assert metrics["backward_per_step"] in (None, ACCUMULATE)
     assert lead["title"].startswith(f"Each optimizer step accumulates {ACCUMULATE} backward "
                                     "passes and every one all-reduces the gradients")
     assert "model.no_sync()" in lead["actions"][0]
