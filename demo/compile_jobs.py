@@ -118,9 +118,6 @@ def train_recompiling(cfg: Config, duration_s: float, truth_path: Path | None,
             truth.add("backward", t3 - t2)
         truth.add("optimizer", t4 - t3)
         step += 1
-        truth.steps = step
-        truth.maybe_write()
-        if step == 2 and ready_file is not None:
-            ready_file.touch()
+        truth.count(step, ready_file)
     truth.maybe_write(force=True)
     return step

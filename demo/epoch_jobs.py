@@ -100,10 +100,7 @@ def train_epochs(cfg: Config, duration_s: float, truth_path: Path | None,
                                    ("optimizer", t4 - t3)):
                 truth.add(phase, seconds)
             step += 1
-            truth.steps = step
-            truth.maybe_write()
-            if step == 2 and ready_file is not None:
-                ready_file.touch()
+            truth.count(step, ready_file)
             if time.time() >= deadline:
                 break
             t0 = time.perf_counter()

@@ -215,10 +215,7 @@ def train_records(cfg: Config, duration_s: float, truth_path: Path | None,
                 for phase, seconds in (("data_wait", t1 - t0), ("forward", t2 - t1),
                                        ("backward", t3 - t2), ("optimizer", t4 - t3)):
                     truth.add(phase, seconds)
-                truth.steps += 1
-                truth.maybe_write()
-                if truth.steps == 2 and ready_file is not None:
-                    ready_file.touch()
+                truth.count(truth.steps + 1, ready_file)
                 if time.time() >= deadline:
                     break
                 t0 = time.perf_counter()

@@ -143,10 +143,7 @@ def serve_texts(cfg: Config, duration_s: float, truth_path: Path | None,
                 model(ids)
                 truth.add("forward", time.perf_counter() - t2)
                 served += len(ids)
-                truth.steps = served
-                truth.maybe_write()
-                if served >= 2 and ready_file is not None:
-                    ready_file.touch()
+                truth.count(served, ready_file)
     finally:
         stop.set()
         client.join(timeout=10)

@@ -25,6 +25,7 @@ class Truth:
         self.steps = 0
         self.started = time.time()
         self._last_write = 0.0
+        self._ready_marked = False
 
     def add(self, phase: str, seconds: float) -> None:
         self.totals[phase] += seconds
@@ -45,6 +46,16 @@ class Truth:
             self.maybe_write(force=True)
             raise
         self.add(phase, time.perf_counter() - started)
+
+    def count(self, steps: int, ready_file: Path | None = None) -> None:
+        """The steps taken so far, written as ``maybe_write`` allows; ``ready_file``
+        is made once two are done (past start-up and the first step's lazy
+        imports): the moment tests and ``aitop demo`` wait for."""
+        self.steps = steps
+        self.maybe_write()
+        if steps >= 2 and ready_file is not None and not self._ready_marked:
+            ready_file.touch()
+            self._ready_marked = True
 
     def maybe_write(self, force: bool = False) -> None:
         """Append a record, at most every 0.5 s unless forced."""

@@ -367,10 +367,7 @@ def train_from_queue(
                                    ("backward", t3 - t2), ("optimizer", t4 - t3)):
                 truth.add(phase, seconds)
             step += 1
-            truth.steps = step
-            truth.maybe_write()
-            if step == 2 and ready_file is not None:
-                ready_file.touch()
+            truth.count(step, ready_file)
     truth.maybe_write(force=True)
     return step
 
@@ -411,10 +408,7 @@ def train_streaming(
         for phase, seconds in (("data_wait", t1 - waiting_since), ("forward", t2 - t1),
                                ("backward", t3 - t2), ("optimizer", t4 - t3)):
             truth.add(phase, seconds)
-        truth.steps += 1
-        truth.maybe_write()
-        if ready_file is not None and not ready_file.exists() and truth.steps >= 2:
-            ready_file.touch()
+        truth.count(truth.steps + 1, ready_file)
         if time.time() >= deadline:
             break
         waiting_since = time.perf_counter()
@@ -466,10 +460,7 @@ def serve(cfg: Config, duration_s: float, truth_path: Path | None,
             truth.add("data_wait", t1 - t0)
             truth.add("forward", time.perf_counter() - t1)
             served += len(batch)
-            truth.steps = served
-            truth.maybe_write()
-            if served >= 2 and ready_file is not None:
-                ready_file.touch()
+            truth.count(served, ready_file)
     truth.maybe_write(force=True)
     return served
 
