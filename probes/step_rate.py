@@ -54,11 +54,9 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     9807, 378 from a workers' index in a CI run: no new epoch, whose 378 steps
     in 2 s had tripled the rate).
     """
-    named = [s for s in samples if s.value is not None and s.name is not None]
-    if not named:
+    same = newest_count(samples)
+    if not same:
         return []
-    name = named[-1].name
-    same = [s for s in named if s.name == name]
     spikes = _spikes(same)
     same = [s for i, s in enumerate(same) if i not in spikes]
     pace = _median_rise_rate(same)
@@ -88,6 +86,13 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
             continue  # a small step back is a misreading, not a new epoch: skip it
         base = cur
     return out
+
+
+def newest_count(samples: Sequence[StepCounterSample]) -> list[StepCounterSample]:
+    """The readings of the count read last (the loop frame may change between
+    readings, and with it the name read), in order; unread ones left out."""
+    named = [s for s in samples if s.value is not None and s.name is not None]
+    return [s for s in named if s.name == named[-1].name] if named else []
 
 
 def _median_rise_rate(same: Sequence[StepCounterSample]) -> float | None:
@@ -311,10 +316,9 @@ def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:
     steps a second over epochs of six seconds, read every two to six, read 63/s
     as readily as 10,700/s. Such a count gives no rate.
     """
-    named = [s for s in samples if s.value is not None and s.name is not None]
-    if not named:
+    same = newest_count(samples)
+    if not same:
         return None
-    same = [s for s in named if s.name == named[-1].name]
     pairs = [(a, b) for a, b in itertools.pairwise(same) if b.t > a.t and not b.start]
     epoch = max(s.value or 0 for s in same) + 1
     floors = [((epoch - (a.value or 0)) + (b.value or 0)) / (b.t - a.t) for a, b in pairs
