@@ -17,14 +17,12 @@ shows must hold for the fix the job's own count measures.
 
 from __future__ import annotations
 
-import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.jobs import read_truth, run_aitop, start_job, stop_job
+from support.jobs import read_truth, watch
 
 pytestmark = pytest.mark.attach
 
@@ -39,21 +37,6 @@ def truth_shares(truth: Path, t0: float, t1: float) -> dict[str, float]:
     out = {k: (b[k] - a[k]) / elapsed for k in b if k not in ("t", "steps", "elapsed")}
     out["steps_per_s"] = (b["steps"] - a["steps"]) / elapsed
     return out
-
-
-def watch(scenario: str, workdir: Path, seconds: float,
-          settle_s: float = 0.0) -> tuple[dict[str, Any], Path]:
-    """The job, ``settle_s`` past its first step, watched headless for ``seconds``."""
-    truth = workdir / f"{scenario}.jsonl"
-    job = start_job(scenario, truth)
-    try:
-        time.sleep(settle_s)
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                           str(seconds), timeout=seconds + 90)
-    finally:
-        stop_job(job)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout), truth
 
 
 def watch_pair(base: str, fixed: str, workdir: Path, seconds: float, settle_s: float = 0.0,
