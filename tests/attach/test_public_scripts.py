@@ -208,6 +208,7 @@ def test_hf_trainer_evaluating_every_few_steps_is_told_to_evaluate_less(
         TRANSFORMERS, tmp_path, base, ("--eval-steps", "40", "--eval-samples", "1024"), run))
 
 
+@pytest.mark.alone  # its gain is the job's own count with and without the fix, timed
 def test_hf_trainer_saving_every_few_steps_is_told_to_save_less(tmp_path: Path) -> None:
     """``save_strategy="steps"`` every 2 steps with GPT-2's own vocabulary (an
     80 MB checkpoint with its optimizer state): the Trainer stops while it
