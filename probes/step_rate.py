@@ -60,7 +60,7 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     spikes = _spikes(same)
     same = [s for i, s in enumerate(same) if i not in spikes]
     pace = _median_rise_rate(same)
-    epoch = _epoch_length(same, pace)
+    epoch = _epoch_length(same, _rise_pace(same, pace))
     out: list[Interval] = []
     base = same[0]
     for i, cur in enumerate(same[1:], start=1):
@@ -105,6 +105,26 @@ def _median_rise_rate(same: Sequence[StepCounterSample]) -> float | None:
         return None
     half = len(rates) // 2
     return rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
+
+
+def _rise_pace(same: Sequence[StepCounterSample], median: float | None) -> float | None:
+    """Steps/s over all the time the count rose or held, the intervals more than
+    ``OUTLIER_FACTOR`` from ``median`` left out.
+
+    An epoch's length is read from this pace: a batch index read twice a third
+    of a second apart rises by a handful of steps, one step more or less is a
+    sixth of the pace, and the median of such intervals carries that error into
+    every epoch it sizes; the steps over all the time do not.
+    """
+    if not median:
+        return median
+    rising = [(b.value - a.value, b.t - a.t) for a, b in itertools.pairwise(same)
+              if a.value is not None and b.value is not None and b.t > a.t
+              and b.value >= a.value and not b.start]
+    kept = [(n, dt) for n, dt in rising
+            if median / OUTLIER_FACTOR <= n / dt <= median * OUTLIER_FACTOR]
+    time = sum(dt for _n, dt in kept)
+    return sum(n for n, _dt in kept) / time if time > 0 else median
 
 
 def _epoch_length(same: Sequence[StepCounterSample], pace: float | None) -> float:

@@ -62,6 +62,20 @@ def test_rate_over_readings_and_epoch_resets() -> None:
     assert steps_per_second(readings(values)) == pytest.approx(6.0)
 
 
+#: A workers' index over epochs of 120 batches started afresh each epoch, read
+#: in pairs a third of a second apart every 2-4 s (the job's own count over
+#: these readings: 19.20 steps/s). Each pair rises by 6-8 batches: the median
+#: pair's pace (22.7/s) sized the epoch and read the rate 15 % high.
+SHORT_EPOCHS = [(871.767, 103), (872.112, 111), (875.766, 61), (876.12, 67), (877.769, 99),
+                (878.121, 107), (881.766, 55), (882.107, 63)]
+
+
+def test_short_epochs_are_sized_by_the_pace_over_all_the_time() -> None:
+    readings = [StepCounterSample(t, WORKER_COUNTER, v, source="workers", paired=i % 2 == 1)
+                for i, (t, v) in enumerate(SHORT_EPOCHS)]
+    assert steps_per_second(readings) == pytest.approx(19.20, rel=0.075)
+
+
 def test_the_epoch_is_never_shorter_than_the_values_read() -> None:
     # With no pace to go by (every interval a reset), the highest value read
     # bounds the epoch: batches 0..49, so 50 - 49 + 20 after the first drop.
