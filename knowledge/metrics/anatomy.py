@@ -55,6 +55,12 @@ RATE_TOLERANCE = 1.5
 #: Mean samples in the optimizer's runs of an optimizer seen in every step: a
 #: step shorter than the sampling interval is missed in some.
 SEEN_EVERY_STEP = 1.5
+#: Seconds of samples the passes are counted from where the window's own steps
+#: do not agree. How a loop accumulates does not change from one window to the
+#: next, while the few steps of one window (a step of two micro-batches takes
+#: seconds) agree in one window and not in the next: read over the window alone,
+#: the count came and went, and a finding that must hold for seconds seldom did.
+SHAPES_LOOKBACK_S = 60.0
 
 
 def anatomy_metrics(session: Session, now: float, window_s: float, known: Metrics) -> Values:
@@ -65,7 +71,6 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
     """
     windows = read_stacks(session, now, window_s)
     total = sum(w.total_samples for w in windows)
-    span = sum(w.t_end - w.t_start for w in windows)
     used: Counter[str] = Counter()
     for w in windows:
         used.update(w.technique_samples)
@@ -78,9 +83,10 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
 
     loop = share(FOR_LOOP)
     compute = known.get("phase_compute")
-    steps = [s for w in windows for s in w.step_shapes]
-    passes, agreed = (count_passes(steps, span / total, known.get("steps_per_s"))
-                      if total else (None, []))
+    passes, agreed = passes_in(windows, known.get("steps_per_s"))
+    if passes is None and window_s < SHAPES_LOOKBACK_S:
+        passes, agreed = passes_in(read_stacks(session, now, SHAPES_LOOKBACK_S),
+                                   known.get("steps_per_s"))
     return {
         "phase_optimizer_loop": loop,
         "phase_parallel_compute": (None if compute is None or loop is None
@@ -91,6 +97,16 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
         "backward_per_step": None if passes is None else float(passes),
         "last_backward_ratio": last_backward_ratio(agreed),
     }
+
+
+def passes_in(windows: Sequence[StackWindow],
+              steps_per_s: float | None) -> tuple[int | None, list[StepShape]]:
+    """``count_passes`` over the whole steps the windows' samples show."""
+    total = sum(w.total_samples for w in windows)
+    if not total:
+        return None, []
+    span = sum(w.t_end - w.t_start for w in windows)
+    return count_passes([s for w in windows for s in w.step_shapes], span / total, steps_per_s)
 
 
 def agreeing_steps(steps: Sequence[StepShape]) -> list[StepShape]:

@@ -13,7 +13,7 @@ from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE
 from aitop.knowledge.metrics.straggler import comm_bound
 from aitop.probes.samples import StepShape
 from support.knowledge import PACKAGED
-from support.synthetic import diagnose_job, mix
+from support.synthetic import Job, diagnose_job, extend, make_session, metrics_at, mix
 
 RULESET = PACKAGED.rules
 CPU = {"gpu": False, "workers": 0, "techniques": ()}
@@ -127,3 +127,19 @@ def test_communication_that_dominates_is_bounded_by_all_it_may_cost() -> None:
     assert d.metrics["comm_share"] == pytest.approx(0.46, abs=0.01)
     assert d.metrics["comm_bound"] == pytest.approx(0.60, abs=1e-3)
     assert lead.gain.high == pytest.approx(1 / (1 - 0.60), abs=1e-3)
+
+
+def test_a_window_whose_steps_disagree_keeps_the_count_the_last_minute_shows() -> None:
+    """Each window holds a few steps of seconds each: one window's may not agree
+    (passes merged where a forward fell between samples) while the minute's do.
+    The count then comes from the minute: read from the window alone it came and
+    went, and the finding, which must hold for 5 s, was not said in a CI run
+    that read the right count at its end."""
+    agreeing = {**WAITING_RANK, "step_shapes": (StepShape(40, (8, 9, 8, 8)),)}
+    # Half the window's steps show two passes merged into one twice over.
+    merged = {**WAITING_RANK,
+              "step_shapes": (StepShape(40, (17, 16)), StepShape(40, (8, 9, 8, 8)))}
+    session = extend(make_session(40, **agreeing), Job(**merged), 41, 60)
+    assert metrics_at(session, 60)["backward_per_step"] == 4.0
+    # The window alone, with nothing agreeing before it, gives no count.
+    assert metrics_at(make_session(60, **merged), 60)["backward_per_step"] is None
