@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from support.jobs import Watched, WatchedRun, watched
+from support.jobs import WATCH_S, WATCH_S_OF, Watched, WatchedRun, watched
 
 
 @pytest.fixture(scope="session")
@@ -20,7 +20,8 @@ def watched_run(tmp_path_factory: pytest.TempPathFactory) -> WatchedRun:
     def run(scenario: str, extra_args: Sequence[str] = ()) -> Watched:
         key = (scenario, tuple(extra_args))
         if key not in runs:
-            runs[key] = watched(scenario, tmp_path_factory.mktemp(scenario), extra_args)
+            runs[key] = watched(scenario, tmp_path_factory.mktemp(scenario), extra_args,
+                                WATCH_S_OF.get(scenario, WATCH_S))
         return runs[key]
 
     return run
