@@ -54,6 +54,8 @@ class AitopRun:
     workdir: Path
     name: str
     launched_at: float = 0.0
+    #: When the wrapper started the command itself (its ``.pid`` file says).
+    command_started_at: float = 0.0
     pid: int | None = None
     wrap_result: dict[str, Any] = field(default_factory=dict)
 
@@ -65,7 +67,8 @@ class AitopRun:
         pid_file = self.out.with_suffix(".pid")
         if not _wait_file(pid_file, timeout_s):
             raise RuntimeError(f"{self.name}: aitop did not start within {timeout_s:.0f} s")
-        self.pid = int(pid_file.read_text().split()[0])
+        pid, started = pid_file.read_text().split()[:2]
+        self.pid, self.command_started_at = int(pid), float(started)
         return self.pid
 
     def cpu_seconds(self) -> float | None:
@@ -217,9 +220,12 @@ class TuiRun(TmuxRun):
         return self.first_data_s
 
     def _wait_for(self, marker: str, deadline: float) -> float | None:
+        """Seconds from the command's own start (not the tmux server's or the
+        wrapper's, which a user typing ``aitop`` does not pay) until ``marker``
+        is on the pane."""
         while time.time() < deadline:
             if marker in self.screen():
-                return time.time() - self.launched_at
+                return time.time() - self.command_started_at
             time.sleep(0.02)
         return None
 

@@ -128,10 +128,13 @@ both from `probes/cadence.py`) to a 2-GB training process with two forked worker
 As above, but the "on" period runs the real UI: `aitop --pid N` at its default
 refresh (1 s until 2026-12-01, 2 s since: see the section's date) in a detached
 tmux session of 200x50 (`tmux new-session -d -x 200 -y 50`),
-quit with the `q` key afterwards. First frame: from launching the tmux session to
-`PID N` (the UI's header) appearing in `tmux capture-pane`, polled every 20 ms —
-this is what a user sees: interpreter start, imports, attach and the first
-paint. Polling stops before the measured period starts.
+quit with the `q` key afterwards. First frame: from the start of the `aitop`
+process (stamped by the wrapper that starts it; since 2026-12-05, before that from
+launching the tmux session, which added the tmux server's and the wrapper's own
+start) to `PID N` (the UI's header) appearing in `tmux capture-pane`, polled
+every 20 ms — what a user sees: interpreter start, imports, attach and the first
+paint. aitop's bytecode is compiled first, as `pip install` does (the machine
+line's `bytecode`). Polling stops before the measured period starts.
 """,
     "session": """### aitop's own cost over a session (target 2)
 
@@ -180,9 +183,13 @@ process's `getrusage` minus its threads' clocks (none should be).
 `python -m benchmarks.run --only tmux_ui`, on a quiet machine (`uptime` under 2: the
 figures are wall clock, and the load average at start and after each run is listed).
 `aitop --pid N` (the console script) on a `compute` demo job, in a detached tmux
-session of 200x50, launched {runs} times. First frame: launch → `PID N` (the
-header) in `tmux capture-pane`, polled every 20 ms; first data: → the process
-panel's `main N` row. Keys, in the last run once a verdict is on screen, {key_rounds}
+session of 200x50, launched {runs} times. First frame: the `aitop` process's
+start → `PID N` (the header) in `tmux capture-pane`, polled every 20 ms; first
+data: → the process panel's `main N` row. aitop's bytecode is compiled first, as
+`pip install` does for the wheel (an editable checkout under
+`PYTHONDONTWRITEBYTECODE` compiles every module at each start: before
+2026-12-05 these figures included that, and the tmux server's and the wrapper's
+own start). Keys, in the last run once a verdict is on screen, {key_rounds}
 round(s) of g, f, w, i, k and ? (each followed by Escape), p twice, + and −: each
 sent with `tmux send-keys` (into the pane: tmux's own `escape-time` does not apply)
 and timed until the pane shows its answer (a detail screen instead of the main
@@ -404,8 +411,10 @@ def tmux_ui_detail(section: dict[str, Any]) -> str:
 
     p95 = (section.get("key_latency_s") or {}).get("p95")
     out = [f"* load average during the runs: {_load(section.get('load_average'))}",
-           f"* first frame (launch → header): {_sj(section.get('first_frame_s'), '.2f', ' s')}",
-           f"* first data (launch → `main N` row): {_sj(section.get('first_data_s'), '.2f', ' s')}",
+           "* first frame (aitop start → header): "
+           f"{_sj(section.get('first_frame_s'), '.2f', ' s')}",
+           "* first data (aitop start → `main N` row): "
+           f"{_sj(section.get('first_data_s'), '.2f', ' s')}",
            f"* key → answer on the pane: {ms(section.get('key_latency_s'))}, p95 "
            f"{_f(p95 * 1000 if p95 is not None else None, '.0f', ' ms')}; every key but "
            f"Escape: {ms(section.get('key_latency_but_escape_s'))}; timeouts "

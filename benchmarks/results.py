@@ -254,7 +254,7 @@ def probe_cost_rows(section: dict[str, Any]) -> list[Row]:
 def tmux_ui_rows(section: dict[str, Any]) -> list[Row]:
     """What a user meets in a real terminal: the first frame and keys (wall clock)."""
     return [
-        _row("4", "first frame, tmux: launch → header (quiet box)",
+        _row("4", "first frame, tmux: aitop start → header (quiet box)",
              _s(section.get("first_frame_s")), "≤ 0.6 s", lambda v: v <= 0.6, fmt=".2f",
              unit=" s"),
         _row("5", "key → answer on the pane, tmux (p95 judged)", _s(section.get("key_latency_s")),

@@ -1,16 +1,17 @@
 """The UI as a user meets it: first frame and key latency in a real terminal (tmux).
 
 ``aitop --pid N`` (the real console script) runs in a detached tmux session of
-200x50, as in the other TUI sections. First frame: launch of the session until
-the header (``PID N``) is on the pane (``tmux capture-pane``, polled every
-20 ms). Keys, in the last run once a diagnosis is on screen: each key is sent
-with ``tmux send-keys`` (into the pane directly: tmux's own ``escape-time``,
-which a terminal's Escape waits for, does not apply) and timed until the pane
-shows what the key does (a detail screen replaced the main one, the main one
-back, PAUSED/LIVE in the header, the refresh named there): keyboard to pixels,
-the terminal's rendering included, at a resolution of one ``capture-pane``
-(a few ms). These are wall-clock figures: they need a quiet machine (the
-section records the load average beside them).
+200x50, as in the other TUI sections. First frame: the ``aitop`` process's
+start (the wrapper stamps it) until the header (``PID N``) is on the pane
+(``tmux capture-pane``, polled every 20 ms), aitop's bytecode compiled first as
+``pip install`` does (``machine.compile_bytecode``). Keys, in the last run once
+a diagnosis is on screen: each key is sent with ``tmux send-keys`` (into the
+pane directly: tmux's own ``escape-time``, which a terminal's Escape waits for,
+does not apply) and timed until the pane shows what the key does (a detail
+screen replaced the main one, the main one back, PAUSED/LIVE in the header, the
+refresh named there): keyboard to pixels, the terminal's rendering included, at
+a resolution of one ``capture-pane`` (a few ms). These are wall-clock figures:
+they need a quiet machine (the section records the load average beside them).
 """
 
 from __future__ import annotations
