@@ -104,6 +104,12 @@ TABLE: dict[str, Row] = {
         "the soonest one process's private memory (smaps_rollup) is read again: a small "
         "job's workers are read every other second, enough points for a minute's growth to "
         "show within a 20-s report; a peer's half as often", SMAPS_COST),
+    "smaps_others_interval_s": Row(
+        30.0, 30.0, lambda v, n: v * 2,
+        "the soonest a process other than a DataLoader worker (the training process, a "
+        "launcher) has its private memory read again: no finding reads its USS growth (its "
+        "RSS, read every tick, tells its own), only the job's PSS sums it, and a 0.7-GB "
+        "training process read every 2 s took 0.66 % of a core", f"{SMAPS_COST}; {PROBE_COST}"),
     "smaps_cpu_share": Row(
         0.02, 0.02, lambda v, n: v / n,
         "the share of one core the tree's smaps_rollup reads may take: a read walks the "
@@ -138,6 +144,7 @@ class Profile:
     steps_warmup_interval_s: float
     steps_slow_interval_s: float
     smaps_interval_s: float
+    smaps_others_interval_s: float
     smaps_cpu_share: float
     evaluate_every_s: float
     evaluate_warmup_s: float

@@ -88,9 +88,11 @@ class CollectorConfig:
     steps_warmup_interval_s: float = UI.steps_warmup_interval_s
     #: Readings of a counter that moves few steps between readings (slow steps).
     steps_slow_interval_s: float = UI.steps_slow_interval_s
-    #: Private memory (``smaps_rollup``): the soonest a process is read again, and
-    #: the share of a core the reads may take (``private_memory.py``).
+    #: Private memory (``smaps_rollup``): the soonest a DataLoader worker is read
+    #: again, the soonest any other process is, and the share of a core the reads
+    #: may take (``private_memory.py``).
     smaps_interval_s: float = UI.smaps_interval_s
+    smaps_others_interval_s: float = UI.smaps_others_interval_s
     smaps_cpu_share: float = UI.smaps_cpu_share
 
     def stack_window(self, index: int) -> int:

@@ -13,14 +13,18 @@ So each process is read again only after ``cost x processes / cpu_share``
 seconds (its last read's own CPU time, measured), never sooner than
 ``min_interval_s``: the reads of the whole tree then take at most ``cpu_share``
 of one core however large the job, and a small job is read every
-``min_interval_s``. Both come from ``probes.cadence.TABLE``. The same round reads
+``min_interval_s``. Only the DataLoader workers need that pace (their copying
+is read from their USS); any other process is read no sooner than
+``others_interval_s``: the training process's own growth shows in its RSS, and
+the largest process's reads are the dearest. All come from
+``probes.cadence.TABLE``. The same round reads
 each process's ``maps`` for its ``/dev/shm`` segments (a plain text file, cheap).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from .kernel.procfs import PROC
@@ -46,12 +50,14 @@ class PrivateMemoryReader:
         min_interval_s: float,
         cpu_share: float,
         *,
+        others_interval_s: float | None = None,
         proc_root: str = PROC,
         clock: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.min_interval_s = min_interval_s
         self.cpu_share = cpu_share
+        self.others_interval_s = min_interval_s if others_interval_s is None else others_interval_s
         self._proc_root = proc_root
         self._clock = clock
         self._cpu_clock = cpu_clock
@@ -66,8 +72,13 @@ class PrivateMemoryReader:
             return float("inf")
         return max(self.min_interval_s, cost_s * max(processes, 1) / self.cpu_share)
 
-    def read(self, pids: Sequence[int]) -> PrivateReading:
-        """The rollups of the processes among ``pids`` that are due now."""
+    def read(self, pids: Sequence[int],
+             workers: Collection[int] | None = None) -> PrivateReading:
+        """The rollups of the processes among ``pids`` that are due now.
+
+        ``workers``: the DataLoader workers among them, read at their own pace;
+        the others no sooner than ``others_interval_s`` (None: all are workers'
+        pace, as when the roles are not known)."""
         now = self._clock()
         rollups: dict[int, SmapsRollup] = {}
         shm_read = False
@@ -81,7 +92,10 @@ class PrivateMemoryReader:
             rollup = read_smaps_rollup(pid, self._proc_root)
             cost = self._cpu_clock() - started
             self.cpu_spent_s += cost
-            self._due[pid] = now + self.spacing(cost, len(pids))
+            spacing = self.spacing(cost, len(pids))
+            if workers is not None and pid not in workers:
+                spacing = max(spacing, self.others_interval_s)
+            self._due[pid] = now + spacing
             if rollup is not None:
                 rollups[pid] = rollup
             segments = read_shm_mappings(pid, self._proc_root)

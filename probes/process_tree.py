@@ -361,7 +361,9 @@ class ProcessTreeProbe:
         self._pids = tuple(p.pid for p in infos)
         named = self._names_workers is not None and self._names_workers()
         roles = classify_roles(self.target_pid, nodes, structural=not named)
-        private = self._private.read(self._pids) if self._private is not None else None
+        workers = {pid for pid, role in roles.items() if role == "worker"}
+        private = (self._private.read(self._pids, workers) if self._private is not None
+                   else None)
         rollups = private.rollups if private is not None else {}
         group_of, cpu_groups = read_cpu_groups(self._pids)
         processes = tuple(

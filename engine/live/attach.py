@@ -289,7 +289,8 @@ def _build(
         return env is not None and torch_names_workers(env.torch_version)
 
     cfg = options.collector
-    private = PrivateMemoryReader(cfg.smaps_interval_s, cfg.smaps_cpu_share)
+    private = PrivateMemoryReader(cfg.smaps_interval_s, cfg.smaps_cpu_share,
+                                  others_interval_s=cfg.smaps_others_interval_s)
     try:
         process = ProcessTreeProbe(pid, popen=popen, names_workers=names_workers,
                                    private_memory=private)

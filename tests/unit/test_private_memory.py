@@ -107,6 +107,21 @@ def test_a_small_job_is_read_every_interval_and_a_big_one_as_its_cost_allows(
     assert set(read.rollups) == {14}
 
 
+def test_only_the_workers_are_read_at_their_pace(tmp_path: Path) -> None:
+    """The training process (11) is read no sooner than every 30 s: its own growth
+    shows in its RSS, and its reads are the dearest; the workers every 2 s."""
+    proc = fake_tree(tmp_path, (11, 12, 13))
+    clocks = Clocks()
+    reader = PrivateMemoryReader(2.0, 0.02, others_interval_s=30.0, proc_root=proc,
+                                 clock=clocks.wall, cpu_clock=clocks.thread)
+    assert set(reader.read((11, 12, 13), workers={12, 13}).rollups) == {11, 12, 13}
+    for _ in range(14):
+        clocks.now += 2.0
+        assert set(reader.read((11, 12, 13), workers={12, 13}).rollups) == {12, 13}
+    clocks.now += 2.0
+    assert set(reader.read((11, 12, 13), workers={12, 13}).rollups) == {11, 12, 13}
+
+
 def test_a_process_that_cannot_be_read_blanks_its_fields(tmp_path: Path) -> None:
     proc = str(KernelTree(tmp_path).proc)
     reading = PrivateMemoryReader(2.0, 0.02, proc_root=proc).read((11,))
