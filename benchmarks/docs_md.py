@@ -527,6 +527,20 @@ def section_data(sections: dict[str, Any]) -> dict[str, Any]:
     return {k: v["data"] for k, v in sections.items() if v.get("data")}
 
 
+class _Unknown:
+    """A field a failed section never recorded: "?" whatever its format."""
+
+    def __format__(self, spec: str) -> str:
+        return "?"
+
+
+class _Blanks(dict[str, Any]):
+    """Format fields, "?" for those a failed section never recorded."""
+
+    def __missing__(self, key: str) -> _Unknown:
+        return _Unknown()
+
+
 def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]) -> None:
     parts = [HEADER, "## Results against the targets", "", machine_md(machine), "",
              md_table(all_rows(section_data(sections))), "",
@@ -541,7 +555,9 @@ def write_markdown(path: Path, sections: dict[str, Any], machine: dict[str, Any]
         cfg = section.get("config", {})
         steady = section.get("data", {}).get("headless", {}).get("steady_window", "")
         fields = {"record_s": section.get("data", {}).get("record_s", "?")} | cfg
-        method = METHODS[name].format(steady=steady or "after start-up", **fields)
+        # A failed section has no config: its blanks read "?".
+        method = METHODS[name].format_map(
+            _Blanks(fields | {"steady": steady or "after start-up"}))
         parts += [method, _stamp(section), ""]
         if section.get("error"):
             parts += [f"**This section failed:** `{section['error']}`", ""]

@@ -17,6 +17,7 @@ wall-clock figures (first frame, keys in tmux) are :mod:`benchmarks.tmux_ui`'s.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -141,7 +142,10 @@ def _round(job: DemoJob, cfg: ProbeCostConfig, workdir: Path, i: int) -> dict[st
             (workdir / f"headless-{i}.stderr").open("wb") as stderr:
         headless = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=stdout,
                                     stderr=stderr, stdin=subprocess.DEVNULL)
-    ui = LedgerTuiRun(workdir, f"probe-cost-ui-{i}").start(job.pid, ui_out, cfg.fake_gpu)
+    # A tmux server of its own per round: the last round's may still be going
+    # away, and a new session sent to it then fails.
+    ui = LedgerTuiRun(workdir, f"probe-cost-ui-{i}", socket=f"aitop-cost-{os.getpid()}-{i}"
+                      ).start(job.pid, ui_out, cfg.fake_gpu)
     try:
         time.sleep(cfg.duration_s + 2.0)
         ui.quit()
