@@ -91,8 +91,9 @@ worker shares its parent's), each read charged the reading thread's CPU time
 (`time.thread_time`: the walk is the reader's system time); `status` (what RSS
 costs) beside it (`benchmarks/smaps_cost.py`). The model line applies aitop's
 rule (`probes/private_memory.py`: a process is read again after
-cost × processes / `smaps_cpu_share`, never sooner than `smaps_interval_s`,
-both from `probes/cadence.py`) to a 2-GB training process with two forked workers.
+cost × processes / `smaps_cpu_share`, never sooner than `smaps_interval_s` for a
+DataLoader worker and `smaps_others_interval_s` for any other process, all from
+`probes/cadence.py`) to a 2-GB training process with two forked workers.
 """,
     "overhead": """### Overhead, accuracy and speed of diagnosis — headless (targets 1, 3, 4)
 
@@ -465,9 +466,10 @@ def smaps_detail(section: dict[str, Any]) -> str:
                    f"| {_sj(costs.get('smaps_rollup_fork'), '.1f', ' ms', 1000)} |")
     out.append("")
     for name, m in (section.get("model") or {}).items():
-        out.append(f"* model, {name} cadences: a 2-GB training process and two workers are "
-                   f"each read every {m['spacing_s']:.1f} s: **{m['percent']:.2f} %** of one "
-                   "core")
+        main = m.get("main_spacing_s", m["spacing_s"])
+        out.append(f"* model, {name} cadences: two workers of a 2-GB training process read "
+                   f"every {m['spacing_s']:.1f} s, the training process every {main:.1f} s: "
+                   f"**{m['percent']:.2f} %** of one core")
     return "\n".join(out)
 
 

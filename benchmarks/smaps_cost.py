@@ -84,8 +84,11 @@ def run_smaps_cost(reps: int, workdir: Path, log: Log) -> dict[str, Any]:
     model: dict[str, Any] = {}
     for name, profile in (("tui", cadence.UI), ("headless", cadence.HEADLESS)):
         processes = 3  # the training process and two forked workers, 2 GB each
-        per_read = (big["smaps_rollup"]["median"] + 2 * big["smaps_rollup_fork"]["median"]) / 3
-        spacing = max(profile.smaps_interval_s, per_read * processes / profile.smaps_cpu_share)
-        model[name] = {"spacing_s": spacing,
-                       "percent": 100.0 * per_read * processes / spacing}
+        main, fork = big["smaps_rollup"]["median"], big["smaps_rollup_fork"]["median"]
+        workers_every = max(profile.smaps_interval_s,
+                            fork * processes / profile.smaps_cpu_share)
+        main_every = max(profile.smaps_others_interval_s,
+                         main * processes / profile.smaps_cpu_share)
+        model[name] = {"spacing_s": workers_every, "main_spacing_s": main_every,
+                       "percent": 100.0 * (2 * fork / workers_every + main / main_every)}
     return {"sizes_gb": list(SIZES_GB), "reps": reps, "costs": costs, "model": model}

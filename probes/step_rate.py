@@ -123,8 +123,8 @@ def _rise_pace(same: Sequence[StepCounterSample], median: float | None) -> float
               and b.value >= a.value and not b.start]
     kept = [(n, dt) for n, dt in rising
             if median / OUTLIER_FACTOR <= n / dt <= median * OUTLIER_FACTOR]
-    time = sum(dt for _n, dt in kept)
-    return sum(n for n, _dt in kept) / time if time > 0 else median
+    seconds = sum(dt for _n, dt in kept)
+    return sum(n for n, _dt in kept) / seconds if seconds > 0 else median
 
 
 def _epoch_length(same: Sequence[StepCounterSample], pace: float | None) -> float:
