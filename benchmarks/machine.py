@@ -72,9 +72,9 @@ def compile_bytecode() -> bool:
     """Write aitop's bytecode, as ``pip install`` does for the wheel it installs.
 
     An editable checkout has none, and with ``PYTHONDONTWRITEBYTECODE`` set (as on
-    CI boxes and in containers) every start compiles each module again: about a
-    sixth of a second more before the first frame than a user's install pays.
-    Start-up figures are the installed program's.
+    CI boxes and in containers) every start compiles each module again, which a
+    user's install does not pay (docs/benchmarks.md, First frame and keys in a
+    real terminal). Start-up figures are the installed program's.
     """
     return all([compileall.compile_dir(str(REPO / folder), quiet=1) for folder in PACKAGE_DIRS])
 
