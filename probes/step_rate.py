@@ -95,12 +95,16 @@ def newest_count(samples: Sequence[StepCounterSample]) -> list[StepCounterSample
     return [s for s in named if s.name == named[-1].name] if named else []
 
 
+def _rises(same: Sequence[StepCounterSample]) -> list[tuple[int, float]]:
+    """(steps, seconds) of each interval between readings that rose or held."""
+    return [(b.value - a.value, b.t - a.t) for a, b in itertools.pairwise(same)
+            if a.value is not None and b.value is not None and b.t > a.t
+            and b.value >= a.value and not b.start]
+
+
 def _median_rise_rate(same: Sequence[StepCounterSample]) -> float | None:
     """The median steps/s of the intervals that rose or held (None: none did)."""
-    rates = sorted(
-        (b.value - a.value) / (b.t - a.t) for a, b in itertools.pairwise(same)
-        if a.value is not None and b.value is not None and b.t > a.t and b.value >= a.value
-        and not b.start)
+    rates = sorted(n / dt for n, dt in _rises(same))
     if not rates:
         return None
     half = len(rates) // 2
@@ -118,10 +122,7 @@ def _rise_pace(same: Sequence[StepCounterSample], median: float | None) -> float
     """
     if not median:
         return median
-    rising = [(b.value - a.value, b.t - a.t) for a, b in itertools.pairwise(same)
-              if a.value is not None and b.value is not None and b.t > a.t
-              and b.value >= a.value and not b.start]
-    kept = [(n, dt) for n, dt in rising
+    kept = [(n, dt) for n, dt in _rises(same)
             if median / OUTLIER_FACTOR <= n / dt <= median * OUTLIER_FACTOR]
     seconds = sum(dt for _n, dt in kept)
     return sum(n for n, _dt in kept) / seconds if seconds > 0 else median
