@@ -134,6 +134,27 @@ def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
     return out
 
 
+def truth_over_windows(truth: Path,
+                       windows: Sequence[Sequence[float]]) -> dict[str, float]:
+    """Phase fractions the job measured over a report's ``phase_windows`` alone, each
+    window weighted by its samples as aitop pools them: a phase that comes in
+    blocks (a save of a second) and falls between two windows then counts for
+    neither side. Windows of a second or less are left out (mostly interpolation)."""
+    records = read_truth(truth)
+    pooled: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+    weight = 0.0
+    for t0, t1, samples in windows:
+        a, b = _at(records, t0), _at(records, t1)
+        elapsed = b["elapsed"] - a["elapsed"]
+        if elapsed <= 1.0:
+            continue
+        for p in PHASES:
+            pooled[p] += samples * (b.get(p, 0.0) - a.get(p, 0.0)) / elapsed
+        weight += samples
+    assert weight > 0, f"no window of {list(windows)} is covered by the job's own record"
+    return {p: v / weight for p, v in pooled.items()}
+
+
 class DemoJob:
     """One long-running demo job; aitop is attached to and detached from it many times.
 

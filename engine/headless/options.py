@@ -15,7 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from aitop.engine.errors import EXIT_USAGE, CliError
-from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
+from aitop.engine.live.attach import (
+    AttachError,
+    AttachOptions,
+    LiveJob,
+    attach,
+    await_launcher_ranks,
+)
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
 from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes.collector import CollectorConfig
@@ -63,6 +69,7 @@ def start_source(
 ) -> LiveJob:
     """Attach to ``pid`` (and the PIDs ``also`` named as the same job); an expected
     failure becomes one ``CliError`` line."""
+    await_launcher_ranks(pid, notify=lambda line: print(f"aitop: {line}", file=sys.stderr))
     try:
         return attach(pid, options, popen=popen, also=also)
     except AttachError as exc:

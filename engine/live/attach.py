@@ -28,10 +28,11 @@ from aitop.knowledge.metrics.straggler import JobJudgement, RankView
 from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes import cadence
 from aitop.probes.collector import Collector, CollectorConfig
+from aitop.probes.discovery import is_launcher
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
-from aitop.probes.kernel.procfs import process_alive
+from aitop.probes.kernel.procfs import process_alive, read_cmdline
 from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
@@ -42,11 +43,18 @@ from aitop.probes.status import ProbeStatus
 from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
 
-__all__ = ["AttachError", "AttachOptions", "LiveJob", "LiveSource", "attach", "job_notice",
+__all__ = ["AttachError", "AttachOptions", "LiveJob", "LiveSource", "attach",
+           "await_launcher_ranks", "job_notice",
            "options_for_peers", "peer_config", "self_cpu_seconds", "self_rss_bytes"]
 
 #: Dumps tried before attaching (a job between imports can fail one); ~1 s at most.
 PREFLIGHT_TRIES = 3
+#: How long attaching to a launcher with no ranks waits for them: torchrun's
+#: elastic agent between two attempts, or before its rendezvous completes, has
+#: no training thread, and its next ranks import torch for seconds.
+LAUNCHER_RANKS_WAIT_S = 30.0
+#: Seconds between two looks for the launcher's ranks while waiting.
+LAUNCHER_POLL_S = 0.5
 
 
 class AttachError(Exception):
@@ -140,6 +148,28 @@ def job_notice(job: Job) -> str | None:
              else "the first-started rank")  # mp.spawn ranks carry no numbers
     return (f"{job.describe()}: watching {which} (PID {watched}); give another rank's PID "
             "to watch that rank")
+
+
+def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,
+                         notify: Callable[[str], None] | None = None) -> Job:
+    """The job around ``pid``, waiting up to ``timeout_s`` for its ranks when ``pid``
+    is a launcher that has none yet (attached in the gap of an elastic restart, the
+    launcher alone would be watched for the whole run); ``notify`` is told once why
+    it waits. Other PIDs, and a launcher that never starts ranks, return at once
+    or at the deadline with what ``find_job`` sees."""
+    job = find_job(pid)
+    if job.ranks or not is_launcher(read_cmdline(pid)):
+        return job
+    if notify is not None:
+        notify(f"PID {pid} is a launcher whose ranks have not started yet (a restart or a "
+               f"rendezvous): waiting up to {timeout_s:g} s for them")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process_alive(pid):
+        time.sleep(LAUNCHER_POLL_S)
+        job = find_job(pid)
+        if job.ranks:
+            break
+    return job
 
 
 def attach(

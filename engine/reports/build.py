@@ -188,17 +188,21 @@ def environment_of(session: Session) -> s.Environment | None:
     )
 
 
-def phase_span(session: Session, diagnosis: Diagnosis | None) -> tuple[float, float] | None:
-    """[start, end] epoch seconds of the stack samples behind the phase fractions."""
+def phase_windows(session: Session,
+                  diagnosis: Diagnosis | None) -> list[tuple[float, float, float]]:
+    """``[start, end, samples]`` of each stack window behind the phase fractions."""
     if diagnosis is None:
-        return None
-    windows = [
-        w for w in session.stacks.window(diagnosis.t - diagnosis.window_s, diagnosis.t)
+        return []
+    return [
+        (round(w.t_start, 3), round(w.t_end, 3), float(w.total_samples))
+        for w in session.stacks.window(diagnosis.t - diagnosis.window_s, diagnosis.t)
         if w.error is None and w.total_samples
     ]
-    if not windows:
-        return None
-    return (round(windows[0].t_start, 3), round(windows[-1].t_end, 3))
+
+
+def phase_span(windows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """[start, end] epoch seconds of the stack samples behind the phase fractions."""
+    return (windows[0][0], windows[-1][1]) if windows else None
 
 
 def steps_span(session: Session, diagnosis: Diagnosis | None) -> tuple[float, float] | None:
@@ -292,6 +296,7 @@ def build_report(
     """The report of one run; for a multi-rank job, each rank's own view
     (engine/live/job.py's ``rank_rows``) and the job's ``judgement``."""
     d = diagnosis
+    windows = phase_windows(session, d)
     current_state = d.states[0] if d and d.states else None
     return Report(
         schema=SCHEMA,
@@ -306,7 +311,8 @@ def build_report(
         window_s=d.window_s if d else None,
         compute_device=d.compute_device if d else None,
         phases=normalised_phases(d.phases if d else None),
-        phase_span=phase_span(session, d),
+        phase_span=phase_span(windows),
+        phase_windows=windows,
         steps_per_s=_num(d.steps_per_s, 3) if d else None,
         steps_span=steps_span(session, d),
         steps_source=steps_source(session, d),

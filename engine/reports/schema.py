@@ -245,6 +245,10 @@ class Report(msgspec.Struct, kw_only=True):
     phases: dict[str, float] | None = None
     #: ``[start, end]`` epoch seconds of the stack samples behind ``phases``.
     phase_span: tuple[float, float] | None = None
+    #: ``[start, end, samples]`` of each stack window behind ``phases`` (pooled by
+    #: their samples): a job's own timers compared over these alone skip the gaps
+    #: between windows, where a phase that comes in blocks (a save) may fall.
+    phase_windows: list[tuple[float, float, float]] = []
     steps_per_s: float | None = None
     #: ``[first, last]`` epoch seconds of the counter readings behind ``steps_per_s``.
     steps_span: tuple[float, float] | None = None
@@ -333,7 +337,7 @@ class NodeReport(msgspec.Struct, kw_only=True):
 #: Fields added after /2 was first released: older /2 reports lack them, so the
 #: published schema does not require them.
 ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
-    "Report": frozenset({"job", "ranks", "job_verdict"}),
+    "Report": frozenset({"job", "ranks", "job_verdict", "phase_windows"}),
     "Rank": frozenset({"gpus"}),
     "StepsSource": frozenset({"rejected", "source", "tried"}),
 }

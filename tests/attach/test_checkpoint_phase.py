@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.jobs import WatchedRun, truth_between
+from support.jobs import WatchedRun, truth_over_windows
 
 pytestmark = pytest.mark.attach
 
@@ -20,8 +20,10 @@ pytestmark = pytest.mark.attach
 def test_the_fsync_after_a_save_counts_as_checkpoint(watched_run: WatchedRun) -> None:
     run = watched_run("checkpoint_durable")
     report = run.report
-    t0, t1 = report["phase_span"]
-    true = truth_between(run.truth, t0, t1)
+    # The job's timers over the stack windows alone: a save of about a second
+    # that fell between two windows is in neither count (over the whole span it
+    # moved the share by 0.1 when the box was loaded and the windows few).
+    true = truth_over_windows(run.truth, report["phase_windows"])
     phases, samples = report["phases"], report["metrics"]["phase_samples"]
     print(f"checkpoint aitop {phases['checkpoint']:.3f} truth {true['checkpoint']:.3f}; "
           f"other {phases['other']:.3f}; {samples:.0f} samples; truth {true}")

@@ -255,7 +255,7 @@ def test_a_server_answering_one_request_at_a_time_is_told_to_batch(tmp_path: Pat
     # to 40 % beside the other tests, while the training demos' 15-40 steps/s
     # stay within 15 % (test_e2e_*). Known and left (docs/diagnosis.md, Not done yet).
     windows = [(t1 - t0, n, truth_between(truth, t0, t1)["steps_per_s"] * (t1 - t0))
-               for t0, t1, n in report["step_windows"]]
+               for t0, t1, n in report["step_windows"] if t1 - t0 > 1.5]
     print(f"counter windows (seconds, aitop's steps, the job's own): {windows}")
     # Applied, the advice pays: batching multiplies the requests answered.
     assert fixed_rate / rate >= 2.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -132,10 +133,13 @@ def test_a_sawtooth_whose_floor_holds_is_no_leak(tmp_path: Path) -> None:
           f"{steepest:.0f} MB/min; aitop {m['proc_rss_growth']} MB/min over "
           f"{m['proc_rss_cycles']:.0f} cycles")
     # The job's own record: epochs came and went, memory rose steeply through
-    # each and fell back to the same floor.
+    # each and fell back to a floor that did not rise: the later epochs' lows
+    # against the earlier ones' (one epoch's low alone moves with the moment
+    # its workers were sampled, more so on a loaded box).
     assert len(epochs) >= 4, epochs
     assert steepest >= 300
-    assert max(lows) - min(lows) < 80, lows
+    half = len(lows) // 2
+    assert statistics.median(lows[half:]) - statistics.median(lows[:half]) < 80, lows
     assert "host_memory_grows" not in ids
     assert m["ram_minutes_left"] is None
     # Read on the floor: three cycles seen and level, or (epochs slowed down by

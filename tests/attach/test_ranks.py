@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aitop.engine.live.attach import AttachOptions, job_notice, options_for_peers
+from aitop.engine.live.attach import (
+    AttachOptions,
+    await_launcher_ranks,
+    job_notice,
+    options_for_peers,
+)
 from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
@@ -119,6 +124,31 @@ def test_a_single_process_is_a_single_process_job() -> None:
         time.sleep(0.3)
         job = find_job(proc.pid)
         assert job.kind == "single" and job.ranks == () and job.training_pid() == proc.pid
+
+
+def test_a_launcher_between_attempts_is_waited_for_until_its_ranks_start(tmp_path: Path) -> None:
+    """Given torchrun's PID while it has no ranks (between two attempts of an elastic
+    restart), attaching waits for them instead of watching the launcher itself;
+    a process that is no launcher is not waited for."""
+    launcher = tmp_path / "torchrun"  # a launcher by its script's name, as users run it
+    launcher.write_text(
+        "import os, subprocess, sys, time\n"
+        "time.sleep(2)\n"
+        "env = dict(os.environ, RANK='0', LOCAL_RANK='0', WORLD_SIZE='1')\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
+        "time.sleep(60)\n")
+    told: list[str] = []
+    with started([sys.executable, str(launcher)]) as proc:
+        time.sleep(0.3)
+        assert not find_job(proc.pid).ranks  # the premise: no ranks yet
+        job = await_launcher_ranks(proc.pid, timeout_s=30, notify=told.append)
+        assert [r.rank for r in job.ranks] == [0] and job.training_pid() != proc.pid
+        assert len(told) == 1 and f"PID {proc.pid} is a launcher" in told[0], told
+    with started([sys.executable, "-c", "import time; time.sleep(60)"]) as single:
+        time.sleep(0.3)
+        began = time.monotonic()
+        assert await_launcher_ranks(single.pid, timeout_s=30, notify=told.append).ranks == ()
+        assert time.monotonic() - began < 5 and len(told) == 1
 
 
 #: aitop's communication share must be within this of the ranks' own timers.

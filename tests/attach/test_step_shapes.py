@@ -23,8 +23,8 @@ pytestmark = pytest.mark.attach
 TOLERANCE = 0.10
 
 
-def _case(shape: Shape, watch_s: float, source: str) -> object:
-    return pytest.param(shape, watch_s, source, id=shape.name)
+def _case(shape: Shape, watch_s: float, source: str, *marks: pytest.MarkDecorator) -> object:
+    return pytest.param(shape, watch_s, source, id=shape.name, marks=marks)
 
 
 #: (the loop, seconds watched, the source that must read it).
@@ -34,9 +34,12 @@ LOOPS = [
           15, "workers"),
     # Short epochs (120 batches, ~6 s) with workers started afresh each epoch: the
     # index restarts; the epoch's length is learnt from the pace across resets.
+    # Alone: beside the parallel pass's jobs the workers' start-up grows, the loop
+    # waits through it at each epoch, and the index's pace (which that wait is not
+    # in) read 19.1 steps/s for the job's 17.1 (a limit noted in docs/step-rates.md).
     _case(Shape("short_epochs", "noindex_loader.py",
                 ("--workers", "2", "--batches", "120", "--read-ms", "3", "--no-persistent")),
-          15, "workers"),
+          15, "workers", pytest.mark.alone),
     # `while True:` with no counter, ~0.5 steps/s: the step cycles in the stacks.
     _case(Shape("while_true", "while_true.py", ("--step-s", "2.0")), 20, "stacks"),
     # Slow steps with the loop's own `step`: ~0.5 and ~1 step/s.

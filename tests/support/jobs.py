@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 from aitop.probes.kernel.procfs import read_environ
 
-from benchmarks.jobs import read_truth, start_job, stop_job, truth_between
+from benchmarks.jobs import read_truth, start_job, stop_job, truth_between, truth_over_windows
 from support.cgroups import MemoryCgroup
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "start_paced_loop",
     "stop_job",
     "truth_between",
+    "truth_over_windows",
     "two_node_launcher",
     "watch",
     "watch_side_by_side",

@@ -133,6 +133,7 @@ def test_the_json_keeps_its_keys_and_their_order() -> None:
     assert list(doc) == [
         "schema", "aitop_version", "target", "job", "ranks", "job_verdict", "duration_s",
         "attached_at", "evaluated_at", "window_s", "compute_device", "phases", "phase_span",
+        "phase_windows",
         "steps_per_s", "steps_span", "steps_source", "step_windows", "bottleneck", "state",
         "state_priorities", "states", "findings", "timeline", "metrics", "environment",
         "probes", "probe_states", "waiting_for", "pending", "aitop", "warnings",
