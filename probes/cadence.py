@@ -117,9 +117,11 @@ TABLE: dict[str, Row] = {
         "read again after cost x processes / share; a 2-GB job and two workers are read every "
         "few seconds; a peer's share is the lead's over the ranks", SMAPS_COST),
     "evaluate_every_s": Row(
-        2.0, 2.0, lambda v, n: 5.0,
+        2.0, 3.0, lambda v, n: 5.0,
         "rule evaluations once the first verdict formed; each costs CPU and keeps a diagnosis "
-        "in the history; a peer's feed the job's verdict, which changes slowly",
+        "in the history; headless, nobody watches between two reports or scrapes (a report "
+        "evaluates once more at its end); a peer's feed the job's verdict, which changes "
+        "slowly",
         f"{SESSION_COST}; {PROBE_COST}"),
     "evaluate_warmup_s": Row(
         30.0, 30.0, lambda v, n: 0.0,

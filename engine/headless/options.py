@@ -24,6 +24,7 @@ from aitop.engine.live.attach import (
 )
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
 from aitop.knowledge.reading.yamlio import KnowledgeError
+from aitop.probes import cadence
 from aitop.probes.collector import CollectorConfig
 
 
@@ -41,10 +42,13 @@ def options_from(args: argparse.Namespace) -> AttachOptions:
         except SnapshotError as exc:
             raise CliError(str(exc), EXIT_USAGE) from exc
     base = CollectorConfig.headless() if args.headless else CollectorConfig()
+    profile = cadence.HEADLESS if args.headless else cadence.UI
     return AttachOptions(
         rule_files=tuple(args.rules),
         window_s=args.window,
         collector=dataclasses.replace(base, stack_rate_hz=max(1, min(args.stack_rate, 200))),
+        evaluate_every_s=profile.evaluate_every_s,
+        evaluate_warmup_s=profile.evaluate_warmup_s,
     )
 
 

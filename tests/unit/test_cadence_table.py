@@ -10,6 +10,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from aitop.engine.cli import build_parser
+from aitop.engine.headless.options import options_from
 from aitop.engine.live.attach import AttachOptions, options_for_peers, peer_config
 from aitop.probes import cadence
 from aitop.probes.collector import CollectorConfig
@@ -37,6 +39,20 @@ def test_the_collector_reads_its_columns_from_the_table() -> None:
     assert AttachOptions().evaluate_every_s == cadence.UI.evaluate_every_s
 
 
+@pytest.mark.parametrize(("flags", "profile"), [([], cadence.UI),
+                                                (["--headless"], cadence.HEADLESS)],
+                         ids=["ui", "headless"])
+def test_the_command_line_evaluates_at_its_columns_cadence(flags: list[str],
+                                                           profile: cadence.Profile) -> None:
+    """``--headless`` (and the exporter, which sets it) evaluates at the headless
+    column's pace, the UI at the UI's."""
+    args = build_parser().parse_args(["--pid", "1", *flags])
+    options = options_from(args)
+    assert (options.evaluate_every_s, options.evaluate_warmup_s) == (
+        profile.evaluate_every_s, profile.evaluate_warmup_s)
+    assert options.collector == (CollectorConfig.headless() if flags else CollectorConfig())
+
+
 def test_the_columns_keep_the_cadences_aitop_was_measured_with() -> None:
     ui, headless = CollectorConfig(), CollectorConfig.headless()
     assert (ui.interval_s, ui.gpu_interval_s, ui.storage_interval_s, ui.environment_interval_s,
@@ -47,6 +63,7 @@ def test_the_columns_keep_the_cadences_aitop_was_measured_with() -> None:
             headless.stack_window_s, headless.steps_interval_s) == (2.0, 2.0, 4.0, 15, 15.0)
     assert [ui.stack_window(i) for i in range(4)] == [3, 6, 10, 10]
     assert (cadence.UI.evaluate_every_s, cadence.UI.evaluate_warmup_s) == (2.0, 30.0)
+    assert (cadence.HEADLESS.evaluate_every_s, cadence.HEADLESS.evaluate_warmup_s) == (3.0, 30.0)
 
 
 @pytest.mark.parametrize("lead", [CollectorConfig(), CollectorConfig.headless()],
