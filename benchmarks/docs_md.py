@@ -406,7 +406,10 @@ def probe_cost_detail(section: dict[str, Any]) -> str:
                    f"{_sj(ui.get(key), '.2f', unit)} |")
     window = head.get("window_s")
     if window:
-        out += ["", f"Steady state: {window[0]:.0f}–{window[1]:.0f} s after attach."]
+        out += ["", f"Steady state: {window[0]:.0f}–{window[1]:.0f} s after attach. Past its "
+                "first 30 s, headless evaluates every 3 s and the UI every 2 s "
+                "(`probes/cadence.py`, `evaluate_every_s`): the evaluation rows differ by that "
+                "too."]
     return "\n".join(out)
 
 
