@@ -96,6 +96,25 @@ def test_one_wild_reading_does_not_multiply_the_rate() -> None:
     assert steps_per_second(wild) == pytest.approx(10.0)
 
 
+#: A CI run's workers' index (noindex_workers, persistent workers, 2 s apart in
+#: pairs): it ends 349, 420, 401, the 420 some 30 batches past where the pace puts
+#: it. The job's own count over these readings: 25.45 steps/s.
+ENDS_ON_A_HIGH = [(286.109, 134), (286.548, 146), (288.621, 199), (289.034, 209),
+                  (290.19, 237), (290.515, 244), (292.095, 285), (292.436, 295),
+                  (294.095, 339), (294.461, 349), (296.159, 420), (296.579, 401)]
+
+
+def test_the_newest_reading_or_the_one_before_is_kept_by_the_pace() -> None:
+    readings = [StepCounterSample(t, WORKER_COUNTER, v, source="workers", paired=i % 2 == 1)
+                for i, (t, v) in enumerate(ENDS_ON_A_HIGH)]
+    assert steps_per_second(readings) == pytest.approx((401 - 134) / (296.579 - 286.109))
+    # Where the newest is the one off the pace, it is the one left out.
+    on_pace = StepCounterSample(296.159, WORKER_COUNTER, 392, source="workers")
+    low_end = StepCounterSample(296.579, WORKER_COUNTER, 360, source="workers", paired=True)
+    assert steps_per_second([*readings[:-2], on_pace, low_end]) == pytest.approx(
+        (392 - 134) / (296.159 - 286.109))
+
+
 def test_one_misread_high_is_no_new_epoch() -> None:
     # A CI run's workers' index, 2 s apart: 9807 (a batch's sample index, by its
     # size) and back to 378. Read as an epoch's end and a new one, the 378 steps in
