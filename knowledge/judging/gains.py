@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from ..base.facts import Facts
 from ..base.findings import Gain
 from ..base.rules import GainSpec
-from ..metrics.capacity import loading_capacity_factor
+from ..metrics.capacity import cpu_budget_factor, loading_capacity_factor
 
 Metrics = Mapping[str, "float | None"]
 
@@ -41,6 +41,11 @@ LOW_EFFICIENCY = 0.7
 #: moments the mean hides. On a quiet 2-core box 1 -> 2 CPU-bound workers gave
 #: 1.95x for a free-core estimate of 1.9x.
 HIGH_ALLOWANCE = 1.1
+#: The widest a predicted range may be, high over low.
+MAX_WIDTH = 1.5
+#: A CPU budget this tight means no core is free: the neighbours fill the host,
+#: and a job that waits gets its fair share of their cores, not a bound.
+MIN_BUDGET = 1.05
 #: How much of the CPU a raised quota gives a throttled job it may turn into
 #: more than its share of speed: the waits on threads the quota stopped
 #: mid-step go with it (docs/predictions-check.md, the quota job).
@@ -108,6 +113,14 @@ def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(1.0, 1.0, 1.0, method="predicted", ceiling=ceiling,
                     explanation=f"{why}: no core is free, so more workers add nothing")
     low, high = _range(ceiling, factor)
+    budget = cpu_budget_factor(metrics)
+    if budget is not None and MIN_BUDGET <= budget < factor:
+        # The step's compute runs as often as the batches come: the free cores feed
+        # both, and the low end is what they allow if each step needs its CPU as now.
+        low = max(min(low, _range(ceiling, budget)[0]), high / MAX_WIDTH)
+        why += (f"; the job's processes use {(metrics.get('proc_cpu_mean') or 0.0) / 100:.1f} "
+                f"core(s), so whole steps can come at most {budget:.2f}x as often where "
+                "each needs the CPU it needs now")
     return _predicted(low, high, ceiling, (
         f"data wait is {p:.0%} of the time (ceiling x{figure(ceiling)} if it vanished); "
         f"{why}: predicted x{figure_range(low, high)}"))

@@ -41,6 +41,19 @@ def suggested_workers(metrics: Metrics) -> float | None:
     return float(n + min(max(1, extra), int(n)))
 
 
+def cpu_budget_factor(metrics: Metrics) -> float | None:
+    """How many times more steps per second the job's CPU allows, if each step keeps
+    needing the CPU it needs now: its processes use U cores and F more are free, so
+    at most (U + F) / U. Not a bound where the job's CPU holds waste a busier step
+    would not (torch's threads spinning while they wait), so gains use it for their
+    low end only."""
+    used = (metrics.get("proc_cpu_mean") or 0.0) / 100.0
+    free = metrics.get("free_cores")
+    if free is None or used <= 0.05:
+        return None
+    return (used + free) / used
+
+
 def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:
     """How many times more batches per second the loading side could produce."""
     n = metrics.get("num_workers")

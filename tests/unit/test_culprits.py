@@ -251,9 +251,13 @@ def test_a_worker_loads_beside_the_whole_step_not_only_while_it_computes() -> No
     assert d.top.actions[0].startswith("Raise num_workers from 1 to 2")
     assert "host_cpu_saturated" not in [f.id for f in d.findings]
     # The worker's 0.9 core and 0.55 free: x1.61 the batches at most, under the
-    # ceiling of a 65 % data wait.
+    # ceiling of a 65 % data wait. The job's processes use 1.45 cores, so whole
+    # steps come at most x1.38 as often where each needs its CPU as now: the low
+    # end (a Lightning job of this shape measured x1.14 and x1.09 in a CI run,
+    # under a low end of x1.36 that left the step's compute out).
     assert d.top.gain.method == "predicted"
-    assert (d.top.gain.low, d.top.gain.high) == pytest.approx((1.43, 1.77), abs=0.01)
+    assert (d.top.gain.low, d.top.gain.high) == pytest.approx((1.27, 1.77), abs=0.01)
+    assert "whole steps can come at most 1.38x as often" in d.top.gain.explanation
 
 
 def test_without_workers_only_the_cores_free_while_the_step_computes_count() -> None:
