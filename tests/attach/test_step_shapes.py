@@ -92,7 +92,10 @@ def test_a_loop_with_no_source_says_why_for_each(tmp_path: Path) -> None:
           f"{tried} |")
     assert set(tried) == {"loop counter", "job log", "DataLoader workers' batch index",
                           "step cycles in the stacks"}, tried
-    assert tried["loop counter"].startswith("no integer local of a step counter's name")
+    # Its loop frame has no counter; on a loaded box (a CI run's parallel pass) the
+    # 15 s held too few stack samples to name the frame at all, which it says.
+    assert tried["loop counter"].startswith(("no integer local of a step counter's name",
+                                             "training loop frame not found yet")), tried
     # Its stderr is a file (the test keeps it), with no step in it.
     assert tried["job log"].startswith("no rising step count in the lines of"), tried
     assert tried["DataLoader workers' batch index"] == "the job has no DataLoader workers"
