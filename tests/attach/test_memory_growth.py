@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -168,8 +169,10 @@ time.sleep(60)
 
 
 def test_the_process_probe_reads_each_processs_private_memory_on_its_cadence() -> None:
+    # In a session of its own: the forked child goes with it (killed alone, the
+    # parent left the child sleeping past the end of a CI pass, which failed it).
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
-                              text=True)
+                              text=True, start_new_session=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "copied"
         probe = ProcessTreeProbe(holder.pid, private_memory=PrivateMemoryReader(2.0, 0.02))
@@ -177,7 +180,7 @@ def test_the_process_probe_reads_each_processs_private_memory_on_its_cadence() -
         assert len(first.processes) == 2
         second = probe.sample()  # at once: not due again
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
     parent, child = first.processes
     assert parent.pid == holder.pid and child.ppid == holder.pid
