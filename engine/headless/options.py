@@ -73,9 +73,10 @@ def start_source(
 ) -> LiveJob:
     """Attach to ``pid`` (and the PIDs ``also`` named as the same job); an expected
     failure becomes one ``CliError`` line."""
-    await_launcher_ranks(pid, notify=lambda line: print(f"aitop: {line}", file=sys.stderr))
+    job = await_launcher_ranks(
+        pid, notify=lambda line: print(f"aitop: {line}", file=sys.stderr))
     try:
-        return attach(pid, options, popen=popen, also=also)
+        return attach(pid, options, popen=popen, also=also, job=job)
     except AttachError as exc:
         raise CliError(str(exc)) from exc
     except KnowledgeError as exc:

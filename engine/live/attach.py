@@ -179,6 +179,7 @@ def attach(
     popen: Popen[bytes] | Popen[str] | None = None,
     facts: Facts | None = None,
     also: Sequence[int] = (),
+    job: Job | None = None,
 ) -> LiveJob:
     """Check, build and start everything for one target. Raises AttachError.
 
@@ -186,9 +187,11 @@ def attach(
     full set of probes and every other rank on this machine is watched as a
     peer at lighter cadences; the lead's evaluator judges the job as a whole.
     ``also``: more PIDs of the same job (other nodes' launchers on this
-    machine), whose ranks join it (``probes.ranks.joined_job``).
+    machine), whose ranks join it (``probes.ranks.joined_job``). ``job``: the job
+    around ``pid`` when the caller has found it already (``await_launcher_ranks``).
     """
-    job = find_job(pid)
+    if job is None:
+        job = find_job(pid)
     preflight = Preflight(job.training_pid()) if not also else None
     # Bad rule files fail before attaching (the dump started is waited for first).
     try:
