@@ -113,13 +113,12 @@ def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(1.0, 1.0, 1.0, method="predicted", ceiling=ceiling,
                     explanation=f"{why}: no core is free, so more workers add nothing")
     low, high = _range(ceiling, factor)
-    budget = cpu_budget_factor(metrics)
+    budget, used = cpu_budget_factor(metrics) or (None, "")
     if budget is not None and MIN_BUDGET <= budget < factor:
         # The step's compute runs as often as the batches come: the free cores feed
         # both, and the low end is what they allow if each step needs its CPU as now.
         low = max(min(low, _range(ceiling, budget)[0]), high / MAX_WIDTH)
-        why += (f"; the job's processes use {(metrics.get('proc_cpu_mean') or 0.0) / 100:.1f} "
-                f"core(s), so whole steps can come at most {budget:.2f}x as often where "
+        why += (f"; {used}, so whole steps can come at most {budget:.2f}x as often where "
                 "each needs the CPU it needs now")
     return _predicted(low, high, ceiling, (
         f"data wait is {p:.0%} of the time (ceiling x{figure(ceiling)} if it vanished); "

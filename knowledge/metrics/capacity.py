@@ -41,17 +41,17 @@ def suggested_workers(metrics: Metrics) -> float | None:
     return float(n + min(max(1, extra), int(n)))
 
 
-def cpu_budget_factor(metrics: Metrics) -> float | None:
+def cpu_budget_factor(metrics: Metrics) -> tuple[float, str] | None:
     """How many times more steps per second the job's CPU allows, if each step keeps
-    needing the CPU it needs now: its processes use U cores and F more are free, so
-    at most (U + F) / U. Not a bound where the job's CPU holds waste a busier step
-    would not (torch's threads spinning while they wait), so gains use it for their
-    low end only."""
+    needing the CPU it needs now, and why: its processes use U cores and F more are
+    free, so at most (U + F) / U. Not a bound where the job's CPU holds waste a
+    busier step would not (torch's threads spinning while they wait), so gains use
+    it for their low end only."""
     used = (metrics.get("proc_cpu_mean") or 0.0) / 100.0
     free = metrics.get("free_cores")
     if free is None or used <= 0.05:
         return None
-    return (used + free) / used
+    return (used + free) / used, f"the job's processes use {used:.1f} core(s)"
 
 
 def loading_capacity_factor(metrics: Metrics) -> tuple[float, str] | None:
