@@ -134,6 +134,26 @@ def truth_between(truth: Path, t0: float, t1: float) -> dict[str, float]:
     return out
 
 
+def rate_over_whole_cycles(truth: Path, t0: float, t1: float, phase: str) -> float:
+    """The job's steps/s from the first end of a ``phase`` block in [t0, t1] to the last.
+
+    A job that stops every N steps (to evaluate, to save) runs in cycles of 1-3 s;
+    a span that cuts one in two counts part of a block or none of it, which moves
+    a 15-s rate by a tenth. From one block's end to another's the span holds whole
+    cycles. The job writes a record as each block ends: a record where the phase's
+    total grew, followed by one where it did not grow or where steps were taken
+    (a block every step or two), is a block's end.
+    """
+    records = [r for r in read_truth(truth) if t0 <= r["t"] <= t1]
+    ends = [now for before, now, after in zip(records, records[1:], records[2:], strict=False)
+            if now[phase] > before[phase]
+            and (after[phase] == now[phase] or after["steps"] > now["steps"])]
+    assert len(ends) >= 2, (
+        f"fewer than two {phase} blocks end within [{t0:.1f}, {t1:.1f}]: {len(ends)}")
+    first, last = ends[0], ends[-1]
+    return (last["steps"] - first["steps"]) / (last["elapsed"] - first["elapsed"])
+
+
 def truth_over_windows(truth: Path,
                        windows: Sequence[Sequence[float]]) -> dict[str, float]:
     """Phase fractions the job measured over a report's ``phase_windows`` alone, each

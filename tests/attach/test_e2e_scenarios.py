@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.jobs import Watched, WatchedRun, truth_between, watched
+from support.speedups import SLACK, RatePair, assert_comes_true
 
 from benchmarks.predictions import apply_lead
 
@@ -112,10 +113,6 @@ LEADS = {
 #: Each lead's kind of figure.
 KINDS = {"workers_cpu_bound": "predicted", "checkpoint_stalls": "predicted",
          "cpu_compute_underthreaded": "amdahl", "optimizer_for_loop": "predicted"}
-#: One round's spread of a measured speed-up on this loaded 2-core machine
-#: (docs/predictions.md shows several rounds): the range is widened this much
-#: at each end.
-SLACK = 1.15
 
 
 @pytest.mark.parametrize("scenario", list(LEADS))
@@ -139,26 +136,17 @@ def test_the_lead_actions_predicted_gain_comes_true(
         low = 1.05 * SLACK
     applied = apply_lead(scenario, report)
     assert applied is not None
-    base = rate_of(run)
-    # The fixed job, watched by aitop as the job was (the run aitop diff's test
-    # compares too), its rate by its own count over the same kind of span.
-    fixed = watched_run(applied.scenario, applied.args)
-    measured = rate_of(fixed) / base
-    print(f"{scenario}: {applied.change}: predicted {low:.2f}-{high:.2f}, measured {measured:.2f}")
-    inside = low / SLACK <= measured <= high * SLACK
-    first = measured
-    if not inside:
-        # Two runs' ratio, each at its own time on a shared 2-core VM (this box read the
-        # compute job at 6.6-8.6 steps/s from run to run, alone): one pair outside the
-        # range is measured again, the job and its fix back to back, and that pair
-        # decides. A prediction that is wrong misses twice.
-        measured = rate_of(watched(applied.scenario, tmp_path, applied.args)) / rate_of(
-            watched(scenario, tmp_path))
-        print(f"{scenario}: measured {first:.2f}, then {measured:.2f} back to back")
-    assert low / SLACK <= measured <= high * SLACK, (
-        f"{scenario}: predicted {low:.2f}-{high:.2f}, measured {first:.2f} and then "
-        f"{measured:.2f} ({applied.change})"
-    )
+    pairs = iter(range(2))
+
+    def measure() -> RatePair:
+        # The fixed job watched by aitop as the job was (the run aitop diff's test
+        # compares too); a second pair runs the job and its fix back to back.
+        if next(pairs) == 0:
+            return rate_of(run), rate_of(watched_run(applied.scenario, applied.args))
+        return (rate_of(watched(scenario, tmp_path)),
+                rate_of(watched(applied.scenario, tmp_path, applied.args)))
+
+    assert_comes_true(f"{scenario}: {applied.change}", low, high, measure)
 
 
 def rate_of(run: Watched) -> float:

@@ -20,14 +20,12 @@ from pathlib import Path
 
 import pytest
 from support.public_jobs import LIGHTNING, TRANSFORMERS, PublicRun, rate_of, watch_public
+from support.speedups import RatePair, assert_comes_true
 
-from benchmarks.jobs import truth_between
+from benchmarks.jobs import rate_over_whole_cycles, truth_between
 
 pytestmark = pytest.mark.attach
 
-#: One round's spread of a measured speed-up on a 2-core machine: a predicted range
-#: is widened this much at each end (as tests/attach/test_e2e_scenarios.py does).
-SLACK = 1.15
 #: Seconds each run is watched: the data-loading and compute verdicts are held
 #: 4-5 s (their rules' for:), and an evaluation every 20 steps comes round twice.
 WATCH_S = 16.0
@@ -47,35 +45,32 @@ def steps_agree(run: PublicRun) -> None:
         f"{run.describe()}; readings {report['steps_source']}")
 
 
-def comes_true(name: str, low: float, high: float, measure: Callable[[], float]) -> None:
-    """The measured speed-up lies in [low, high] widened by SLACK; one pair outside it
-    is measured again back to back and that pair decides (a wrong range misses twice)."""
-    measured = measure()
-    first = measured
-    if not low / SLACK <= measured <= high * SLACK:
-        measured = measure()
-    print(f"{name}: predicted {low:.2f}-{high:.2f}, measured {first:.2f}, then {measured:.2f}")
-    assert low / SLACK <= measured <= high * SLACK, (
-        f"{name}: predicted x{low:.2f}-{high:.2f}, measured x{first:.2f} and then "
-        f"x{measured:.2f}")
-
-
-def fix_measured(script: Path, workdir: Path, base: Sequence[str],
-                 fixed: Sequence[str], first: PublicRun) -> Callable[[], float]:
-    """A callable measuring fixed/base steps/s by the job's own count, both watched
-    by aitop (its own cost is in both); the first call reuses ``first``."""
+def fix_measured(script: Path, workdir: Path, base: Sequence[str], fixed: Sequence[str],
+                 first: PublicRun,
+                 rate: Callable[[PublicRun], float] = rate_of) -> Callable[[], RatePair]:
+    """A callable running ``fixed`` (and, after the first call, ``base`` again), each
+    watched by aitop (its own cost is in both), and returning their rates by the
+    job's own count; the first call reuses ``first`` for the base."""
     rounds = iter(range(100))
 
-    def measure() -> float:
+    def measure() -> RatePair:
         n = next(rounds)
         before = first if n == 0 else watch_public(script, workdir, f"base{n}", base,
                                                    WATCH_S)
         after = watch_public(script, workdir, f"fixed{n}", fixed, WATCH_S)
         print(before.describe())
         print(after.describe())
-        return rate_of(after) / rate_of(before)
+        return rate(before), rate(after)
 
     return measure
+
+
+def whole_cycles(phase: str) -> Callable[[PublicRun], float]:
+    """The job's own rate over whole cycles of its ``phase`` blocks within aitop's
+    span (``rate_over_whole_cycles``), for a job that stops every few steps."""
+    def rate(run: PublicRun) -> float:
+        return rate_over_whole_cycles(run.truth, *run.report["phase_span"], phase)
+    return rate
 
 
 def assert_second_worker_helps_as_shown(script: Path, workdir: Path, slow: Sequence[str],
@@ -89,12 +84,13 @@ def assert_second_worker_helps_as_shown(script: Path, workdir: Path, slow: Seque
                            (*slow, "--workers", "2"), run)
     lead = run.lead
     if lead["id"] != "workers_cpu_bound":
+        base, fixed = measure()
         pytest.fail(f"lead {lead['id']}: {lead['title']!r}, yet a second worker measured "
-                    f"x{measure():.2f}; {run.describe()}", pytrace=False)
+                    f"x{fixed / base:.2f}; {run.describe()}", pytrace=False)
     assert "raise num_workers from 1 to 2" in lead["title"], lead["title"]
     assert lead["gain_method"] == "predicted", lead["gain_explanation"]
     low, high = lead["est_speedup_range"]
-    comes_true(f"{script.stem} 1 -> 2 workers", low, high, measure)
+    assert_comes_true(f"{script.stem} 1 -> 2 workers", low, high, measure)
 
 
 # --- Lightning's demos ---------------------------------------------------------------
@@ -204,8 +200,9 @@ def test_hf_trainer_evaluating_every_few_steps_is_told_to_evaluate_less(
         run.describe())
     low, high = evaluation["est_speedup_range"]
     assert evaluation["gain_method"] == "predicted", evaluation["gain_explanation"]
-    comes_true("hf eval_steps x2", low, high, fix_measured(
-        TRANSFORMERS, tmp_path, base, ("--eval-steps", "40", "--eval-samples", "1024"), run))
+    assert_comes_true("hf eval_steps x2", low, high, fix_measured(
+        TRANSFORMERS, tmp_path, base, ("--eval-steps", "40", "--eval-samples", "1024"), run,
+        whole_cycles("eval")))
 
 
 @pytest.mark.alone  # its gain is the job's own count with and without the fix, timed
@@ -229,5 +226,6 @@ def test_hf_trainer_saving_every_few_steps_is_told_to_save_less(tmp_path: Path) 
     assert saving["actions"][0].startswith("Checkpoint 4x less often"), saving["actions"]
     low, high = saving["est_speedup_range"]
     assert low is not None and high is not None, saving["gain_explanation"]
-    comes_true("hf save_steps x4", low, high, fix_measured(
-        TRANSFORMERS, tmp_path, base, (*model, "--save-steps", "8"), run))
+    assert_comes_true("hf save_steps x4", low, high, fix_measured(
+        TRANSFORMERS, tmp_path, base, (*model, "--save-steps", "8"), run,
+        whole_cycles("checkpoint")))

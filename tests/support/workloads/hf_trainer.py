@@ -100,6 +100,7 @@ class Record(TrainerCallback):
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self._spent("eval")
+        self.truth.maybe_write(force=True)  # the block's end, for whole-cycle rates
         return control
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
