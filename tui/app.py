@@ -35,6 +35,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
+from .heap import freeze_start_up_objects
 from .screens import REUSABLE_SCREENS, make_screen, prefetch
 from .screens.base import DetailScreen, ViewScreen
 from .screens.export_path import ExportPathScreen
@@ -227,8 +228,9 @@ class AitopApp(App[int]):
         if self.first_frame_at is None:
             self.first_frame_at = time.monotonic()
             # The detail screens' modules, off the first frame's path and before
-            # a key asks for one (``screens.prefetch``).
-            threading.Thread(target=prefetch, name="aitop-screens", daemon=True).start()
+            # a key asks for one (``screens.prefetch``); then what start-up built
+            # is set aside from full garbage collections (``tui.heap``).
+            threading.Thread(target=_settle, name="aitop-screens", daemon=True).start()
 
     def on_unmount(self) -> None:
         loop = asyncio.get_running_loop()
@@ -544,6 +546,12 @@ class AitopApp(App[int]):
 
 #: How long a signalled shutdown may take before the process exits regardless.
 SHUTDOWN_LIMIT_S = 5.0
+
+
+def _settle() -> None:
+    """After the first frame: what a key will need, then the heap set aside."""
+    prefetch()
+    freeze_start_up_objects()
 
 
 def _exit_unless_done(done: threading.Event, code: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import statistics
 import time
@@ -44,6 +45,21 @@ PANEL_DETAIL = {
 def focused_id(app: AitopApp) -> str | None:
     focused = app.screen.focused
     return focused.id if focused is not None else None
+
+
+async def test_start_up_objects_are_set_aside_from_full_collections_after_the_first_frame(
+) -> None:
+    """Once the first frame is up, what start-up built is frozen (``tui.heap``): full
+    garbage collections, which stop the UI's thread, no longer walk it."""
+    gc.unfreeze()
+    try:
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await wait_for(pilot, lambda: gc.get_freeze_count() > 0, timeout=10.0)
+            assert app.first_frame_at is not None
+    finally:
+        gc.unfreeze()
 
 
 async def test_main_screen_shows_every_panel_at_80x24() -> None:
