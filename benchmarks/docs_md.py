@@ -200,7 +200,14 @@ round(s) of g, f, w, i, k and ? (each followed by Escape), p twice, + and −: e
 sent with `tmux send-keys` (into the pane: tmux's own `escape-time` does not apply)
 and timed until the pane shows its answer (a detail screen instead of the main
 one, the main one back, PAUSED/LIVE, the refresh in the header), polled every
-few ms: keyboard to what the terminal shows, repaint included.
+few ms: keyboard to what the terminal shows, repaint included. The tail is
+Python's full garbage collections: Textual's rendering leaves cyclic garbage, a
+full pass comes every 8-10 s and walked the ~80,000 objects start-up left, 68-94
+ms with the UI's thread stopped (logged with `gc.callbacks` on 2026-12-05). The
+UI freezes those after its first frame (`tui/heap.py`): full passes then took
+20-50 ms, and in an A/B of three alternated runs each on 2026-12-05 (nothing
+else running, load average about 1) the keys' p95 went from 145, 123 and 128 ms
+to 92, 96 and 75 ms (medians 45, 45, 44 → 46, 43, 42 ms).
 """,
     "tui": """### First frame and key latency with Textual's Pilot (targets 4, 5)
 
