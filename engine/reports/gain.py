@@ -22,7 +22,8 @@ def gain_text(gain: Gain, *, brief: bool = False) -> str:
     """What the first action buys, saying which kind of figure it is.
 
     In full: ``predicted ×1.4–1.5 (ceiling ×21)``, ``at most ×2.8 (Amdahl
-    ceiling)``, ``documents: ×1.4 (1.3–1.5)``, or what the gain is instead of
+    ceiling)`` (with its low end where that is under x1: the change may slow the
+    job), ``documents: ×1.4 (1.3–1.5)``, or what the gain is instead of
     speed; every figure to two significant figures (``gains.figure``). ``brief``
     (the finding list's 6-column badge): ``×1.4``, ``≤×2.8``, ``~×1.4``; the
     range and the ceiling are in the detail.
@@ -42,7 +43,11 @@ def gain_text(gain: Gain, *, brief: bool = False) -> str:
         text = f"predicted ×{figure_range(g.low, g.high)}"
         return text + (f" (ceiling ×{figure(g.ceiling)})" if g.ceiling else "")
     if g.method == "amdahl":
-        return f"at most ×{figure(g.speedup)} (Amdahl ceiling)"
+        text = f"at most ×{figure(g.speedup)} (Amdahl ceiling)"
+        if g.low is not None and g.low < 1.0:
+            # A ceiling whose other end slows the job (``gains._worker_core``).
+            text += f", ×{figure(g.low)} where its compute scales over threads"
+        return text
     text = f"×{figure(g.speedup)}"
     if g.low is not None and g.high is not None:
         text += f" ({figure_range(g.low, g.high)})"

@@ -136,9 +136,10 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
     compute (1 - p, slower by up to T / (T - 1) where it scaled perfectly over
     its threads, not slower where it did not scale at all). How well a step's
     compute spreads over threads cannot be seen from outside (torch's idle
-    threads spin on their cores), so only the upper end is a bound: jobs of
-    this shape measured x0.99 to x1.49 (docs/predictions-check.md). Nothing is
-    fitted.
+    threads spin on their cores), so the upper end is the bound and the lower
+    end, the range's ``low``, is what perfect scaling makes of it: below x1
+    where compute outweighs loading, the change slows such a job. Jobs of this
+    shape measured x0.75 to x1.49 (docs/predictions-check.md). Nothing is fitted.
     """
     p = _phase(metrics, spec.metric or "phase_data_wait")
     threads = metrics.get("compute_threads")
@@ -152,7 +153,7 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
     how = (f"loading is {p:.0%} of the time and moves to a worker on the core one of the "
            f"{t} compute threads leaves; the step then takes the longer of loading ({p:.0%}) "
            f"and compute ({1 - p:.0%}, up to {slower:.2g}x slower on {t - 1} thread(s))")
-    return Gain(speedup=high, low=high, high=high, method="amdahl", ceiling=high,
+    return Gain(speedup=high, low=low, high=high, method="amdahl", ceiling=high,
                 explanation=(f"{how}: from x{figure(low)} where the compute scaled "
                              f"perfectly over its threads to at most x{figure(high)} where "
                              "it did not scale at all, which aitop cannot see; a ceiling, "

@@ -32,6 +32,10 @@ def test_a_finding_without_a_figure_says_why() -> None:
     (finding(86.3, 86.3, 86.3, "amdahl", 86.3), "at most ×86 (Amdahl ceiling)"),
     (finding(100.0, 100.0, 100.0, "amdahl", 100.0), "at most ×100 (Amdahl ceiling)"),
     (finding(9.96, 9.96, 9.96, "amdahl", 9.96), "at most ×10 (Amdahl ceiling)"),
+    # A ceiling whose low end slows the job says so (a worker beside compute threads).
+    (finding(1.6, 0.79, 1.6, "amdahl", 1.6),
+     "at most ×1.6 (Amdahl ceiling), ×0.79 where its compute scales over threads"),
+    (finding(1.67, 1.25, 1.67, "amdahl", 1.67), "at most ×1.7 (Amdahl ceiling)"),
     (finding(1.4, 1.3, 1.5, "document"), "documents: ×1.4 (1.3–1.5)"),
     (finding(None, None, None, "none"), "no figure"),
     (finding(None, None, None, "predicted"), "no prediction yet"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aitop.engine.reports.gain import gain_text
 from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
@@ -1283,16 +1284,32 @@ def test_underthreaded_cpu_only_compute_is_compute_with_a_ceiling_on_more_thread
 def test_loading_beside_compute_threads_offers_a_ceiling_not_a_range() -> None:
     """Loading 60 % of the time beside 2 compute threads: one thread fewer makes the
     step max(0.6, 0.4 x 2) = 0.8 where compute scaled perfectly (x1.25), 0.6 where it
-    did not (x1.67). Jobs of this shape measured x0.99 to x1.49: only the bound holds."""
+    did not (x1.67). Jobs of this shape measured x0.75 to x1.49: only the bound holds."""
     d = diagnose_job(RULESET, workers=0, cpu_count=2, host_cpu=72.0, main_cpu=139.0,
                      busy_threads=2, thread_cpu=(99.0, 40.0), data_source="own code",
                      phases=mix(data_wait=0.6), **CPU_ONLY)
     lead = d.top
     assert lead is not None and lead.id == "loading_beside_compute_threads"
     assert lead.gain.method == "amdahl"
-    assert lead.gain.low == lead.gain.high == lead.gain.ceiling == pytest.approx(1 / 0.6)
+    assert lead.gain.high == lead.gain.ceiling == lead.gain.speedup == pytest.approx(1 / 0.6)
+    assert lead.gain.low == pytest.approx(1 / 0.8)
     assert "from x1.2 where the compute scaled perfectly" in lead.gain.explanation
     assert "a ceiling, not a prediction" in lead.gain.explanation
+
+
+def test_a_worker_beside_compute_that_outweighs_loading_may_slow_the_job_and_says_so(
+) -> None:
+    """Loading 37 % beside 2 compute threads (a job with numpy augmentation in its
+    Dataset measured x0.75 with one worker and one thread): where compute scales,
+    0.63 x 2 = 1.26 of the step: x0.79. The ceiling stays the bound, and its words
+    carry the low end."""
+    d = diagnose_job(RULESET, workers=0, cpu_count=2, host_cpu=95.0, main_cpu=190.0,
+                     busy_threads=2, thread_cpu=(99.0, 90.0), data_source="own code",
+                     phases=mix(data_wait=0.37), **CPU_ONLY)
+    finding = next(f for f in d.findings if f.id == "loading_beside_compute_threads")
+    assert finding.gain.high == pytest.approx(1 / 0.63)
+    assert finding.gain.low == pytest.approx(1 / 1.26)
+    assert gain_text(finding.gain).endswith("×0.79 where its compute scales over threads")
 
 
 def test_a_server_waiting_for_requests_is_told_so_not_to_load_faster() -> None:
