@@ -4,8 +4,9 @@ A speed-up is the ratio of two runs' rates, each taken at its own time on a
 shared 2-core machine: one run's rate wanders by 10-20 % from run to run there
 (docs/predictions.md shows rounds). One pair is measured; a pair outside the
 range, widened by ``SLACK`` at each end, is followed by a second pair, and the
-two pairs' rates pooled decide. Pooling halves the noise of either pair; a
-range that is wrong still misses, since both pairs then lie on its wrong side.
+two pairs' rates pooled decide. Pooling halves the variance of either pair's
+ratio; a range that is wrong still misses, since both pairs then lie on its
+wrong side.
 """
 
 from __future__ import annotations
