@@ -105,7 +105,7 @@ def test_accumulation_that_all_reduces_every_pass_is_told_to_use_no_sync(
     print(f"findings {ids}; passes {metrics['backward_per_step']} (truth "
           f"{truth['passes_per_step']:.2f}), ratio {metrics['last_backward_ratio']}; comm "
           f"{metrics['comm_share']} (wait {truth['comm']:.3f}, all-reduce timed on the side "
-          f"{truth['allreduce']:.3f}); phases {report['phases']}")
+          f"{truth['allreduce']:.3f}); phases {report['phases']}; pending {report['pending']}")
     assert truth["passes_per_step"] == pytest.approx(ACCUMULATE, abs=0.2)
     # The wait inside backward is read as the rank's own clock reads it.
     for rank in report["ranks"]:
@@ -115,9 +115,14 @@ def test_accumulation_that_all_reduces_every_pass_is_told_to_use_no_sync(
     if lead["id"] != "accumulation_without_no_sync":
         # A miss, never a wrong count behind a finding: the passes were counted
         # otherwise than the job's two (one CI run read 1: the second pass's
-        # forward between the two backward runs unseen; docs/diagnosis.md), and
-        # the wait is said as what it is, with no accumulation figure.
-        assert metrics["backward_per_step"] != ACCUMULATE or metrics["last_backward_ratio"] is None
+        # forward between the two backward runs unseen; docs/diagnosis.md), or
+        # counted right only as the watch ended, the finding then still held
+        # back by its for: (one CI run: 2 passes, x1.24, 27 % waiting, the
+        # wait led); and the wait is said as what it is, with no accumulation figure.
+        late = any(p.startswith(f"Each optimizer step accumulates {ACCUMULATE} backward")
+                   for p in report["pending"])
+        assert (late or metrics["backward_per_step"] != ACCUMULATE
+                or metrics["last_backward_ratio"] is None), report["pending"]
         assert lead["id"] in ("ranks_wait_for_each_other", "communication_dominates"), ids
         return
     # The count the finding was said with is in its title (its metrics may have
