@@ -57,8 +57,8 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     same = newest_count(samples)
     if not same:
         return []
-    spikes = _spikes(same)
-    same = [s for i, s in enumerate(same) if i not in spikes]
+    misread = _spikes(same) | _stuck_highs(same)
+    same = [s for i, s in enumerate(same) if i not in misread]
     pace = _median_rise_rate(same)
     epoch = _epoch_length(same, _rise_pace(same, pace))
     out: list[Interval] = []
@@ -207,6 +207,25 @@ def _spikes(same: Sequence[StepCounterSample]) -> set[int]:
         highest_other = second if value == top else top
         if before <= after <= value // 2 and value > 2 * highest_other:
             out.add(i)
+    return out
+
+
+def _stuck_highs(same: Sequence[StepCounterSample]) -> set[int]:
+    """Indexes of a value read again and again while the count rises beneath it
+    (``counter_increments``): a worker left at its last index while the others
+    go on (420, 267, 420, 311, 349, 420, 420, 415 from a workers' index in a CI
+    run, whose 201 to 420 had made the rate 49/s for the job's own 27). A count
+    passes a value once an epoch; one held while two or more rising readings go
+    by below it is not the count."""
+    values = [s.value for s in same]
+    out: set[int] = set()
+    for value in {v for v in values if v is not None}:
+        at = [i for i, v in enumerate(values) if v == value]
+        if len(at) < 2:
+            continue
+        below = [v for v in values[at[0] + 1:at[-1]] if v is not None and v < value]
+        if any(b > a for a, b in itertools.pairwise(below)):
+            out.update(at)
     return out
 
 

@@ -115,6 +115,23 @@ def test_the_newest_reading_or_the_one_before_is_kept_by_the_pace() -> None:
         (392 - 134) / (296.159 - 286.109))
 
 
+#: A CI run's workers' index (noindex_workers, 2 workers): one worker reads 420
+#: again and again while the count rises beneath it. The job's own count over
+#: these readings: 27.14 steps/s.
+STUCK_HIGH = [(374.994, 137), (375.466, 147), (377.041, 188), (377.626, 201),
+              (379.726, 420), (380.09, 267), (380.97, 420), (381.733, 311),
+              (382.985, 349), (383.315, 420), (384.963, 420), (385.35, 415)]
+
+
+def test_a_value_read_again_while_the_count_rises_beneath_it_is_no_reading() -> None:
+    stuck = [StepCounterSample(t, WORKER_COUNTER, v, source="workers") for t, v in STUCK_HIGH]
+    assert steps_per_second(stuck) == pytest.approx((415 - 137) / (385.35 - 374.994))
+    # A count that holds a value (a slow step), or is misread once a little low
+    # between two readings of it, keeps that value.
+    held = readings([10, 12, 12, 11, 12, 14, 16, 18], every_s=1.0)
+    assert steps_per_second(held) == pytest.approx((18 - 10) / 7)
+
+
 def test_one_misread_high_is_no_new_epoch() -> None:
     # A CI run's workers' index, 2 s apart: 9807 (a batch's sample index, by its
     # size) and back to 378. Read as an epoch's end and a new one, the 378 steps in
