@@ -52,7 +52,8 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     error). So is a spike: a reading over twice every other one, that the next
     falls from by half or more while carrying on from the reading before (255,
     9807, 378 from a workers' index in a CI run: no new epoch, whose 378 steps
-    in 2 s had tripled the rate).
+    in 2 s had tripled the rate), and a value read again and again while the
+    count rises beneath it (``_stuck_highs``).
     """
     same = newest_count(samples)
     if not same:
@@ -216,12 +217,13 @@ def _stuck_highs(same: Sequence[StepCounterSample]) -> set[int]:
     go on (420, 267, 420, 311, 349, 420, 420, 415 from a workers' index in a CI
     run, whose 201 to 420 had made the rate 49/s for the job's own 27). A count
     passes a value once an epoch; one held while two or more rising readings go
-    by below it is not the count."""
+    by below it is not the count. Counts that start afresh by design (a stack
+    window's cycles) pass their values again at each start, and are left alone."""
     values = [s.value for s in same]
     out: set[int] = set()
     for value in {v for v in values if v is not None}:
         at = [i for i, v in enumerate(values) if v == value]
-        if len(at) < 2:
+        if len(at) < 2 or any(s.start for s in same[at[0] + 1:at[-1] + 1]):
             continue
         below = [v for v in values[at[0] + 1:at[-1]] if v is not None and v < value]
         if any(b > a for a, b in itertools.pairwise(below)):
