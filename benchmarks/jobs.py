@@ -10,7 +10,10 @@ need); nothing here imports the tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .procs import tree_cpu_seconds
+from .procs import descendants, tree_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,13 +97,19 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
 
 
 def stop_job(job: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the job alone (it ends as on Ctrl-C, 130), then kill what it leaves:
+    DataLoader workers it was starting as it stopped outlive it otherwise."""
     if job.poll() is None:
+        left = descendants(job.pid)
         job.terminate()
         try:
             job.wait(timeout=10)
         except subprocess.TimeoutExpired:
             job.kill()
             job.wait()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def read_truth(truth: Path) -> list[dict[str, float]]:

@@ -22,7 +22,6 @@ from aitop.probes.kernel.procfs import read_environ
 
 from benchmarks.jobs import read_truth, start_job, stop_job, truth_between, truth_over_windows
 from support.cgroups import MemoryCgroup
-from support.processes import stop_tree
 
 __all__ = [
     "EXIT_GATE",
@@ -91,9 +90,7 @@ def watch(scenario: str, workdir: Path, seconds: float,
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
                            str(seconds), timeout=seconds + 90)
     finally:
-        # The job's DataLoader workers too: stopped while it starts an epoch's
-        # workers, two of them outlived the job past the end of a CI pass.
-        stop_tree(job)
+        stop_job(job)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout), truth
 
