@@ -118,15 +118,18 @@ def aggregate(points: Sequence[tuple[float, float]]) -> Aggregate | None:
 
 
 def series_points(
-    samples: Sequence[T], value: Callable[[T], float | None]
+    samples: Sequence[T], value: Callable[[T], float | None],
+    times: Sequence[float] | None = None,
 ) -> list[tuple[float, float]]:
     """``(t, value)`` points of samples, skipping unknown values: many series read
-    one ring's window, which is then walked once (``Ring.window``)."""
+    one ring's window, which is then walked once (``Ring.window``), its samples'
+    times taken once too (``times``, one per sample)."""
+    stamps = times if times is not None else [sample_time(s) for s in samples]
     points: list[tuple[float, float]] = []
-    for s in samples:
+    for t, s in zip(stamps, samples, strict=True):
         v = value(s)
-        if v is not None and not (isinstance(v, float) and math.isnan(v)):
-            points.append((sample_time(s), float(v)))
+        if v is not None and v == v:  # NaN is the one value unequal to itself
+            points.append((t, float(v)))
     return points
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import operator
 import re
 import string
@@ -312,6 +313,42 @@ def _modulo(a: Any, b: Any) -> Any:
 OPERATORS: dict[type, Any] = {**DEFAULT_OPERATORS, ast.Pow: _power, ast.Mod: _modulo}
 
 
+def _evaluator() -> SimpleEval:
+    return SimpleEval(operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={})
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(expr: str) -> frozenset[str]:
+    """``names_in`` of a written-out condition, cached by its text."""
+    return frozenset(names_in(expr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(expr: str) -> ast.AST:
+    """The tree of a written-out condition, once it has been evaluated with every
+    name at 1.0: syntax that parses but that the evaluator does not support
+    (tuples, ``in``, ``min(1)``) fails at load time instead of leaving the rule
+    waiting forever.
+
+    Both are cached by text: every rule file loaded writes the packaged
+    conditions out the same way, and the tree is only read (the evaluator walks
+    it, never changes it), so conditions of the same text share one.
+    """
+    evaluator = _evaluator()
+    try:
+        parsed = evaluator.parse(expr)
+    except (SyntaxError, InvalidExpression) as exc:
+        raise ExpressionError(f"cannot parse '{expr}': {exc}") from exc
+    evaluator.names = {**dict.fromkeys(_names(expr), 1.0), "true": True, "false": False}
+    try:
+        evaluator.eval(expr, previously_parsed=parsed)
+    except ArithmeticError:
+        pass
+    except Exception as exc:
+        raise ExpressionError(f"cannot evaluate '{expr}': {exc}") from exc
+    return parsed
+
+
 class Condition:
     """A parsed condition, checked against the known metric names.
 
@@ -329,7 +366,7 @@ class Condition:
         self.written = expr.strip()
         self.expr = (expand(self.written, named or {}, references) if named or references
                      else self.written)
-        self.names = names_in(self.expr)
+        self.names = _names(self.expr)
         unknown = sorted(n for n in self.names if n not in known)
         if unknown:
             close = difflib.get_close_matches(unknown[0], [*known, *(named or {})], n=1)
@@ -340,23 +377,8 @@ class Condition:
             raise ExpressionError(
                 f"unknown metric {', '.join(unknown)} in '{clip(self.written, 200)}' ({hint})"
             )
-        self._evaluator = SimpleEval(
-            operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={}
-        )
-        try:
-            self._parsed = self._evaluator.parse(self.expr)
-        except (SyntaxError, InvalidExpression) as exc:
-            raise ExpressionError(f"cannot parse '{self.expr}': {exc}") from exc
-        # Evaluate once with every metric at 1.0: syntax that parses but that the
-        # evaluator does not support (tuples, `in`, min(1)) fails now, at load
-        # time, instead of leaving the rule waiting forever.
-        self._evaluator.names = {**dict.fromkeys(self.names, 1.0), "true": True, "false": False}
-        try:
-            self._evaluator.eval(self.expr, previously_parsed=self._parsed)
-        except ArithmeticError:
-            pass
-        except Exception as exc:
-            raise ExpressionError(f"cannot evaluate '{self.expr}': {exc}") from exc
+        self._parsed = _parsed(self.expr)
+        self._evaluator = _evaluator()
 
     def missing(self, values: Mapping[str, float | None]) -> list[str]:
         """Names this condition needs that have no value yet."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aitop.probes.samples import HostSample
-from aitop.probes.session import Aggregate, Session, aggregate, series_points
+from aitop.probes.session import Aggregate, Session, aggregate, sample_time, series_points
 
 from ..base.catalogue import AGGREGATES, SERIES
 from .gpu import device_temperature_margin, gpu_util, over_target_devices
@@ -124,13 +124,15 @@ def series_metrics(
     """Every series metric over the window, in the catalogue's order."""
     table = series_values(helper_threads)
     values: Values = {}
-    #: Each ring's window, walked once for every series read from it.
-    windows: dict[str, list[Any]] = {}
+    #: Each ring's window and its samples' times, taken once for every series read
+    #: from it.
+    windows: dict[str, tuple[list[Any], list[float]]] = {}
     for name, _unit, _description in SERIES:
         series = table[name]
-        samples = windows.get(series.ring)
-        if samples is None:
-            samples = windows[series.ring] = getattr(session, series.ring).window(
-                now - window_s, now)
-        values |= aggregate_values(name, aggregate(series_points(samples, series.value)))
+        window = windows.get(series.ring)
+        if window is None:
+            found = getattr(session, series.ring).window(now - window_s, now)
+            window = windows[series.ring] = (found, [sample_time(s) for s in found])
+        samples, times = window
+        values |= aggregate_values(name, aggregate(series_points(samples, series.value, times)))
     return values

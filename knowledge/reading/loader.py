@@ -104,18 +104,31 @@ def _packaged(name: str) -> str:
     return resources.files("aitop.knowledge").joinpath(f"data/{name}").read_text("utf-8")
 
 
+@functools.cache
+def _packaged_yaml(name: str) -> Any:
+    """A packaged file's YAML, parsed once a process: the readers only read it, and
+    each set of rule files combines it afresh (``_load``)."""
+    return load_yaml_text(_packaged(name), name)
+
+
+@functools.cache
+def _packaged_documents() -> KnowledgeDocuments:
+    """The packaged documents, read once a process (they are immutable)."""
+    return documents_text(
+        _packaged(PACKAGED_DOCUMENTS),
+        str(resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED_DOCUMENTS}")),
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _load(key: tuple[tuple[str, str | None], ...]) -> KnowledgeBase:
     """The knowledge base for rule files ``(path, digest)``: the packaged files are
     aitop's own and must read cleanly; the user's are collected, problems and all."""
     problems: list[Problem] = []
-    documents = documents_text(
-        _packaged(PACKAGED_DOCUMENTS),
-        str(resources.files("aitop.knowledge").joinpath(f"data/{PACKAGED_DOCUMENTS}")),
-    )
+    documents = _packaged_documents()
     files: list[tuple[str, Any]] = [
-        (PACKAGED_RULES, load_yaml_text(_packaged(PACKAGED_RULES), PACKAGED_RULES)),
-        (PACKAGED_PHASES, load_yaml_text(_packaged(PACKAGED_PHASES), PACKAGED_PHASES)),
+        (PACKAGED_RULES, _packaged_yaml(PACKAGED_RULES)),
+        (PACKAGED_PHASES, _packaged_yaml(PACKAGED_PHASES)),
     ]
     for path, _when in key:
         try:
