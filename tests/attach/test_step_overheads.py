@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.jobs import read_truth, watch
+from support.speedups import SLACK
 
 pytestmark = pytest.mark.attach
 
@@ -52,15 +53,20 @@ def watch_pair(base: str, fixed: str, workdir: Path, seconds: float, settle_s: f
 
 def ceiling_holds(lead: dict[str, Any], base: dict[str, float],
                   fixed: dict[str, float]) -> float:
-    """The fix's measured speed-up, held to the lead's ceiling. How much the fix
-    gains beside another job varies with what that job takes (a compiling job's
-    compiler processes hold cores too): measured one job at a time by
-    ``python -m benchmarks.predictions --overheads``, not here."""
+    """The fix's measured speed-up, held to the lead's ceiling widened by ``SLACK``,
+    as every predicted range is (``support.speedups``). Watched side by side, each
+    job's rate moves with what the other takes (a compiling job's compiler
+    processes hold cores too), and the ratio of one pair spreads as one pair does:
+    CI measured the recompile fix at x1.69 against a ceiling of x1.63, where its
+    job's own compile share bounds it at x1.59 and, one job at a time, the same
+    fix measured x1.82 and x1.58 against ceilings of x2.53 and x2.33
+    (docs/predictions-overheads.md, ``python -m benchmarks.predictions
+    --overheads``). That benchmark checks the bound itself."""
     measured = fixed["steps_per_s"] / base["steps_per_s"]
     print(f"{lead['id']}: ceiling {lead['gain_ceiling']} ({lead['gain_explanation']}); "
           f"measured x{measured:.2f}")
     assert lead["gain_method"] == "amdahl" and lead["gain_ceiling"] is not None
-    assert measured <= lead["gain_ceiling"], (measured, lead["gain_ceiling"])
+    assert measured <= lead["gain_ceiling"] * SLACK, (measured, lead["gain_ceiling"])
     return measured
 
 
