@@ -314,6 +314,8 @@ OPERATORS: dict[type, Any] = {**DEFAULT_OPERATORS, ast.Pow: _power, ast.Mod: _mo
 
 
 def _evaluator() -> SimpleEval:
+    """An evaluator of its own for each condition: each sets its names before it
+    evaluates, so two conditions must never share one."""
     return SimpleEval(operators=dict(OPERATORS), functions=dict(FUNCTIONS), names={})
 
 

@@ -54,9 +54,9 @@ def watch_pair(base: str, fixed: str, workdir: Path, seconds: float, settle_s: f
 def ceiling_holds(lead: dict[str, Any], base: dict[str, float],
                   fixed: dict[str, float]) -> float:
     """The fix's measured speed-up, held to the lead's ceiling widened by ``SLACK``,
-    as every predicted range is (``support.speedups``). Watched side by side, each
-    job's rate moves with what the other takes (a compiling job's compiler
-    processes hold cores too), and the ratio of one pair spreads as one pair does:
+    as every predicted range is (``support.speedups``): one pair's ratio spreads
+    10-20 % on this box, and more side by side, where each job's rate moves with
+    what the other takes (a compiling job's compiler processes hold cores too).
     CI measured the recompile fix at x1.69 against a ceiling of x1.63, where its
     job's own compile share bounds it at x1.59 and, one job at a time, the same
     fix measured x1.82 and x1.58 against ceilings of x2.53 and x2.33
