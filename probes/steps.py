@@ -178,6 +178,9 @@ class StepProbe:
         self.counter_names = tuple(counter_names)
         self.binary = binary or require_pyspy()
         self._loop_counted = False
+        #: Why the newest dump that ran found no counter: what a dump that fails
+        #: on a busy box (py-spy's "Failed to get stack traces") still says.
+        self._loop_reason: str | None = None
         self._log = JobLogs.of(pid)
         #: What the dumps showed torch.compile compiling, until taken (``frame_events``).
         self._frame_events: list[LogEvent] = []
@@ -281,22 +284,22 @@ class StepProbe:
                       compiling: bool = False) -> StepCounterSample:
         t = time.time()
         if loop_frame is None and not compiling:
-            return StepCounterSample(t, None, None, error="training loop frame not found yet")
+            return self._no_counter(t, None, "training loop frame not found yet")
         try:
             dump = json.loads(run_dump(self.binary, self.pid, locals_=True))
         except PySpyError as exc:
             if exc.kind in ("permission", "missing", "not_python"):
                 raise
-            return StepCounterSample(t, None, None, frame=loop_frame, error=str(exc))
+            return self._failed_dump(t, loop_frame, str(exc))
         except json.JSONDecodeError:
-            return StepCounterSample(t, None, None, frame=loop_frame, error="unreadable dump")
+            return self._failed_dump(t, loop_frame, "unreadable dump")
         # The value was read at the end of py-spy's run, after its start-up and
         # attach (tens to hundreds of ms, more on a loaded box): stamped then, a
         # loop of a thousand steps a second reads within a few steps.
         t = time.time()
         self._frame_events += compile_sightings(dump, t, thread_id)
         if loop_frame is None:
-            return StepCounterSample(t, None, None, error="training loop frame not found yet")
+            return self._no_counter(t, None, "training loop frame not found yet")
         found = read_counter_frame(
             dump, loop_frame=loop_frame, thread_id=thread_id, counter_names=self.counter_names
         )
@@ -304,12 +307,23 @@ class StepProbe:
             # Said as what was looked for (the names tried), so that a loop
             # counting in another name shows why its counter was not read.
             known = ", ".join(self.counter_names[:4])
-            return StepCounterSample(
-                t, None, None, frame=loop_frame,
-                error=f"no integer local of a step counter's name ({known}, ...) in the loop "
-                      "frame or its callers",
-            )
+            return self._no_counter(
+                t, loop_frame, f"no integer local of a step counter's name ({known}, ...) in "
+                               "the loop frame or its callers")
         name, value, frame = found
+        self._loop_reason = None
         return StepCounterSample(t, name, value, frame=frame)
+
+    def _no_counter(self, t: float, frame: str | None, why: str) -> StepCounterSample:
+        """A reading with no counter, and why: the reason a later failed dump keeps."""
+        self._loop_reason = why
+        return StepCounterSample(t, None, None, frame=frame, error=why)
+
+    def _failed_dump(self, t: float, frame: str | None, failure: str) -> StepCounterSample:
+        """A dump that failed says why the dumps before it found no counter, if they
+        found none: one failure under load is not the loop's reason."""
+        why = (failure if self._loop_reason is None
+               else f"{self._loop_reason} (the newest dump failed: {failure})")
+        return StepCounterSample(t, None, None, frame=frame, error=why)
 
 
