@@ -29,7 +29,10 @@ divided by what remains. It is used only where that share is at most
 ``MAX_MISSED``: each side of a step averaging about three samples or more (at
 10 Hz: 0.3 s each, steps of 0.6 s or longer, at most about 1.7 steps/s) and
 ``MIN_RUNS`` runs of each side seen. Faster loops get their rate elsewhere or
-stay unknown, and the note says so.
+stay unknown, and the note says so. Every window counts its cycles; the newest
+window's estimate, which rests on the most runs, judges them all
+(:func:`cycle_readings`), so that one early window's few short runs do not
+refuse a count its later ones would allow, nor the reverse.
 
 A sample whose stack passes through backward is backward, whatever runs
 beneath it: activation checkpointing recomputes forward passes inside backward,
@@ -57,8 +60,12 @@ MAX_MISSED = 0.05
 MIN_RUNS = 2
 #: Runs of each side remembered (the newest), across windows.
 KEPT_RUNS = 64
-#: A run this many times the median is two runs merged.
-MERGED = 1.7
+#: A run over this many times the median is two runs merged (the phase between
+#: them unsampled): it holds both phases' samples, about twice one's. A lower
+#: cut trims the upper tail of single runs, whose counts spread as a Poisson's,
+#: and makes the phases look shorter and their misses likelier than they are
+#: (docs/step-rates.md, The step-cycle count, simulated).
+MERGED = 2.0
 #: The longest gap between two windows across which the side carries over.
 MAX_GAP_S = 2.0
 #: The name the readings of cycles carry, and their source.
@@ -163,8 +170,14 @@ class CycleCounter:
     def count(self, phases: Sequence[str], start: float, end: float,
               period_s: float) -> tuple[StepCycles | None, str | None]:
         """The cycles of one window whose samples (``phases``, in order) were taken
-        between ``start`` and ``end`` (the last sample), ``period_s`` apart on
-        average; or None and why."""
+        between ``start`` and ``end`` (the last sample), ``period_s`` apart as
+        asked; or None and why.
+
+        The cycles are counted whether or not the runs seen so far show that the
+        samples resolve them; the note then says why not (too few runs yet, or
+        too many boundaries would fall between samples), and
+        :func:`cycle_readings` judges every window by the newest one's estimate,
+        which has seen the most runs."""
         carried, self._carried = self._carried, None
         found = cycle_kinds(phases)
         if found is None:
@@ -178,27 +191,29 @@ class CycleCounter:
         self._ends.extend(runs.ends)
         self._starts.extend(runs.starts)
         missed = self.missed()
+        share = missed[0] if missed is not None else 0.0
+        note: str | None = None
         if missed is None:
-            return None, (f"{min(len(self._ends), len(self._starts))} whole cycle(s) seen so "
-                          f"far (needs {MIN_RUNS} to tell whether the samples resolve them)")
-        share, side = missed
-        if share > MAX_MISSED:
+            note = (f"{min(len(self._ends), len(self._starts))} whole cycle(s) seen so far "
+                    f"(needs {MIN_RUNS} to tell whether the samples resolve them)")
+        elif share > MAX_MISSED:
+            side = missed[1]
             runs_of = self._ends if side == "end" else self._starts
             what = (("backward and optimizer" if side == "end" else "data and forward")
                     if kind == "training"
                     else ("forward" if side == "end" else "wait between requests"))
-            return None, (f"each step's {what} averages {_single_runs_mean(runs_of):.2g} "
-                          f"sample(s) at {1 / period_s:.3g} Hz: {share:.0%} of the steps would "
-                          f"fall between samples (at most {MAX_MISSED:.0%}): steps too fast "
-                          "to count from samples")
+            note = (f"each step's {what} averages {_single_runs_mean(runs_of):.2g} sample(s) "
+                    f"at {len(kinds) / max(end - start, period_s):.2g} Hz: {share:.0%} of the "
+                    f"steps would fall between samples (at most {MAX_MISSED:.0%}): steps too "
+                    "fast to count from samples")
         chained = joined and carried is not None and carried[3]
         last_side = next((k for k in reversed(kinds) if k is not None), None)
         if last_side is not None:
             self._carried = (last_side, kind, end, chained or bool(runs.boundaries))
         if not runs.boundaries:
-            return StepCycles(0, start, start, kind, round(share, 4), chained), None
+            return StepCycles(0, start, start, kind, round(share, 4), chained), note
         times = [_boundary_time(i - offset, len(kinds), start, end) for i in runs.boundaries]
-        return StepCycles(len(times), times[0], times[-1], kind, round(share, 4), chained), None
+        return StepCycles(len(times), times[0], times[-1], kind, round(share, 4), chained), note
 
 
 def _boundary_time(index: int, samples: int, start: float, end: float) -> float:
@@ -219,10 +234,32 @@ def cycle_readings(windows: Sequence[StackWindow]) -> list[StepCounterSample]:
     """Readings of the windows' cycles, counted on from one window to the next:
     at each window's first and last boundary. A window joined to the one before
     (``StepCycles.joined``) runs its count on by the one cycle between that
-    window's last boundary and its first; any other starts a new count. Each
-    cycle stands for ``1 / (1 - missed)`` steps (the boundaries that fell
-    between samples). The newest window without cycles adds a reading that says
-    why."""
+    window's last boundary and its first; any other starts a new count.
+
+    Whether the samples resolve the cycles is judged once, by the newest window
+    that counted any: its estimate rests on the most runs, so an early window's
+    few runs neither refuse the count by chance nor let it through by chance.
+    Each cycle then stands for ``1 / (1 - missed)`` steps (the boundaries that
+    fell between samples), by that same estimate. When the newest window
+    refuses, or holds no cycles, a reading says why."""
+    newest = next((w for w in reversed(windows) if w.error is None and w.total_samples), None)
+    judge = next((w for w in reversed(windows) if w.error is None and w.cycles is not None),
+                 None)
+    out: list[StepCounterSample] = []
+    if judge is not None and judge.cycles is not None and judge.cycles_note is None:
+        out = _chained_readings(windows, 1 / (1 - judge.cycles.missed))
+    elif judge is not None and judge.cycles_note is not None and newest is judge:
+        out.append(StepCounterSample(judge.t_end, None, None, frame=judge.loop_frame,
+                                     error=judge.cycles_note, source=CYCLES_SOURCE))
+    if newest is not None and newest.cycles is None:
+        out.append(StepCounterSample(newest.t_end, None, None, frame=newest.loop_frame,
+                                     error=newest.cycles_note or "no step cycles counted",
+                                     source=CYCLES_SOURCE))
+    return out
+
+
+def _chained_readings(windows: Sequence[StackWindow], per_cycle: float) -> list[StepCounterSample]:
+    """The count's readings, each cycle ``per_cycle`` steps, chained across joined windows."""
     out: list[StepCounterSample] = []
     total = 0.0
     chain = False
@@ -235,7 +272,6 @@ def cycle_readings(windows: Sequence[StackWindow]) -> list[StepCounterSample]:
             chain = chain and cycles.joined
             continue
         frame = w.loop_frame or w.thread_name
-        per_cycle = 1 / (1 - cycles.missed)
         joined = chain and cycles.joined
         if joined:
             total += per_cycle
@@ -246,9 +282,4 @@ def cycle_readings(windows: Sequence[StackWindow]) -> list[StepCounterSample]:
             out.append(StepCounterSample(cycles.t_last, CYCLES_COUNTER, round(total),
                                          frame=frame, source=CYCLES_SOURCE))
         chain = True
-    newest = next((w for w in reversed(windows) if w.error is None and w.total_samples), None)
-    if newest is not None and newest.cycles is None:
-        out.append(StepCounterSample(newest.t_end, None, None, frame=newest.loop_frame,
-                                     error=newest.cycles_note or "no step cycles counted",
-                                     source=CYCLES_SOURCE))
     return out
