@@ -74,6 +74,9 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
          "--truth", str(truth), "--duration", str(duration_s),
          "--checkpoint-dir", str(truth.parent / f"ckpt-{scenario}"), *extra_args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        # Its own process group, as a job started from a shell has: stop_job ends
+        # the group, workers it was forking as it stopped included.
+        start_new_session=True,
     )
     if cgroup is not None:
         try:
@@ -98,7 +101,9 @@ def start_job(scenario: str, truth: Path, duration_s: float = 180.0,
 
 def stop_job(job: subprocess.Popen[bytes]) -> None:
     """SIGTERM the job alone (it ends as on Ctrl-C, 130), then kill what it leaves:
-    DataLoader workers it was starting as it stopped outlive it otherwise."""
+    DataLoader workers it was starting as it stopped outlive it otherwise. Those
+    it forked after the descendants were listed are orphans by then, found by
+    their process group (``start_job`` gives the job its own)."""
     if job.poll() is None:
         left = descendants(job.pid)
         job.terminate()
@@ -110,6 +115,8 @@ def stop_job(job: subprocess.Popen[bytes]) -> None:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.pid, signal.SIGKILL)
 
 
 def read_truth(truth: Path) -> list[dict[str, float]]:
