@@ -273,6 +273,8 @@ class _Tracked:
     cpu_primed: bool = False
     io_prev: tuple[float, int, int] | None = None
     sched_prev: tuple[float, int] | None = None
+    #: (when, system CPU seconds) at the previous tick.
+    kernel_prev: tuple[float, float] | None = None
 
 
 class ProcessTreeProbe:
@@ -462,6 +464,7 @@ class ProcessTreeProbe:
             status = _get(p.status, "status", denied)
             cmdline = _get(p.cmdline, "cmdline", denied)
             cpu = _get(lambda: p.cpu_percent(interval=None), "cpu", denied)
+            times = _get(p.cpu_times, "cpu times", denied)
             mem = _get(p.memory_info, "memory", denied)
             nthreads = _get(p.num_threads, "threads", denied)
             io = _get(p.io_counters, "io", denied)
@@ -476,6 +479,12 @@ class ProcessTreeProbe:
             tracked.sched_prev = (now, wait_ns)
             if sched_prev is not None and now > sched_prev[0]:
                 cpu_wait = max(0.0, (wait_ns - sched_prev[1]) / 1e7 / (now - sched_prev[0]))
+        kernel = None
+        if times is not None:
+            kernel_prev = tracked.kernel_prev
+            tracked.kernel_prev = (now, times.system)
+            if kernel_prev is not None and now > kernel_prev[0]:
+                kernel = max(0.0, 100.0 * (times.system - kernel_prev[1]) / (now - kernel_prev[0]))
         read_bps = write_bps = None
         if io is not None:
             # read_bytes/write_bytes: what actually hit the block layer (as iotop
@@ -499,6 +508,7 @@ class ProcessTreeProbe:
             read_bps=read_bps,
             write_bps=write_bps,
             cpu_wait_percent=cpu_wait,
+            kernel_percent=kernel,
             started=started,
         )
 

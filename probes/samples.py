@@ -53,6 +53,10 @@ class ProcessInfo:
     #: % of a core its main thread spent runnable but waiting for a CPU
     #: (/proc/PID/schedstat): contention, as opposed to sleeping on I/O.
     cpu_wait_percent: float | None = None
+    #: % of a core the kernel spent working on its behalf (system time: forks,
+    #: page faults, the copies a write to a page shared since a fork makes, system
+    #: calls), part of ``cpu_percent``.
+    kernel_percent: float | None = None
     #: Its private memory (USS: pages no other process maps) and its
     #: proportional share (PSS: shared pages divided among their mappers), from
     #: ``smaps_rollup``; read only on the ticks its cadence allows

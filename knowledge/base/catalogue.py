@@ -59,6 +59,9 @@ SERIES: tuple[tuple[str, str, str], ...] = (
      "CPU of the whole target tree (main process and workers)"),
     ("main_cpu", "% of a core",
      "CPU of the main training process"),
+    ("main_kernel", "% of a core",
+     "CPU the kernel spent on the main training process's behalf (system time: forks, page "
+     "faults, the page copies a write after a fork makes, system calls)"),
     ("main_busy_threads", "threads",
      "threads of the main process keeping at least 10 % of a core busy"),
     ("workers_cpu", "% of a core",

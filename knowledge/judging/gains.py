@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ..base.catalogue import CATALOGUE
 from ..base.facts import Facts
 from ..base.findings import Gain
 from ..base.rules import GainSpec
@@ -360,7 +361,17 @@ def fewest_expected(seen: float) -> float:
     return seen * max(1.0 - 1.0 / (9.0 * seen) - BOUND_Z / (3.0 * math.sqrt(seen)), 0.0) ** 3
 
 
-def _amdahl_counted(spec: GainSpec, p: float, samples: float) -> Gain:
+def _also_removed(spec: GainSpec, metrics: Metrics) -> float:
+    """The share of wall time the action removes beside the phase (``also_removes``,
+    read in % of a core of the training process); 0 where the rule names none or
+    the metric is unknown."""
+    if spec.also_removes is None:
+        return 0.0
+    value = metrics.get(spec.also_removes)
+    return 0.0 if value is None else min(max(value / 100.0, 0.0), 1.0)
+
+
+def _amdahl_counted(spec: GainSpec, p: float, samples: float, also: float = 0.0) -> Gain:
     """Amdahl's ceiling with the share's own sampling error: a bound that holds.
 
     When a phase fills nearly all the time, 1 / (1 - p) rests on the few samples
@@ -368,19 +379,24 @@ def _amdahl_counted(spec: GainSpec, p: float, samples: float) -> Gain:
     may well be a third of that (x300). The ceiling therefore takes p as high as
     the count allows: the fewest samples outside the phase that could have given
     the count seen (95 %, one-sided). With none seen, removing all of it has no
-    finite ceiling, and none is shown.
+    finite ceiling, and none is shown. ``also``: the share of wall time the
+    action removes outside the phase (``GainSpec.also_removes``), added whole.
     """
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_steady").replace("_", " ")
     removable = spec.removable[1]
     outside = round((1.0 - p) * samples)
     p_high = 1.0 - fewest_expected(outside) / samples
-    if p_high * removable >= 1.0:
+    removed_share = p_high * removable + also
+    if removed_share >= 1.0:
         return Gain(None, method="amdahl", explanation=(
             f"{name} is {p:.0%} of the time: {outside:.0f} of {samples:.0f} stack samples "
             "fell outside it, too few to bound what removing it gives (the work between "
             "its runs is too short to measure): no ceiling"))
-    high = 1.0 / (1.0 - p_high * removable)
+    high = 1.0 / (1.0 - removed_share)
     removed = "removing it" if removable == 1.0 else f"removing {removable:.0%} of it"
+    if also and spec.also_removes in CATALOGUE:
+        removed += (f" and {also:.1%} of the time besides "
+                    f"({CATALOGUE[spec.also_removes].description})")
     return Gain(
         speedup=high, low=high, high=high, method="amdahl", ceiling=high, explanation=(
             f"{name} is {p:.0%} of the time ({outside:.0f} of {samples:.0f} stack samples "
@@ -397,7 +413,8 @@ def _amdahl(spec: GainSpec, metrics: Metrics) -> Gain:
     if samples:
         exact = metrics.get(spec.metric or "")
         assert exact is not None
-        return _amdahl_counted(spec, min(max(exact, 0.0), 1.0), samples)
+        return _amdahl_counted(spec, min(max(exact, 0.0), 1.0), samples,
+                               _also_removed(spec, metrics))
     lo_r, hi_r = spec.removable
     low, high = 1 / (1 - p * lo_r), 1 / (1 - p * hi_r)
     removed = "removing it" if hi_r == 1.0 else f"removing {lo_r:.0%}-{hi_r:.0%} of it"

@@ -86,6 +86,7 @@ def series_values(helper_threads: tuple[str, ...]) -> dict[str, SeriesValue]:
         "host_load_per_core": host(_host_load),
         "proc_cpu": tree(PROC_CPU),
         "main_cpu": tree(tree_sum(lambda p: p.cpu_percent, "main")),
+        "main_kernel": tree(tree_sum(lambda p: p.kernel_percent, "main")),
         "main_busy_threads": tree(functools.partial(main_busy_threads, helpers=helper_threads)),
         "workers_cpu": tree(tree_sum(lambda p: p.cpu_percent, "worker")),
         "worker_cpu_max": tree(worker_max_cpu),

@@ -37,7 +37,7 @@ RULE_KEYS = (
     "explains", "actions_for", "snippet_for", "ruled_out_by", "job_state",
 )
 GAIN_KEYS = ("method", "metric", "removable", "factor", "technique", "times", "rest_speedup",
-             "samples", "note")
+             "samples", "also_removes", "note")
 GAIN_METHODS = ("amdahl", "parallel", "workers", "worker_core", "offload", "quota", "fewer",
                 "shrink", "no_sync", "document", "none")
 SOURCE_KEYS = ("document", "section", "quote")
@@ -284,7 +284,9 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
     if method in ("amdahl", "shrink"):
         return GainSpec(method, metric=r.metric(spec, "metric", what),
                         removable=_removable(r, spec, what), note=note,
-                        samples=r.metric(spec, "samples", what) if "samples" in spec else None)
+                        samples=r.metric(spec, "samples", what) if "samples" in spec else None,
+                        also_removes=(r.metric(spec, "also_removes", what)
+                                      if "also_removes" in spec else None))
     if method == "no_sync":
         return GainSpec("no_sync", note=note)
     if method == "parallel":

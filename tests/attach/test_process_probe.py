@@ -347,3 +347,45 @@ def test_a_forked_producer_is_no_worker_once_torch_names_its_workers() -> None:
 ])
 def test_torch_names_its_workers_from_2_1(version: str | None, names: bool) -> None:
     assert torch_names_workers(version) is names
+
+
+#: A parent that forks a child every 0.2 s and writes a page of each of its 200 MB
+#: while the child lives: each write faults and the kernel copies the page, as a
+#: training process does that starts its DataLoader workers again each epoch.
+_FORKS_AND_WRITES = """
+import os, time
+buf = bytearray(200 * 2**20)
+pages = len(range(0, len(buf), 4096))
+buf[::4096] = b'\\x01' * pages
+while True:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.2)
+        os._exit(0)
+    buf[::4096] = b'\\x02' * pages
+    os.waitpid(pid, 0)
+"""
+_COMPUTES = "while True: sum(range(10000))"
+
+
+def test_kernel_time_tells_a_forking_writer_from_a_computing_loop() -> None:
+    """The forks and page copies are the kernel's time on the process's behalf,
+    which no stack sample of it shows; a loop that only computes has next to none."""
+    procs = [subprocess.Popen([sys.executable, "-c", code])
+             for code in (_FORKS_AND_WRITES, _COMPUTES)]
+    try:
+        time.sleep(1.0)
+        probes = [ProcessTreeProbe(p.pid) for p in procs]
+        assert all(pr.sample().main.kernel_percent is None  # type: ignore[union-attr]
+                   for pr in probes)  # no interval yet
+        time.sleep(2.0)
+        forker, computer = (pr.sample().main for pr in probes)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert forker is not None and computer is not None
+    assert forker.cpu_percent and forker.kernel_percent is not None
+    assert computer.cpu_percent and computer.kernel_percent is not None
+    assert forker.kernel_percent >= 0.3 * forker.cpu_percent, forker
+    assert computer.kernel_percent <= 0.1 * computer.cpu_percent, computer

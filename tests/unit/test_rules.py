@@ -1763,6 +1763,23 @@ def test_amdahl_arithmetic(
     assert math.isfinite(gain.speedup or math.inf)
 
 
+def test_amdahl_adds_the_kernel_time_the_action_also_removes() -> None:
+    """Workers kept alive also end the parent's forks and page copies: the share
+    of wall time the kernel spent on the training process joins the phase's."""
+    plain = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples")
+    spec = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples",
+                    also_removes="main_kernel_mean")
+    metrics = {"phase_data_wait": 0.8, "phase_samples": 300.0, "main_kernel_mean": 6.0}
+    without, with_kernel = (estimate_gain(s, metrics, Facts()) for s in (plain, spec))
+    assert without.ceiling is not None and with_kernel.ceiling is not None
+    assert 1 / with_kernel.ceiling == pytest.approx(1 / without.ceiling - 0.06)
+    assert "6.0% of the time besides (CPU the kernel spent" in with_kernel.explanation
+    unknown = estimate_gain(spec, {**metrics, "main_kernel_mean": None}, Facts())
+    assert unknown.ceiling == without.ceiling
+    nothing_left = estimate_gain(spec, {**metrics, "main_kernel_mean": 30.0}, Facts())
+    assert nothing_left.speedup is None and "no ceiling" in nothing_left.explanation
+
+
 def test_amdahl_with_unknown_phase_has_no_figure() -> None:
     spec = GainSpec("amdahl", metric="phase_data_wait")
     gain = estimate_gain(spec, {"phase_data_wait": None}, Facts())
@@ -1882,6 +1899,8 @@ def test_rule_file_errors_carry_file_and_line(tmp_path: Path, case: str) -> None
         ("{method: amdahl, metric: phase_nothing}", "unknown metric phase_nothing in gain"),
         ("{method: amdahl, metric: phase_other, removable: 1.5}", "'removable' must lie in"),
         ("{method: parallel, metric: phase_compute, factor: cores}", "unknown metric cores"),
+        ("{method: amdahl, metric: phase_data_wait, also_removes: kernel}",
+         "unknown metric kernel in gain"),
         ("{method: magic}", "unknown gain method 'magic'"),
     ],
 )
