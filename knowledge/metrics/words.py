@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from aitop.probes.samples import GpuSample, StackWindow, hot_frame_counts
@@ -110,15 +111,25 @@ def _warmup_work(windows: Sequence[StackWindow]) -> str:
 
 
 def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:
-    """Where the training thread's 'other' time goes: its hottest innermost frame.
+    """Where the training thread's 'other' time goes: its hottest innermost function,
+    at its hottest line.
 
     A share of the loop "outside the recognised phases" says nothing to fix;
-    naming the frame (``log_metrics (train.py:9)``) says what to change.
+    naming the frame (``log_metrics (train.py:9)``) says what to change. The
+    samples are summed per function first: a Python function's time spreads over
+    its lines, while its caller's one line that waits in C (``torch.tensor(...)``
+    of the rows it built) holds all of its own, and would otherwise be named.
     """
-    other = [key for key, _n in hot_frame_counts(windows) if key[0] == "other"]
+    other = [(key, n) for key, n in hot_frame_counts(windows) if key[0] == "other"]
     if not other:
         return "code outside the recognised phases"
-    _phase, function, location, caller = other[0]
+    per_function: Counter[tuple[str, str]] = Counter()
+    for (_phase, function, location, _caller), n in other:
+        per_function[(function, location.rsplit(":", 1)[0])] += n
+    hottest = per_function.most_common(1)[0][0]
+    # ``other`` is hottest first: the function's first entry is its hottest line.
+    _phase, function, location, caller = next(
+        key for key, _n in other if (key[1], key[2].rsplit(":", 1)[0]) == hottest)
     # The job's own files are absolute paths: the file name is enough in a title.
     location, caller = location.rsplit("/", 1)[-1], caller.rsplit("/", 1)[-1]
     called = f", called from {caller}" if caller and caller != location else ""
