@@ -280,8 +280,10 @@ def _shrink(spec: GainSpec, metrics: Metrics) -> Gain:
     if p is None:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     lo_r, hi_r = spec.removable
-    low = 1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r)
     high = 1.0 / (1.0 - p * hi_r)
+    # No wider than MAX_WIDTH, as every predicted range (a large phase widens it),
+    # with room for the reports' rounding to three decimals.
+    low = max(1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r), high / MAX_WIDTH * 1.001)
     name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
     return _predicted(low, high, _ceiling(p), (
         f"the {name} is {p:.0%} of the time; doing the same work in one kernel removes "

@@ -64,7 +64,7 @@ def watch_one_then_the_other(base: str, fixed: str, workdir: Path, seconds: floa
 
 
 def ceiling_holds(lead: dict[str, Any], base: dict[str, float],
-                  fixed: dict[str, float]) -> float:
+                  fixed: dict[str, float], *, may_be_unbounded: bool = False) -> float:
     """The fix's measured speed-up, held to the lead's ceiling widened by ``SLACK``,
     as every predicted range is (``support.speedups``): one pair's ratio spreads
     10-20 % on this box, and more side by side, where each job's rate moves with
@@ -73,10 +73,18 @@ def ceiling_holds(lead: dict[str, Any], base: dict[str, float],
     job's own compile share bounds it at x1.59 and, one job at a time, the same
     fix measured x1.82 and x1.58 against ceilings of x2.53 and x2.33
     (docs/predictions-overheads.md, ``python -m benchmarks.predictions
-    --overheads``). That benchmark checks the bound itself."""
+    --overheads``). That benchmark checks the bound itself.
+
+    ``may_be_unbounded``: where what the fix removes may add up to the whole
+    step as read (the wait as high as its samples allow, and the kernel's time
+    beside it), no ceiling is the honest answer, and the lead must say so."""
     measured = fixed["steps_per_s"] / base["steps_per_s"]
     print(f"{lead['id']}: ceiling {lead['gain_ceiling']} ({lead['gain_explanation']}); "
           f"measured x{measured:.2f}")
+    if may_be_unbounded and lead["gain_ceiling"] is None:
+        assert lead["gain_method"] == "amdahl", lead
+        assert "no ceiling" in lead["gain_explanation"], lead["gain_explanation"]
+        return measured
     assert lead["gain_method"] == "amdahl" and lead["gain_ceiling"] is not None
     assert measured <= lead["gain_ceiling"] * SLACK, (measured, lead["gain_ceiling"])
     return measured
@@ -137,7 +145,9 @@ def test_workers_started_again_every_epoch_are_named_with_persistent_workers(
     waited = truth["epoch_start"] + truth["data_wait"]
     assert abs(m["phase_data_wait"] - waited) <= 0.15, (m["phase_data_wait"], truth)
     assert truth["epoch_start"] >= 0.5 * waited
-    ceiling_holds(lead, truth, fixed)
+    # The wait (up to 93 % at its sampling bound, side by side) and the parent's
+    # kernel time (forks and page copies, 6-7 %) may leave no time to bound by.
+    ceiling_holds(lead, truth, fixed, may_be_unbounded=True)
 
 
 # Alone: moving the encoding to worker processes pays only where a core is free.

@@ -21,6 +21,7 @@ from aitop.engine.reports.gain import gain_text
 from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
+from aitop.knowledge.judging.gains import MAX_WIDTH
 from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE, FUSED
 from aitop.knowledge.metrics.growth import memory_growth
 from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
@@ -2113,3 +2114,16 @@ def test_a_job_whose_other_rank_is_stuck_names_that_rank_first() -> None:
     # and no steady-state finding (the straggler's gain) is judged meanwhile.
     assert "job_stalled" not in [f.id for f in d.findings]
     assert all(f.gain.speedup is None for f in d.findings)
+
+
+def test_a_fused_update_of_a_large_optimizer_phase_predicts_no_wider_than_the_limit() -> None:
+    """The optimizer at 63 % of the step: the range from the share's error and the
+    fused update's spread would be x1.72-2.70, wider than any prediction may be."""
+    spec = next(r.gain for r in RULESET.rules if r.id == "optimizer_for_loop")
+    assert spec.method == "shrink"
+    gain = estimate_gain(spec, {"phase_optimizer_loop": 0.63}, Facts())
+    assert gain.low is not None and gain.high is not None
+    assert round(gain.high, 3) / round(gain.low, 3) <= MAX_WIDTH
+    narrow = estimate_gain(spec, {"phase_optimizer_loop": 0.2}, Facts())
+    assert narrow.low is not None and narrow.high is not None
+    assert narrow.high / narrow.low < MAX_WIDTH / 1.001  # a narrow range is left alone
