@@ -124,12 +124,12 @@ def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:
     if not other:
         return "code outside the recognised phases"
     per_function: Counter[tuple[str, str]] = Counter()
-    for (_phase, function, location, _caller), n in other:
-        per_function[(function, location.rsplit(":", 1)[0])] += n
-    hottest = per_function.most_common(1)[0][0]
-    # ``other`` is hottest first: the function's first entry is its hottest line.
-    _phase, function, location, caller = next(
-        key for key, _n in other if (key[1], key[2].rsplit(":", 1)[0]) == hottest)
+    hottest_line: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    for key, n in other:  # hottest first: a function's first entry is its hottest line
+        function_in_file = (key[1], key[2].rsplit(":", 1)[0])
+        per_function[function_in_file] += n
+        hottest_line.setdefault(function_in_file, key)
+    _phase, function, location, caller = hottest_line[per_function.most_common(1)[0][0]]
     # The job's own files are absolute paths: the file name is enough in a title.
     location, caller = location.rsplit("/", 1)[-1], caller.rsplit("/", 1)[-1]
     called = f", called from {caller}" if caller and caller != location else ""
