@@ -54,6 +54,12 @@ PHASES: tuple[str, ...] = (
 #: "checkpoint", so neither marks a step.
 STEP_EVIDENCE_PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "eval", "sync",
                                          "comm")
+#: Seconds of stack windows whose step-phase samples add up to the proof. A
+#: server whose model takes a thirtieth of its serving thread's time shows one
+#: forward sample in a 6-s window at 10 Hz: counted window by window it stayed
+#: "warming up" for the whole of a 16-s watch. Half a minute of a loading job
+#: seldom holds three stray samples of a step's phases.
+STEP_EVIDENCE_LOOKBACK_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +230,9 @@ class Session:
         #: When the training thread was first seen taking a step (``STEP_EVIDENCE_PHASES``):
         #: before it, the job is loading or setting up, and its steps cannot be judged.
         self.first_step_at: float | None = None
+        #: (end, step-phase samples) of the stack windows of the last
+        #: ``STEP_EVIDENCE_LOOKBACK_S``, until a step is proven.
+        self._step_phase_windows: deque[tuple[float, int]] = deque()
         #: The first compilation and the first proof of steps (``probes.warmup``).
         self.warmup = WarmupTracker()
         #: When the target was first seen gone, and its exit status if known.
@@ -293,10 +302,16 @@ class Session:
         ring.append(sample)
 
     def _step_evidence(self, sample: object) -> float | None:
-        """When ``sample`` shows a step taken: a stack window with a few samples in a
-        step's own phases, or the loop's counter moving; None otherwise."""
+        """When ``sample`` shows a step taken: a stack window that brings the samples
+        in a step's own phases over the last ``STEP_EVIDENCE_LOOKBACK_S`` to a few,
+        or the loop's counter moving; None otherwise."""
         if isinstance(sample, StackWindow) and sample.error is None:
-            seen = sum(sample.phase_counts.get(p, 0) for p in STEP_EVIDENCE_PHASES)
+            recent = self._step_phase_windows
+            recent.append((sample.t_end, sum(sample.phase_counts.get(p, 0)
+                                             for p in STEP_EVIDENCE_PHASES)))
+            while recent and recent[0][0] < sample.t_end - STEP_EVIDENCE_LOOKBACK_S:
+                recent.popleft()
+            seen = sum(n for _t, n in recent)
             return sample.t_end if seen >= STEP_EVIDENCE_SAMPLES else None
         if isinstance(sample, StepCounterSample) and sample.value is not None:
             # The newest reading of the same count (the probe adds other sources'

@@ -251,11 +251,12 @@ class AitopApp(App[int]):
     def _on_signal(self, sig: int) -> None:
         code = self.export_flow.on_signal(signal.Signals(sig).name, self._exit_export_request)
         if sig in (signal.SIGHUP, signal.SIGTERM):
-            # The terminal may be gone (SIGHUP: window closed, ssh dropped). Stop
-            # sampling the job now, and do not trust the UI to shut down: Textual's
-            # writer thread can block forever on a vanished terminal, which once
-            # left an aitop attached to a job long after its window was closed.
-            self.source.close()
+            # The terminal may be gone (SIGHUP: window closed, ssh dropped). Do not
+            # trust the UI to shut down: Textual's writer thread can block forever
+            # on a vanished terminal, which once left an aitop attached to a job
+            # long after its window was closed. The watchdog starts first, so it
+            # also bounds stopping the probes (joining their threads, ending
+            # py-spy), which on a loaded box once outlasted a 15-s wait.
             if self.exit_watchdog:
                 threading.Thread(
                     target=_exit_unless_done,
@@ -263,7 +264,12 @@ class AitopApp(App[int]):
                     name="aitop-exit-watchdog",
                     daemon=True,
                 ).start()
+            self.stop_sampling()
         self.exit(code)
+
+    def stop_sampling(self) -> None:
+        """Stop sampling the job now, ahead of the UI's own shutdown."""
+        self.source.close()
 
     # ---------------------------------------------------------------- time
 

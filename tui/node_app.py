@@ -12,7 +12,6 @@ cursor moves over the node and every job's view.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -143,10 +142,10 @@ class NodeApp(AitopApp):
     def _export_request(self, svg: str | None) -> ExportRequest:
         return ExportRequest(self.current_now(), None, svg)
 
-    def _on_signal(self, sig: int) -> None:
-        if sig in (signal.SIGHUP, signal.SIGTERM):
-            self.node.close()  # stop sampling every job now (see AitopApp._on_signal)
-        super()._on_signal(sig)
+    def stop_sampling(self) -> None:
+        """Stop sampling every job now (see ``AitopApp._on_signal``)."""
+        self.node.close()
+        super().stop_sampling()
 
 
 def run_node_app(

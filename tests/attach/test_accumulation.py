@@ -119,10 +119,16 @@ def test_accumulation_that_all_reduces_every_pass_is_told_to_use_no_sync(
         # counted right only as the watch ended, the finding then still held
         # back by its for: (one CI run: 2 passes, x1.24, 27 % waiting, the
         # wait led); and the wait is said as what it is, with no accumulation figure.
+        # Or the last pass read 1.5x the others or more, where rules.yaml's
+        # every_backward_syncs cannot tell this job from one inside no_sync():
+        # on a CPU rank the last pass also adds into the gradients the first
+        # left (a 67 M-parameter embedding's), so it runs longer even where
+        # every pass all-reduces (CI runs read 0.73-1.59; docs/diagnosis.md).
         late = any(p.startswith(f"Each optimizer step accumulates {ACCUMULATE} backward")
                    for p in report["pending"])
+        ratio = metrics["last_backward_ratio"]
         assert (late or metrics["backward_per_step"] != ACCUMULATE
-                or metrics["last_backward_ratio"] is None), report["pending"]
+                or ratio is None or ratio >= 1.5), report["pending"]
         assert lead["id"] in ("ranks_wait_for_each_other", "communication_dominates"), ids
         return
     # The count the finding was said with is in its title (its metrics may have

@@ -251,24 +251,26 @@ async def test_plus_and_minus_change_the_refresh_rate() -> None:
 
 
 async def test_key_is_answered_while_evaluate_is_slow() -> None:
-    """Keys work while ``evaluate`` sleeps (2 s): the source evaluates on its own
-    thread and the app only reads what it published."""
-    source = live_source(delay_s=2.0)
+    """Keys work while ``evaluate`` is held: the source evaluates on its own
+    thread and the app only reads what it published.
+
+    The evaluation is held until the test releases it, so "answered before it
+    ended" is read from the source itself, not from a wall clock that a busy
+    box stretches."""
+    source = live_source(delay_s=60.0)
     app = make_app(source)
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: source.calls >= 1)
             assert source.latest().evaluating_since is not None and app.diagnosis is None
-            started = time.monotonic()
             await pilot.press("question_mark")
             assert isinstance(app.screen, HelpScreen)
-            answered = time.monotonic() - started
-            # The key was handled while evaluate was still asleep, not after it.
-            assert source.active == 1
-            assert answered < 2.0, f"the key took {answered:.2f}s"
+            # The key was handled while evaluate was still held, not after it.
+            assert source.active == 1 and app.diagnosis is None
             await pilot.press("escape")
             assert isinstance(app.screen, MainScreen)
             assert source.max_active == 1  # reading never started an evaluation
+            source.release.set()
             await wait_for(pilot, lambda: app.diagnosis is not None, timeout=5.0)
     finally:
         source.release.set()

@@ -344,3 +344,27 @@ def test_appends_from_threads_while_reading() -> None:
         times = [s.t_end if isinstance(s, StackWindow) else s.t for s in items]
         assert times == [T0 + i for i in range(n - 99, n + 1)]
     assert session.latest_time() == T0 + n
+
+
+# ------------------------------------------------------------ first step
+
+
+def test_a_step_is_proven_by_a_few_step_phase_samples_over_recent_windows() -> None:
+    """A server whose model takes a thirtieth of its thread shows one forward
+    sample a window: three such windows within the lookback prove it steps."""
+    session = Session(PID)
+    for t in (10.0, 16.0):
+        session.add(_window(t, {"other": 55, "forward": 1}))
+        assert session.first_step_at is None
+    session.add(_window(22.0, {"other": 55, "forward": 1}))
+    assert session.first_step_at == 22.0
+
+
+def test_step_phase_samples_older_than_the_lookback_do_not_add_up() -> None:
+    """A loading job's stray samples, one now and then, never prove a step."""
+    session = Session(PID)
+    for t in (10.0, 41.0, 72.0, 103.0):
+        session.add(_window(t, {"other": 300, "forward": 1}))
+    assert session.first_step_at is None
+    session.add(_window(104.0, {"other": 9, "data_wait": 2}))
+    assert session.first_step_at == 104.0
