@@ -209,13 +209,18 @@ def attach(
     pid = job.training_pid()  # a launcher has no training thread: rank 0 has
     notice = job_notice(job)
     warnings = [notice] if notice else []
-    if not job.multi_rank:
+    # A launcher still without ranks once ``await_launcher_ranks`` gave up (a slow
+    # restart: torchrun grants each old rank up to 30 s to take its SIGTERM, and
+    # the new ones import torch): watched itself until its ranks start, then
+    # followed, as a restart is.
+    launcher_alone = not job.ranks and not also and is_launcher(read_cmdline(pid))
+    if not job.multi_rank and not launcher_alone:
         lead = _build(pid, job, options, knowledge, popen=popen, facts=facts,
                       host=SharedHost(HostProbe(job.launcher_pid or pid)), samples_host=True,
                       preflight=preflight)
         return LiveJob(lead, warnings=warnings).start()
 
-    peer_options = options_for_peers(options, len(job.ranks))
+    peer_options = options_for_peers(options, max(len(job.ranks), 2))
     live: LiveJob | None = None
 
     def lead_judgement() -> JobJudgement | None:
@@ -247,7 +252,8 @@ def attach(
                   samples_host=True, judge_peers=judged_peers, preflight=preflight)
     peers = [_peer(r.pid, job, peer_options, knowledge, facts, host, lead_judgement)
              for r in job.ranks if r.pid != pid]
-    live = LiveJob(lead, peers, warnings=warnings, launcher_pid=job.launcher_pid,
+    live = LiveJob(lead, peers, warnings=warnings,
+                   launcher_pid=pid if launcher_alone else job.launcher_pid,
                    make_peer=make_peer, rebuild=rebuild)
     return live.start()
 

@@ -5,7 +5,8 @@ each time with new PIDs. A watch fixed on the PIDs of the first attempt would go
 blind at the first restart; instead the launcher's children are read again every
 few seconds: ranks that exited are marked so (and leave the job's judgement),
 new ones are watched, and when the lead rank itself was restarted its successor
-(the new rank with the lowest number) becomes the lead.
+(the new rank with the lowest number) becomes the lead. A launcher watched
+itself, attached before its ranks started, hands the lead to its rank 0 so.
 """
 
 from __future__ import annotations
@@ -84,21 +85,29 @@ class JobFollower:
         peers = [_mark_exited(p) for p in lead.peers]
         current = [r.pid for r in job.ranks]  # in rank order
         old = lead.session.target_pid
-        if old not in current and not process_alive(old):
-            # The lead exited and the launcher runs a new attempt: its lowest rank
-            # leads now, whether or not an earlier read already took it as a peer
-            # (the new ranks can appear before the process probe sees the old
+        launcher_led = old == self.launcher_pid
+        if old not in current and (launcher_led or not process_alive(old)):
+            # The lead exited and the launcher runs a new attempt (or aitop watched
+            # the launcher itself, attached before its ranks started): its lowest
+            # rank leads now, whether or not an earlier read already took it as a
+            # peer (the new ranks can appear before the process probe sees the old
             # lead's exit).
             successor = current[0]
             for peer in peers:
                 if peer.pid == successor and peer.source is not None:
                     peer.source.close()
             peers = [p for p in peers if p.pid != successor]
-            self.restarts += 1
             lead.adopt_lead(successor, job)
-            lead.warnings.append(
-                f"the launcher (PID {self.launcher_pid}) restarted the job: now leading with "
-                f"{job.label(successor)} (PID {successor}); PID {old} exited")
+            if launcher_led:
+                lead.warnings.append(
+                    f"the launcher (PID {old}) had no ranks when aitop attached (a restart or "
+                    f"a rendezvous); they started: now leading with {job.label(successor)} "
+                    f"(PID {successor})")
+            else:
+                self.restarts += 1
+                lead.warnings.append(
+                    f"the launcher (PID {self.launcher_pid}) restarted the job: now leading "
+                    f"with {job.label(successor)} (PID {successor}); PID {old} exited")
         watched = {lead.session.target_pid, *(p.pid for p in peers)}
         new = [pid for pid in current if pid not in watched]
         if not new:
