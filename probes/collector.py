@@ -370,7 +370,8 @@ class Collector:
                 self._stacks.stop()
         deadline = time.monotonic() + timeout_s
         for loop in self.loops:
-            loop.thread.join(max(0.0, deadline - time.monotonic()))
+            if loop.thread.ident is not None:  # stopped before it started: nothing runs
+                loop.thread.join(max(0.0, deadline - time.monotonic()))
         if self._stacks is not None:
             with contextlib.suppress(Exception):
                 self._stacks.close()

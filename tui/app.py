@@ -256,7 +256,7 @@ class AitopApp(App[int]):
             # on a vanished terminal, which once left an aitop attached to a job
             # long after its window was closed. The watchdog starts first, so it
             # also bounds stopping the probes (joining their threads, ending
-            # py-spy), which on a loaded box once outlasted a 15-s wait.
+            # py-spy), which takes seconds on a loaded box.
             if self.exit_watchdog:
                 threading.Thread(
                     target=_exit_unless_done,

@@ -71,6 +71,9 @@ class LiveJob:
         self.closing = threading.Event()
         self._rebuild = rebuild
         self._closed = False
+        #: Held while the lead is swapped and while closing: a lead built as aitop
+        #: closes is closed, never left sampling, nor closed before it started.
+        self._lead_lock = threading.Lock()
         #: How many times slower than its cadence each rank is watched (``set_pace``).
         self.pace = 1.0
         #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job.
@@ -141,9 +144,13 @@ class LiveJob:
         one's evaluator judges the job with the same peers.
         """
         assert self._rebuild is not None, "only a launcher's job is restarted"
-        old, self.lead = self.lead, self._rebuild(pid, job)
-        self.lead.set_pace(self.pace)
-        self.lead.start()
+        with self._lead_lock:
+            if self._closed:
+                return
+            new = self._rebuild(pid, job)
+            new.set_pace(self.pace)
+            new.start()
+            old, self.lead = self.lead, new
         old.close()
 
     def awaiting_restart(self) -> bool:
@@ -151,9 +158,10 @@ class LiveJob:
         return self.follower is not None and self.follower.awaiting_restart()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._lead_lock:
+            if self._closed:
+                return
+            self._closed = True
         self.closing.set()
         # Every rank stops at once (each close waits for its own threads).
         closing = [threading.Thread(target=p.source.close, name="aitop-close", daemon=True)

@@ -219,6 +219,47 @@ def test_a_live_job_hands_the_lead_to_a_restarted_rank() -> None:
     assert second.collector.stop_event.is_set()
 
 
+def test_a_lead_adopted_as_the_job_closes_is_closed_too() -> None:
+    """aitop quit while the follower builds a restarted rank's lead: the new lead
+    is started and then closed, never left sampling nor stopped unstarted."""
+    first, second = live_rank(), live_rank(build_session())
+    building, release = threading.Event(), threading.Event()
+
+    def rebuild(pid: int, j: RankJob) -> LiveSource:
+        building.set()
+        release.wait(5)
+        return second
+
+    job = LiveJob(first, rebuild=rebuild)
+    adopting = threading.Thread(target=job.adopt_lead,
+                                args=(PID + 7, RankJob(PID - 1, PID - 1, "env", ())))
+    adopting.start()
+    assert building.wait(5)
+    closing = threading.Thread(target=job.close)
+    closing.start()
+    time.sleep(0.2)
+    assert closing.is_alive()  # close waits for the lead being built
+    release.set()
+    adopting.join(5)
+    closing.join(5)
+    assert job.lead is second and second.collector.stop_event.is_set()
+    assert first.collector.stop_event.is_set()
+
+
+def test_a_closed_job_adopts_no_lead() -> None:
+    first = live_rank()
+    built: list[int] = []
+
+    def rebuild(pid: int, j: RankJob) -> LiveSource:
+        built.append(pid)
+        return live_rank()
+
+    job = LiveJob(first, rebuild=rebuild)
+    job.close()
+    job.adopt_lead(PID + 7, RankJob(PID - 1, PID - 1, "env", ()))
+    assert built == [] and job.lead is first
+
+
 def test_closing_a_job_closes_every_rank() -> None:
     peers = [RankPeer(f"rank {n}", PID + n, live_rank()) for n in (1, 2)]
     job = LiveJob(live_rank(), [*peers, RankPeer("rank 3", PID + 3, None, "gone")])
