@@ -160,8 +160,9 @@ def test_a_server_bound_by_its_preprocessing_is_told_to_move_it_off_the_serving_
     # thread by its own clock, and py-spy's non-blocking samples see it in 2-5 %
     # (blocking ones in 8-12 %): the third forward sample, which tells a server
     # from a job still loading (probes/session.py), came after the first 16 s in
-    # one watch in four. 40 s holds a 36-s window end, by which one in a hundred
-    # or so would not have it (docs/diagnosis.md).
+    # 2 of 5 watches here and in one CI run. 40 s holds a 36-s window end, by
+    # which, at the rates measured, under one watch in a hundred would not have
+    # it (docs/diagnosis.md).
     report, truth, fixed = watch_one_then_the_other("serving_preprocess",
                                                     "serving_preprocess_pool", tmp_path,
                                                     40, 16)
