@@ -230,9 +230,6 @@ class Session:
         #: When the training thread was first seen taking a step (``STEP_EVIDENCE_PHASES``):
         #: before it, the job is loading or setting up, and its steps cannot be judged.
         self.first_step_at: float | None = None
-        #: (end, step-phase samples) of the stack windows of the last
-        #: ``STEP_EVIDENCE_LOOKBACK_S``, until a step is proven.
-        self._step_phase_windows: deque[tuple[float, int]] = deque()
         #: The first compilation and the first proof of steps (``probes.warmup``).
         self.warmup = WarmupTracker()
         #: When the target was first seen gone, and its exit status if known.
@@ -306,12 +303,9 @@ class Session:
         in a step's own phases over the last ``STEP_EVIDENCE_LOOKBACK_S`` to a few,
         or the loop's counter moving; None otherwise."""
         if isinstance(sample, StackWindow) and sample.error is None:
-            recent = self._step_phase_windows
-            recent.append((sample.t_end, sum(sample.phase_counts.get(p, 0)
-                                             for p in STEP_EVIDENCE_PHASES)))
-            while recent and recent[0][0] < sample.t_end - STEP_EVIDENCE_LOOKBACK_S:
-                recent.popleft()
-            seen = sum(n for _t, n in recent)
+            earlier = self.stacks.window(sample.t_end - STEP_EVIDENCE_LOOKBACK_S, sample.t_end)
+            seen = sum(w.phase_counts.get(p, 0) for w in (*earlier, sample)
+                       if w.error is None for p in STEP_EVIDENCE_PHASES)
             return sample.t_end if seen >= STEP_EVIDENCE_SAMPLES else None
         if isinstance(sample, StepCounterSample) and sample.value is not None:
             # The newest reading of the same count (the probe adds other sources'
