@@ -62,10 +62,10 @@ class GainSpec:
     rest_speedup: float = 1.0
     #: For ``amdahl``: the metric holding how many stack samples ``metric`` was read over.
     samples: str | None = None
-    #: For ``amdahl``: a metric in % of a core of the training process, time the
+    #: For ``amdahl``: metrics in % of a core of the training process, time the
     #: action removes beside the phase (workers kept alive also stop the kernel's
     #: forks and page copies, which no stack sample shows), added to the share.
-    also_removes: str | None = None
+    also_removes: tuple[str, ...] = ()
     note: str = ""
 
 

@@ -369,17 +369,20 @@ def fewest_expected(seen: float) -> float:
     return seen * max(1.0 - 1.0 / (9.0 * seen) - BOUND_Z / (3.0 * math.sqrt(seen)), 0.0) ** 3
 
 
-def _also_removed(spec: GainSpec, metrics: Metrics) -> float:
-    """The share of wall time the action removes beside the phase (``also_removes``,
-    read in % of a core of the training process); 0 where the rule names none or
-    the metric is unknown."""
-    if spec.also_removes is None:
-        return 0.0
-    value = metrics.get(spec.also_removes)
-    return 0.0 if value is None else min(max(value / 100.0, 0.0), 1.0)
+def _also_removed(spec: GainSpec, metrics: Metrics) -> dict[str, float]:
+    """Each share of wall time the action removes beside the phase (``also_removes``,
+    read in % of a core of the training process), by metric; a metric not known
+    yet is left out."""
+    shares = {}
+    for name in spec.also_removes:
+        value = metrics.get(name)
+        if value is not None:
+            shares[name] = min(max(value / 100.0, 0.0), 1.0)
+    return shares
 
 
-def _amdahl_counted(spec: GainSpec, p: float, samples: float, also: float = 0.0) -> Gain:
+def _amdahl_counted(spec: GainSpec, p: float, samples: float,
+                    also: dict[str, float] | None = None) -> Gain:
     """Amdahl's ceiling with the share's own sampling error: a bound that holds.
 
     When a phase fills nearly all the time, 1 / (1 - p) rests on the few samples
@@ -387,24 +390,29 @@ def _amdahl_counted(spec: GainSpec, p: float, samples: float, also: float = 0.0)
     may well be a third of that (x300). The ceiling therefore takes p as high as
     the count allows: the fewest samples outside the phase that could have given
     the count seen (95 %, one-sided). With none seen, removing all of it has no
-    finite ceiling, and none is shown. ``also``: the share of wall time the
+    finite ceiling, and none is shown. ``also``: the shares of wall time the
     action removes outside the phase (``GainSpec.also_removes``), added whole.
     """
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_steady").replace("_", " ")
     removable = spec.removable[1]
     outside = round((1.0 - p) * samples)
     p_high = 1.0 - fewest_expected(outside) / samples
-    removed_share = p_high * removable + also
+    also = also or {}
+    removed_share = p_high * removable + sum(also.values())
     if removed_share >= 1.0:
+        besides_too = (
+            f", and the action also removes {sum(also.values()):.1%} of the time besides it"
+            if also else "")
         return Gain(None, method="amdahl", explanation=(
             f"{name} is {p:.0%} of the time: {outside:.0f} of {samples:.0f} stack samples "
-            "fell outside it, too few to bound what removing it gives (the work between "
-            "its runs is too short to measure): no ceiling"))
+            f"fell outside it{besides_too}, too few to bound what removing it gives (the "
+            "work between its runs is too short to measure): no ceiling"))
     high = 1.0 / (1.0 - removed_share)
     removed = "removing it" if removable == 1.0 else f"removing {removable:.0%} of it"
-    if also and spec.also_removes in CATALOGUE:
-        removed += (f" and {also:.1%} of the time besides "
-                    f"({CATALOGUE[spec.also_removes].description})")
+    besides = [f"{share:.1%} of the time ({CATALOGUE[metric].description})"
+               for metric, share in also.items() if share > 0 and metric in CATALOGUE]
+    if besides:
+        removed += f" and, besides it, {' and '.join(besides)}"
     return Gain(
         speedup=high, low=high, high=high, method="amdahl", ceiling=high, explanation=(
             f"{name} is {p:.0%} of the time ({outside:.0f} of {samples:.0f} stack samples "

@@ -198,6 +198,15 @@ class RulesReader(Reader):
             return ""
         return name
 
+    def metrics(self, m: Located, key: str, what: str) -> tuple[str, ...]:
+        """A list of metric names (one name counts as a list of one); absent: none."""
+        names = self.text_list(m, key, what, noun="metric names")
+        unknown = [name for name in names if name not in CATALOGUE]
+        if unknown:
+            self.report(self.line(m, key), f"{what}: unknown metric {', '.join(unknown)} in gain")
+            return ()
+        return names
+
     def fraction(self, value: object) -> float | None:
         """A number from YAML (not a bool, not text), as a float; None otherwise."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -285,8 +294,7 @@ def _gain(r: RulesReader, node: Located, what: str) -> GainSpec:
         return GainSpec(method, metric=r.metric(spec, "metric", what),
                         removable=_removable(r, spec, what), note=note,
                         samples=r.metric(spec, "samples", what) if "samples" in spec else None,
-                        also_removes=(r.metric(spec, "also_removes", what)
-                                      if "also_removes" in spec else None))
+                        also_removes=r.metrics(spec, "also_removes", what))
     if method == "no_sync":
         return GainSpec("no_sync", note=note)
     if method == "parallel":

@@ -9,10 +9,9 @@ checkpoint time because the same function called ``torch.save``.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from support.jobs import WatchedRun, truth_over_windows
+from support.sampling import share_tolerance
 
 pytestmark = pytest.mark.attach
 
@@ -29,7 +28,7 @@ def test_the_fsync_after_a_save_counts_as_checkpoint(watched_run: WatchedRun) ->
           f"other {phases['other']:.3f}; {samples:.0f} samples; truth {true}")
     assert true["checkpoint"] >= 0.2, f"the job's own checkpoint share {true['checkpoint']:.2f}"
     share = true["checkpoint"]
-    allowed = max(0.05, 2.6 * math.sqrt(share * (1 - share) / max(samples, 1.0)))
+    allowed = share_tolerance(share, samples)
     assert abs(phases["checkpoint"] - share) <= allowed, (phases, true)
     assert report["findings"] and report["findings"][0]["id"] == "checkpoint_stalls", (
         [f["id"] for f in report["findings"]])

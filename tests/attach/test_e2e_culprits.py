@@ -9,11 +9,11 @@ batch index). These attach with py-spy and are never skipped.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pytest
 from support.jobs import WatchedRun, truth_between
+from support.sampling import share_tolerance
 
 pytestmark = [pytest.mark.attach, pytest.mark.alone]
 
@@ -68,16 +68,10 @@ EXPECT: dict[str, Expect] = {
 }
 
 
-def tolerance(share: float, samples: float) -> float:
-    """8 points, or 2.6 standard errors of a share estimated from ``samples``.
-
-    Wider than the main scenarios' 5 points: these jobs step at 13-30 steps/s,
-    close to py-spy's 10 Hz, so samples taken at a fixed period beat against
-    the step's own period and are less independent than the binomial error
-    assumes (the generator job read 0.57 once for its own 0.44, 0.52 for 0.47
-    the next run).
-    """
-    return max(0.08, 2.6 * math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0)))
+#: These jobs step at 13-30 steps/s, close to py-spy's 10 Hz, so their samples
+#: beat with the step more than the main scenarios' (the generator job read 0.57
+#: once for its own 0.44, 0.52 for 0.47 the next run): 8 points at least.
+SHARE_FLOOR = 0.08
 
 
 @pytest.mark.parametrize("scenario", list(EXPECT))
@@ -109,7 +103,8 @@ def test_culprit_leads_for_every_loop_shape(scenario: str, watched_run: WatchedR
     samples = report["metrics"]["phase_samples"]
     phases = report["phases"]
     for phase in ("data_wait", "eval"):
-        assert abs(phases[phase] - true[phase]) <= tolerance(true[phase], samples), (
+        allowed = share_tolerance(true[phase], samples, SHARE_FLOOR)
+        assert abs(phases[phase] - true[phase]) <= allowed, (
             f"{phase}: aitop {phases[phase]:.3f} vs the job's own {true[phase]:.3f}"
         )
     source = report["steps_source"]

@@ -6,11 +6,11 @@ here (no ptrace rights), they fail and say so.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 from support.jobs import Watched, WatchedRun, truth_between, watched
+from support.sampling import share_tolerance
 from support.speedups import SLACK, RatePair, assert_comes_true
 
 from benchmarks.predictions import apply_lead
@@ -25,22 +25,6 @@ EXPECTED = {
     # is the accelerator here, saturated, so compute (and well used).
     "healthy": "compute",
 }
-
-
-def tolerance(share: float, samples: float) -> float:
-    """5 points, or the sampling error of ``samples`` stack samples if that is larger.
-
-    A share estimated from n samples has a standard error of sqrt(p(1-p)/n): at
-    10 Hz over a 20 s window (~190 samples) that is 3.6 points for a phase near
-    50 % (the checkpoint job on a slow disk), so a flat 5-point bound failed about
-    one run in seven by chance alone. 2.6 standard errors fail ~1 % of honest runs
-    of independent samples; the samples are not independent (a save spans many of
-    them in a row, a step beats with the 10 Hz rate), so the bound is 1.25x that,
-    as the exporter's and the loop-shape tests allow (a fresh-clone run read the
-    checkpoint job at 0.622 against 0.502 from 119 samples, 0.0004 over 2.6).
-    """
-    standard_error = math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0))
-    return max(0.05, 1.25 * 2.6 * standard_error)
 
 
 def diagnosed(scenario: str, watched_run: WatchedRun) -> tuple[dict, Path]:
@@ -74,11 +58,12 @@ def test_scenario_diagnosis_matches_ground_truth(scenario: str, watched_run: Wat
           f"steps/s aitop {report['steps_per_s']} truth {expected['steps_per_s']:.2f}; "
           f"timeline {report['timeline']}")
     samples = report["metrics"]["phase_samples"]
-    assert abs(measured_wait - true_wait) <= tolerance(true_wait, samples), (
+    assert abs(measured_wait - true_wait) <= share_tolerance(true_wait, samples), (
         f"data_wait {measured_wait:.3f} vs ground truth {true_wait:.3f} ({samples:.0f} samples)"
     )
     true_checkpoint = expected["checkpoint"]
-    assert abs(phases["checkpoint"] - true_checkpoint) <= tolerance(true_checkpoint, samples), (
+    allowed = share_tolerance(true_checkpoint, samples)
+    assert abs(phases["checkpoint"] - true_checkpoint) <= allowed, (
         f"checkpoint {phases['checkpoint']:.3f} vs ground truth {true_checkpoint:.3f} "
         f"({samples:.0f} samples)"
     )

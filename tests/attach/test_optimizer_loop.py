@@ -11,18 +11,11 @@ measured rate is tests/attach/test_e2e_scenarios.py's (``LEADS``).
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from support.jobs import WatchedRun, truth_between
+from support.sampling import share_tolerance
 
 pytestmark = [pytest.mark.attach, pytest.mark.alone]
-
-
-def tolerance(share: float, samples: float) -> float:
-    """5 points, or 2.6 standard errors of a share from ``samples`` samples (x1.25:
-    a step beats with the 10 Hz rate, so the samples are not independent)."""
-    return max(0.05, 1.25 * 2.6 * math.sqrt(max(share * (1 - share), 0.0) / max(samples, 1.0)))
 
 
 @pytest.mark.parametrize(("scenario", "frame"), [
@@ -44,7 +37,8 @@ def test_a_for_loop_optimizer_leads_with_its_fused_update(
     assert lead["gain_method"] == "predicted"
     # The job's own timer around optimizer.step() and zero_grad() holds the loop.
     share = true["optimizer"]
-    assert abs(metrics["phase_optimizer"] - share) <= tolerance(share, metrics["phase_samples"])
+    allowed = share_tolerance(share, metrics["phase_samples"])
+    assert abs(metrics["phase_optimizer"] - share) <= allowed
     assert 0.15 <= metrics["phase_optimizer_loop"] <= metrics["phase_optimizer"]
     assert metrics["uses_fused_optimizer"] == 0 and metrics["optimizer_fusable"] == 1
     # One thread on a machine with a core free: more threads is said too, below it,

@@ -1769,16 +1769,46 @@ def test_amdahl_adds_the_kernel_time_the_action_also_removes() -> None:
     of wall time the kernel spent on the training process joins the phase's."""
     plain = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples")
     spec = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples",
-                    also_removes="main_kernel_mean")
+                    also_removes=("main_kernel_mean",))
     metrics = {"phase_data_wait": 0.8, "phase_samples": 300.0, "main_kernel_mean": 6.0}
     without, with_kernel = (estimate_gain(s, metrics, Facts()) for s in (plain, spec))
     assert without.ceiling is not None and with_kernel.ceiling is not None
     assert 1 / with_kernel.ceiling == pytest.approx(1 / without.ceiling - 0.06)
-    assert "6.0% of the time besides (CPU the kernel spent" in with_kernel.explanation
+    assert "besides it, 6.0% of the time (CPU the kernel spent" in with_kernel.explanation
     unknown = estimate_gain(spec, {**metrics, "main_kernel_mean": None}, Facts())
     assert unknown.ceiling == without.ceiling
     nothing_left = estimate_gain(spec, {**metrics, "main_kernel_mean": 30.0}, Facts())
     assert nothing_left.speedup is None and "no ceiling" in nothing_left.explanation
+    assert "also removes 30.0% of the time besides it" in nothing_left.explanation
+
+
+def test_amdahl_adds_every_share_the_action_also_removes() -> None:
+    """Workers kept alive also end the run-queue wait their start-up caused the
+    training thread: each named share joins the phase's, each is said, and one
+    not known yet is left out rather than read as zero in the text."""
+    spec = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples",
+                    also_removes=("main_kernel_mean", "main_cpu_wait_mean"))
+    kernel_only = GainSpec("amdahl", metric="phase_data_wait", samples="phase_samples",
+                           also_removes=("main_kernel_mean",))
+    metrics = {"phase_data_wait": 0.8, "phase_samples": 300.0, "main_kernel_mean": 6.0,
+               "main_cpu_wait_mean": 4.0}
+    both, kernel = (estimate_gain(s, metrics, Facts()) for s in (spec, kernel_only))
+    assert both.ceiling is not None and kernel.ceiling is not None
+    assert 1 / both.ceiling == pytest.approx(1 / kernel.ceiling - 0.04)
+    assert "6.0% of the time (CPU the kernel spent" in both.explanation
+    assert "4.0% of the time (time the main process's main thread was runnable" in (
+        both.explanation)
+    no_wait = estimate_gain(spec, {**metrics, "main_cpu_wait_mean": None}, Facts())
+    assert no_wait.ceiling == kernel.ceiling
+    assert "runnable" not in no_wait.explanation
+
+
+def test_a_rule_may_name_several_shares_its_action_also_removes(tmp_path: Path) -> None:
+    text = "rules:\n" + _rule("fine_rule", gain=(
+        "{method: amdahl, metric: phase_data_wait, samples: phase_samples, "
+        "also_removes: [main_kernel_mean, main_cpu_wait_mean]}"))
+    rule = _load_user_file(_write(tmp_path, text)).rules[0]
+    assert rule.gain.also_removes == ("main_kernel_mean", "main_cpu_wait_mean")
 
 
 def test_amdahl_with_unknown_phase_has_no_figure() -> None:
@@ -1902,6 +1932,8 @@ def test_rule_file_errors_carry_file_and_line(tmp_path: Path, case: str) -> None
         ("{method: parallel, metric: phase_compute, factor: cores}", "unknown metric cores"),
         ("{method: amdahl, metric: phase_data_wait, also_removes: kernel}",
          "unknown metric kernel in gain"),
+        ("{method: amdahl, metric: phase_data_wait, also_removes: [main_kernel_mean, wait]}",
+         "unknown metric wait in gain"),
         ("{method: magic}", "unknown gain method 'magic'"),
     ],
 )
