@@ -11,7 +11,9 @@ falls to in each cycle, its floor.
 So the memory (``points``, MB over time) is cut into cycles at each fall back
 (a drop of ``DROP_MIN_MB`` or ``DROP_SHARE`` of the level, whichever is more,
 after a rise) and at each change of the DataLoader's workers (``boundaries``:
-the loader re-created them), and growth is the rise of the cycles' floors:
+the loader re-created them), and growth is the rise of the cycles' floors,
+each read from ``MIN_FLOOR_POINTS`` readings at least (a cycle read fewer
+times is joined with the next: its lowest reading may lie anywhere on its tooth):
 
 * from ``MIN_CYCLES`` closed cycles on (not counting a first one whose lowest
   point is its first: the watch began on its way up, after its trough): the
@@ -54,6 +56,10 @@ GROWTH_EARLY_T = 8.0
 FLOOR_LOOKBACK_S = 600.0
 #: Closed cycles needed before the floor's trend is read.
 MIN_CYCLES = 3
+#: Readings a floor is read from: a cycle read once or twice (epochs of a few
+#: seconds, read every 2 s) may have been read anywhere on its tooth, so such
+#: cycles are joined with the next ones until they hold this many.
+MIN_FLOOR_POINTS = 3
 #: A fall back starts a new cycle once it is this deep (MB, and share of the
 #: level, whichever is more): RSS read each second wanders by a few MB, an
 #: allocator returning a cache or a worker exiting drops tens to hundreds.
@@ -179,6 +185,24 @@ def floors_rate(floors: Sequence[Point]) -> float:
     return slope * 60.0 if rise > max(DROP_MIN_MB, FLOOR_NOISE_FACTOR * scatter) else 0.0
 
 
+def sampled_cycles(closed: Sequence[Sequence[Point]]) -> list[list[Point]]:
+    """``closed`` cycles, each joined with the next ones until it holds
+    ``MIN_FLOOR_POINTS`` readings; a last group short of that is left out.
+
+    A tooth read twice can be read anywhere on it: a job whose 120-MB teeth came
+    every 3-4 s, read every 3 s, gave one reading a cycle at 823, 851 and 893 MB,
+    a rise of 320 MB/min on a floor that held (docs/diagnosis.md). The lowest of
+    three or more readings over two teeth lies near the trough."""
+    groups: list[list[Point]] = []
+    current: list[Point] = []
+    for cycle in closed:
+        current.extend(cycle)
+        if len(current) >= MIN_FLOOR_POINTS:
+            groups.append(current)
+            current = []
+    return groups
+
+
 def _span(cycle: Sequence[Point]) -> float:
     return cycle[-1][0] - cycle[0][0]
 
@@ -195,8 +219,9 @@ def floor_growth(points: Sequence[Point], boundaries: Sequence[float] = (),
     if not cycles:
         return FloorGrowth(None, 0, None, None, "")
     closed, open_cycle = cycles[:-1], cycles[-1]
-    floors = [min(cycle, key=lambda p: p[1]) for cycle in closed]
-    if floors and floors[0] == closed[0][0]:
+    sampled = sampled_cycles(closed)
+    floors = [min(group, key=lambda p: p[1]) for group in sampled]
+    if floors and floors[0] == sampled[0][0]:
         # The watch began on the first cycle's way up: its trough came before.
         floors = floors[1:]
     tail = [*(closed[-1] if closed else ()), *open_cycle]

@@ -143,12 +143,13 @@ def test_a_sawtooth_whose_floor_holds_is_no_leak(tmp_path: Path) -> None:
     assert statistics.median(lows[half:]) - statistics.median(lows[:half]) < 80, lows
     assert "host_memory_grows" not in ids
     assert m["ram_minutes_left"] is None
-    # Read on the floor: three cycles seen and level, or (epochs slowed down by
-    # a busy box) not yet enough of them, and no verdict.
+    # Read on the floor: three floors seen and level, or not yet three, and no
+    # verdict. Each floor is read from three readings at least (every 2 s
+    # headless) and these epochs last 2.5-4.5 s, so 25 s gives two to four.
     if m["proc_rss_cycles"] >= 3:
         assert m["proc_rss_growth"] == 0.0
     else:
-        assert len(epochs) < 6 and m["proc_rss_growth"] is None
+        assert m["proc_rss_cycles"] >= 1 and m["proc_rss_growth"] is None
 
 
 #: A process holding 200 MB it touched, and a forked child that shares it and then

@@ -27,7 +27,7 @@ from aitop.probes.collector import CollectorConfig
 from aitop.probes.ranks import Job, find_job, rank_from_env
 from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.knowledge import PACKAGED
-from support.processes import free_port, started
+from support.processes import free_port, started, wait_until
 
 
 def wait_for(find: Callable[[], Job], ranks: int, timeout: float = 90.0) -> Job:
@@ -127,17 +127,27 @@ def test_a_single_process_is_a_single_process_job() -> None:
         assert job.kind == "single" and job.ranks == () and job.training_pid() == proc.pid
 
 
+def late_launcher(workdir: Path, ranks_after_s: float, world_size: int) -> Path:
+    """A launcher by its script's name (``torchrun``, as users run it) that starts
+    ``world_size`` idle ranks, with torchrun's rank variables, ``ranks_after_s``
+    after it starts: a rendezvous or an elastic restart between two attempts."""
+    launcher = workdir / "torchrun"
+    launcher.write_text(
+        "import os, subprocess, sys, time\n"
+        f"time.sleep({ranks_after_s})\n"
+        f"for rank in range({world_size}):\n"
+        "    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),\n"
+        f"               WORLD_SIZE='{world_size}')\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
+        "time.sleep(60)\n")
+    return launcher
+
+
 def test_a_launcher_between_attempts_is_waited_for_until_its_ranks_start(tmp_path: Path) -> None:
     """Given torchrun's PID while it has no ranks (between two attempts of an elastic
     restart), attaching waits for them instead of watching the launcher itself;
     a process that is no launcher is not waited for."""
-    launcher = tmp_path / "torchrun"  # a launcher by its script's name, as users run it
-    launcher.write_text(
-        "import os, subprocess, sys, time\n"
-        "time.sleep(2)\n"
-        "env = dict(os.environ, RANK='0', LOCAL_RANK='0', WORLD_SIZE='1')\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
-        "time.sleep(60)\n")
+    launcher = late_launcher(tmp_path, ranks_after_s=2, world_size=1)
     told: list[str] = []
     with started([sys.executable, str(launcher)]) as proc:
         time.sleep(0.3)
@@ -157,14 +167,7 @@ def test_a_launcher_still_without_ranks_is_followed_once_they_start(tmp_path: Pa
     """Attached to a launcher whose ranks start after the wait for them gave up (a
     slow restart or rendezvous on a busy machine): aitop watches the launcher,
     then leads with its rank 0."""
-    launcher = tmp_path / "torchrun"
-    launcher.write_text(
-        "import os, subprocess, sys, time\n"
-        "time.sleep(4)\n"
-        "for rank in (0, 1):\n"
-        "    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2')\n"
-        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
-        "time.sleep(60)\n")
+    launcher = late_launcher(tmp_path, ranks_after_s=4, world_size=2)
     with started([sys.executable, str(launcher)]) as proc:
         time.sleep(0.5)
         job = find_job(proc.pid)
@@ -172,19 +175,13 @@ def test_a_launcher_still_without_ranks_is_followed_once_they_start(tmp_path: Pa
         live = attach(proc.pid, AttachOptions(collector=CollectorConfig.headless()), job=job)
         try:
             assert live.session.target_pid == proc.pid
-            def told() -> bool:
-                return any("had no ranks when aitop attached" in w for w in live.warnings)
-
-            deadline = time.monotonic() + 30
-            while not told() and time.monotonic() < deadline:
-                time.sleep(0.3)
+            told = wait_until(lambda: any("had no ranks when aitop attached" in w
+                                          for w in live.warnings), 30)
             ranks = find_job(proc.pid).ranks
             assert [r.rank for r in ranks] == [0, 1]
-            assert told(), live.warnings
+            assert told, live.warnings
             assert live.session.target_pid == ranks[0].pid
-            deadline = time.monotonic() + 10
-            while [p.pid for p in live.peers] != [ranks[1].pid] and time.monotonic() < deadline:
-                time.sleep(0.3)
+            wait_until(lambda: [p.pid for p in live.peers] == [ranks[1].pid], 10)
             assert [p.pid for p in live.peers] == [ranks[1].pid]
         finally:
             live.close()

@@ -149,3 +149,28 @@ def test_the_runway_starts_at_the_top_of_the_newest_cycle() -> None:
     left = m["ram_minutes_left"]
     assert left == pytest.approx((1500.0 - (top - now)) / growth, rel=0.01)
     assert not math.isclose(left, 1500.0 / growth, rel_tol=0.05)
+
+
+def test_cycles_read_once_or_twice_are_joined_before_their_floor_counts() -> None:
+    """A CI run's sawtooth job (teeth of ~120 MB every 3-4 s, a floor that held),
+    read every 3 s: one or two readings a cycle, their lowest anywhere on the
+    tooth. Taken as floors, 823, 851 and 893 MB read as 320 MB/min; joined until
+    each holds three readings, two floors are seen, too few for a verdict."""
+    points = [(5.2, 981.0), (8.4, 991.0), (11.6, 986.0), (14.8, 823.0), (18.0, 851.0),
+              (21.3, 976.0), (24.7, 923.0), (27.9, 893.0), (31.4, 891.0)]
+    changes = [8.4, 11.6, 14.8, 18.0, 24.7, 27.9, 31.4]
+    assert [len(c) for c in split_cycles(points, changes)] == [2, 2, 2, 2, 1]
+    grown = floor_growth(points, changes, hold=True)
+    assert grown.rate is None and grown.cycles == 2
+
+
+@pytest.mark.parametrize(("period", "floor_mb_s"), [(4, 5.0), (4, 2.0)])
+def test_a_rising_floor_under_teeth_read_twice_each_is_still_read(period: int,
+                                                                  floor_mb_s: float) -> None:
+    """Teeth every 4 s read every 2 s, the workers re-created each tooth: the
+    joined cycles' floors still give the floor's rate."""
+    points = sawtooth(120, period, 120.0, floor_mb_s=floor_mb_s, step=2)
+    changes = [float(t) for t in range(period, 121, period)]
+    grown = floor_growth(points, changes, hold=True)
+    assert grown.judged_on == "floor"
+    assert grown.rate == pytest.approx(floor_mb_s * 60, rel=0.05)
