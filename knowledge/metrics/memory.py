@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aitop.probes.samples import HostSample, ProcessTreeSample
-from aitop.probes.session import Session
+from aitop.probes.session import Session, series_points
 
 from .growth import FLOOR_LOOKBACK_S, FloorGrowth, floor_growth
 from .processes import PROC_RSS
@@ -38,10 +38,29 @@ def has_young_workers(tree: ProcessTreeSample | None, now: float) -> bool:
                for p in tree.workers)
 
 
+def live_workers(tree: ProcessTreeSample) -> int:
+    """The DataLoader workers of ``tree`` that hold memory (one exiting reads 0)."""
+    return sum(1 for p in tree.workers if p.rss_bytes)
+
+
+def with_usual_workers(trees: list[ProcessTreeSample]) -> list[ProcessTreeSample]:
+    """The readings taken with the loader's usual number of workers running (the
+    most common count, the larger on a tie): a reading between two epochs, some
+    workers gone and the next not started, is the memory of fewer processes, a
+    dip that no floor of the job's memory is made of."""
+    counts = [live_workers(tree) for tree in trees]
+    if not counts:
+        return []
+    usual = max(set(counts), key=lambda n: (counts.count(n), n))
+    return [tree for tree, n in zip(trees, counts, strict=True) if n == usual]
+
+
 def host_memory_growth(session: Session, now: float) -> FloorGrowth:
-    """The job's resident memory (its processes' RSS summed) judged on its floor."""
-    trees = session.processes.window(now - FLOOR_LOOKBACK_S, now)
-    points = session.series(session.processes, PROC_RSS, now, FLOOR_LOOKBACK_S)
+    """The job's resident memory (its processes' RSS summed) judged on its floor,
+    read with its usual workers running (``with_usual_workers``)."""
+    trees = [tree for tree in session.processes.window(now - FLOOR_LOOKBACK_S, now)
+             if tree.alive]
+    points = series_points(with_usual_workers(trees), PROC_RSS)
     return floor_growth(points, worker_changes(trees),
                         hold=has_young_workers(trees[-1] if trees else None, now))
 

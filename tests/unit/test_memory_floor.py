@@ -5,6 +5,7 @@ on series built to be what each case says, read as aitop reads RSS: once a secon
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from aitop.knowledge.metrics.growth import (
@@ -14,8 +15,24 @@ from aitop.knowledge.metrics.growth import (
     slope_per_minute,
     split_cycles,
 )
+from aitop.knowledge.metrics.memory import (
+    host_memory_growth,
+    live_workers,
+    with_usual_workers,
+    worker_changes,
+)
+from aitop.knowledge.metrics.processes import PROC_RSS
 from aitop.knowledge.metrics.window import compute_metrics
-from support.synthetic import T0, WORD_LM_RSS_SWING, make_session
+from aitop.probes.samples import ProcessTreeSample
+from aitop.probes.session import Session, series_points
+from support.synthetic import (
+    PID,
+    T0,
+    WORD_LM_RSS_SWING,
+    Job,
+    make_session,
+    process_tree_sample,
+)
 
 Series = list[tuple[float, float]]
 
@@ -174,3 +191,31 @@ def test_a_rising_floor_under_teeth_read_twice_each_is_still_read(period: int,
     grown = floor_growth(points, changes, hold=True)
     assert grown.judged_on == "floor"
     assert grown.rate == pytest.approx(floor_mb_s * 60, rel=0.05)
+
+
+def test_readings_with_a_worker_gone_are_no_floor() -> None:
+    """Read as an epoch ends, a worker already exited (RSS 0) leaves the memory of
+    fewer processes: a dip no floor of the job is made of (a CI run's sawtooth,
+    level at 819-874 MB with its two workers, read 653 MB once with one, and that
+    first floor against the later ones read 1,909 MB/min). The floor is read from
+    the readings with the loader's usual workers running."""
+    job = Job(workers=2, worker_epoch_s=4, worker_rss_growth_mb_s=30.0)
+    trees = [process_tree_sample(job, i) for i in range(1, 41)]
+
+    def worker_gone(tree: ProcessTreeSample) -> ProcessTreeSample:
+        kept, gone = tree.processes[:-1], tree.processes[-1]
+        return replace(tree, processes=(*kept, replace(gone, rss_bytes=0)))
+
+    dipped = [worker_gone(t) if i in (4, 12) else t for i, t in enumerate(trees, 1)]
+    usual = with_usual_workers(dipped)
+    assert [t.t for t in usual] == [t.t for i, t in enumerate(trees, 1) if i not in (4, 12)]
+    session = Session(PID)
+    for tree in dipped:
+        session.add(tree)
+    grown = host_memory_growth(session, T0 + 40)
+    alone = floor_growth(series_points(usual, PROC_RSS), worker_changes(dipped), hold=True)
+    assert grown == alone and grown.rate == 0.0 and grown.cycles >= MIN_CYCLES
+    # A tie keeps the larger count; a job without workers keeps every reading.
+    assert with_usual_workers([dipped[3], dipped[4]]) == [dipped[4]]
+    lone = [process_tree_sample(Job(workers=0), i) for i in range(1, 6)]
+    assert with_usual_workers(lone) == lone and live_workers(lone[0]) == 0
