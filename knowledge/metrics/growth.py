@@ -189,10 +189,9 @@ def sampled_cycles(closed: Sequence[Sequence[Point]]) -> list[list[Point]]:
     """``closed`` cycles, each joined with the next ones until it holds
     ``MIN_FLOOR_POINTS`` readings; a last group short of that is left out.
 
-    A tooth read twice can be read anywhere on it: a job whose 120-MB teeth came
-    every 3-4 s, read every 3 s, gave one reading a cycle at 823, 851 and 893 MB,
-    a rise of 320 MB/min on a floor that held (docs/diagnosis.md). The lowest of
-    three or more readings over two teeth lies near the trough."""
+    A tooth read once or twice may have been read anywhere on it, and three such
+    readings can line up into a rise on a floor that holds; the lowest of three
+    or more readings lies near the trough (docs/diagnosis.md, ``host_memory_grows``)."""
     groups: list[list[Point]] = []
     current: list[Point] = []
     for cycle in closed:
