@@ -5,8 +5,11 @@ headless to the job as it is; its lead finding's first action is then applied
 exactly as it reads (the suggested ``num_workers``, checkpoints 4x less often,
 torch's threads on every usable core) to a fresh run of the same job, and the
 job's own step counter measures the speed-up. The predicted range and the
-measured speed-up go side by side into docs/predictions.md (medians and every
-run). The CI test (tests/test_e2e_scenarios.py) runs one round of the same on
+measured speed-up go side by side into the set's page of docs/ (predictions.md,
+predictions-check.md with ``--check``, predictions-overheads.md with
+``--overheads``; medians and every run); ``--only`` (part of a set) prints its
+table unless given ``--out``, so that it never replaces a set's page. The CI
+test (tests/attach/test_e2e_scenarios.py) runs one round of the same on
 the runs the other end-to-end tests watch (the fixed job's rate over aitop's
 span instead of after a warm-up).
 """
@@ -284,10 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overheads", action="store_true",
                         help="the jobs of OVERHEADS_SET (recompiles, workers restarted "
                              "each epoch, a preprocessing-bound server)")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "predictions.md")
+    parser.add_argument("--out", type=Path,
+                        help="where the table goes (default: the set's own page in docs/, "
+                             "or standard output for --only, a part of a set)")
     args = parser.parse_args(argv)
     jobs = args.only or list(OVERHEADS_SET if args.overheads
                              else CHECK_SET if args.check else FITTING_SET)
+    out: Path | None = args.out
+    if out is None and not args.only:
+        out = REPO / "docs" / ("predictions-overheads.md" if args.overheads
+                               else "predictions-check.md" if args.check
+                               else "predictions.md")
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="aitop-predictions-") as tmp:
         for _ in range(args.runs):
@@ -297,8 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{base}: lead {outcome.lead}, {outcome.change}: predicted "
                       f"{_fmt(outcome.low)}-{_fmt(outcome.high)}, measured "
                       f"{_fmt(outcome.measured)}", flush=True)
-    args.out.write_text(markdown(outcomes, args.runs))
-    print(f"wrote {args.out}")
+    table = markdown(outcomes, args.runs)
+    if out is None:
+        print(table)
+    else:
+        out.write_text(table)
+        print(f"wrote {out}")
     return 0
 
 
