@@ -45,11 +45,12 @@ def leak_limit_mb() -> float:
     return float(min(4000, int(free / 2)))
 
 
-def watched_before_its_first_step(scenario: str, workdir: Path, after_s: float,
-                                  seconds: float, env: dict[str, str] | None = None) -> dict:
-    """The job watched headless ``after_s`` after its start, for ``seconds``; checked:
-    by its own record it took no step by then, and aitop's verdict is a warm-up
-    state, judged of no steady state (one finding, no gain)."""
+def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, seconds: float,
+                             env: dict[str, str] | None = None) -> tuple[dict, int]:
+    """The job watched headless ``after_s`` after its start, for ``seconds``: the
+    report, and the steps the job's own record shows taken by the time aitop
+    judged. Checked: aitop's verdict is a warm-up state, judged of no steady
+    state (one finding, no gain)."""
     truth = workdir / f"{scenario}.jsonl"
     job = start_job(scenario, truth, training=False, env=env)
     try:
@@ -60,30 +61,39 @@ def watched_before_its_first_step(scenario: str, workdir: Path, after_s: float,
         stop_job(job)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    steps_by_then = [r for r in (read_truth(truth) if truth.exists() else [])
-                     if r["t"] <= report["evaluated_at"] and r["steps"] > 0]
+    steps_by_then = len([r for r in (read_truth(truth) if truth.exists() else [])
+                         if r["t"] <= report["evaluated_at"] and r["steps"] > 0])
     print(f"{report['bottleneck']}; phases {report['phases']}; findings "
-          f"{[f['id'] for f in report['findings']]}; steps by then {len(steps_by_then)}")
-    # The job's own record: not one step had been taken when aitop judged.
-    assert not steps_by_then, steps_by_then[:1]
+          f"{[f['id'] for f in report['findings']]}; steps by then {steps_by_then}")
     bottleneck = report["bottleneck"]
     assert bottleneck["category"] == "warming_up", bottleneck
     assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
     # Nothing judged of a steady state the job is not in: no rival, no gain.
     assert len(report["findings"]) == 1, report["findings"]
     assert report["findings"][0]["est_speedup"] is None
-    return report
+    return report, steps_by_then
 
 
 def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> None:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    # 4 s: past `import torch`, into the first call of the compiled model; its
-    # first step comes at 22 s on a quiet box (9 s before the demo's model was
-    # made 40 layers deep, inside this watch).
-    report = watched_before_its_first_step("compile", tmp_path, 4, 12, env=env)
-    assert report["bottleneck"]["summary"].startswith(
-        "Warming up: torch.compile is compiling the model")
-    assert report["findings"][0]["id"] == "warming_up_compiling"
+    # 3 s: past `import torch`, into the first call of the compiled model; its
+    # first step comes 13-22 s in on a quiet box (sooner where earlier runs left
+    # inductor's caches outside TORCHINDUCTOR_CACHE_DIR warm), often after this
+    # watch, sometimes inside it.
+    report, steps = watched_while_warming_up("compile", tmp_path, 3, 10, env=env)
+    summary, lead = report["bottleneck"]["summary"], report["findings"][0]["id"]
+    if lead == "warming_up_compiled":
+        # The compilation ended inside the watch (13-16 s in, where inductor's
+        # own caches outside TORCHINDUCTOR_CACHE_DIR are warm): the first step's
+        # compiled backward ran (CompiledFxGraph.__call__ under backward), and the
+        # job may have finished a step or a few by its own record.
+        assert summary.startswith("Warming up: torch.compile has finished compiling")
+        assert report["phases"]["backward"] > 0, report["phases"]
+    else:
+        # Still compiling: by its own record, not one step was taken.
+        assert steps == 0
+        assert lead == "warming_up_compiling"
+        assert summary.startswith("Warming up: torch.compile is compiling the model")
     assert report["phases"]["compile"] >= 0.5
 
 
@@ -92,7 +102,9 @@ def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
     """``loading``: 40 s of building records in Python before the first step, as a
     script tokenizing its corpus at start (and as the node agent finds every job)."""
     # 3 s: past `import torch`, into the preparation.
-    report = watched_before_its_first_step("loading", tmp_path, 3, 10)
+    report, steps = watched_while_warming_up("loading", tmp_path, 3, 10)
+    # The job's own record: not one step had been taken when aitop judged.
+    assert steps == 0
     summary = report["bottleneck"]["summary"]
     assert summary.startswith(
         "Warming up: no training step since aitop attached, the training thread in "), summary
