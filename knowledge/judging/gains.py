@@ -398,10 +398,11 @@ def _amdahl_counted(spec: GainSpec, p: float, samples: float,
     outside = round((1.0 - p) * samples)
     p_high = 1.0 - fewest_expected(outside) / samples
     also = also or {}
-    removed_share = p_high * removable + sum(also.values())
+    besides_share = sum(also.values())
+    removed_share = p_high * removable + besides_share
     if removed_share >= 1.0:
         besides_too = (
-            f", and the action also removes {sum(also.values()):.1%} of the time besides it"
+            f", and the action also removes {besides_share:.1%} of the time besides it"
             if also else "")
         return Gain(None, method="amdahl", explanation=(
             f"{name} is {p:.0%} of the time: {outside:.0f} of {samples:.0f} stack samples "
