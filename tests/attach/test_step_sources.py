@@ -31,11 +31,12 @@ def readings_span(report: dict) -> tuple[float, float]:
     return readings[0][0], readings[-1][0]
 
 
-def report_then_stop(job: subprocess.Popen[bytes]) -> dict:
-    """aitop's headless report of the running job over 16 s; the job stopped after."""
+def report_then_stop(job: subprocess.Popen[bytes], *export: str) -> dict:
+    """aitop's headless report of the running job over 16 s; the job stopped after.
+    ``export``: ``--export FILE``, to keep the session's readings too."""
     try:
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration", "16",
-                           timeout=110)
+                           *export, timeout=110)
     finally:
         stop_job(job)
     assert result.returncode == 0, result.stderr
@@ -70,14 +71,24 @@ def test_a_counter_that_strides_is_set_aside_for_the_printed_step(tmp_path: Path
             raise AssertionError("the job printed no progress within 60 s: "
                                  + log.read_text()[-2000:])
         time.sleep(0.3)
-    report = report_then_stop(job)
+    session = tmp_path / "session.json"
+    report = report_then_stop(job, "--export", str(session))
     source = report["steps_source"]
     print(f"steps/s {report['steps_per_s']}; {source['rejected']}")
     assert source["counter"] == "batches (job log)"
     assert source["rejected"] is not None and source["rejected"].startswith("`i` advanced")
-    # `i` steps by 35 a batch; the counter's own rate is read less exactly than
-    # the log's (stamped when py-spy returns): 33x under a loaded fresh-clone run.
-    ratio = re.search(r", (\d+)x the ", source["rejected"])
-    assert ratio is not None and 25 <= int(ratio.group(1)) <= 45, source["rejected"]
+    # `i` steps by 35 a batch. Its rate is checked against the job's own over the
+    # counter's readings, not against the log's rate over the log's: the two spans
+    # differ by seconds. Where the job's pace falls many-fold inside the watch (the
+    # parallel pass's load shifts), the counter's rate leaves out the fast interval
+    # as a misreading and reads the stride low: 16x the log's rate in a CI run,
+    # 13.7x the job's own with six busy loops started mid-watch (docs/step-rates.md).
+    counted = re.match(r"`i` advanced ([\d.e+]+)/s", source["rejected"])
+    assert counted is not None, source["rejected"]
+    loop = [r["t"] for r in json.loads(session.read_text())["samples"]["steps"]
+            if r["source"] == "loop" and r["value"] is not None]
+    assert len(loop) >= 2, "the counter was rejected from fewer than two readings"
+    stride = float(counted.group(1)) / truth_between(truth, loop[0], loop[-1])["steps_per_s"]
+    assert 10 <= stride <= 45, (stride, source["rejected"])
     real = truth_between(truth, *readings_span(report))["steps_per_s"]
     assert report["steps_per_s"] == pytest.approx(real, rel=0.10)
