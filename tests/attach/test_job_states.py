@@ -45,12 +45,21 @@ def leak_limit_mb() -> float:
     return float(min(4000, int(free / 2)))
 
 
+#: How a report says a state whose ``for:`` has not yet held (knowledge.judging.diagnosis).
+NOT_YET = "Not yet confirmed: "
+
+
 def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, seconds: float,
-                             env: dict[str, str] | None = None) -> tuple[dict, int]:
+                             env: dict[str, str] | None = None) -> tuple[dict, int, str]:
     """The job watched headless ``after_s`` after its start, for ``seconds``: the
-    report, and the steps the job's own record shows taken by the time aitop
-    judged. Checked: aitop's verdict is a warm-up state, judged of no steady
-    state (one finding, no gain)."""
+    report, the steps the job's own record shows taken by the time aitop judged,
+    and the warm-up it named. Checked: aitop's verdict is a warm-up state, judged
+    of no steady state (no rival finding, no gain).
+
+    The state may still be forming when the watch ends, its ``for:`` not yet held:
+    a CI first pass (four tests on 2 cores) saw the first window of compilation
+    only in the watch's last evaluation ("Not yet confirmed: Warming up: ...
+    (held 0 s of its 2 s)"). Then nothing else may be found either."""
     truth = workdir / f"{scenario}.jsonl"
     job = start_job(scenario, truth, training=False, env=env)
     try:
@@ -66,12 +75,17 @@ def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, secon
     print(f"{report['bottleneck']}; phases {report['phases']}; findings "
           f"{[f['id'] for f in report['findings']]}; steps by then {steps_by_then}")
     bottleneck = report["bottleneck"]
-    assert bottleneck["category"] == "warming_up", bottleneck
     assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
-    # Nothing judged of a steady state the job is not in: no rival, no gain.
-    assert len(report["findings"]) == 1, report["findings"]
-    assert report["findings"][0]["est_speedup"] is None
-    return report, steps_by_then
+    forming = (bottleneck["category"] == "collecting"
+               and bottleneck["summary"].startswith(NOT_YET + "Warming up: "))
+    if forming:
+        assert report["findings"] == [], report["findings"]
+    else:
+        assert bottleneck["category"] == "warming_up", bottleneck
+        # Nothing judged of a steady state the job is not in: no rival, no gain.
+        assert len(report["findings"]) == 1, report["findings"]
+        assert report["findings"][0]["est_speedup"] is None
+    return report, steps_by_then, bottleneck["summary"].removeprefix(NOT_YET)
 
 
 def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> None:
@@ -80,20 +94,20 @@ def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> N
     # first step comes 13-22 s in on a quiet box (sooner where earlier runs left
     # inductor's caches outside TORCHINDUCTOR_CACHE_DIR warm), often after this
     # watch, sometimes inside it.
-    report, steps = watched_while_warming_up("compile", tmp_path, 3, 10, env=env)
-    summary, lead = report["bottleneck"]["summary"], report["findings"][0]["id"]
-    if lead == "warming_up_compiled":
+    report, steps, summary = watched_while_warming_up("compile", tmp_path, 3, 10, env=env)
+    lead = report["findings"][0]["id"] if report["findings"] else None
+    if summary.startswith("Warming up: torch.compile has finished compiling"):
         # The compilation ended inside the watch (13-16 s in, where inductor's
         # own caches outside TORCHINDUCTOR_CACHE_DIR are warm): the first step's
         # compiled backward ran (CompiledFxGraph.__call__ under backward), and the
         # job may have finished a step or a few by its own record.
-        assert summary.startswith("Warming up: torch.compile has finished compiling")
+        assert lead in ("warming_up_compiled", None), lead
         assert report["phases"]["backward"] > 0, report["phases"]
     else:
         # Still compiling: by its own record, not one step was taken.
         assert steps == 0
-        assert lead == "warming_up_compiling"
-        assert summary.startswith("Warming up: torch.compile is compiling the model")
+        assert lead in ("warming_up_compiling", None), lead
+        assert summary.startswith("Warming up: torch.compile is compiling the model"), summary
     assert report["phases"]["compile"] >= 0.5
 
 
@@ -102,14 +116,13 @@ def test_a_job_that_loads_before_its_first_step_is_warming_up_where_it_loads(
     """``loading``: 40 s of building records in Python before the first step, as a
     script tokenizing its corpus at start (and as the node agent finds every job)."""
     # 3 s: past `import torch`, into the preparation.
-    report, steps = watched_while_warming_up("loading", tmp_path, 3, 10)
+    report, steps, summary = watched_while_warming_up("loading", tmp_path, 3, 10)
     # The job's own record: not one step had been taken when aitop judged.
     assert steps == 0
-    summary = report["bottleneck"]["summary"]
     assert summary.startswith(
         "Warming up: no training step since aitop attached, the training thread in "), summary
     assert "workload.py" in summary, "where the time goes: the job's own code"
-    assert report["findings"][0]["id"] == "warming_up_loading"
+    assert [f["id"] for f in report["findings"]] in (["warming_up_loading"], [])
     assert report["metrics"]["steps_seen"] == 0
 
 
