@@ -19,7 +19,10 @@ times is joined with the next: its lowest reading may lie anywhere on its tooth)
   point is its first: the watch began on its way up, after its trough): the
   Theil-Sen slope of their floors (the median of the slopes between every two
   floors, so one floor read off its trough cannot set the rate), counted only
-  where the floors' rise stands out of their own scatter; a sawtooth whose
+  where the floors' rise stands out of their own scatter and the cycles' tops
+  rise with them (``TOPS_SHARE``): a leak lifts the whole tooth, while floors
+  that rise under tops that hold are readings falling later and later on teeth
+  read about once each (a cadence near the cycle's period); a sawtooth whose
   floor holds reads 0, one whose floor rises reads the floor's rate;
 * with fewer, a rise that has not fallen back (the last cycle, still open) is
   read as a steady leak with the least-squares test of :func:`memory_growth`
@@ -67,6 +70,9 @@ DROP_MIN_MB = 32.0
 DROP_SHARE = 0.02
 #: The floors' rise must exceed their scatter around their trend this many times.
 FLOOR_NOISE_FACTOR = 2.0
+#: The cycles' tops must rise at this share of the floors' rate at least for the
+#: floors' rise to count (docs/diagnosis.md, ``host_memory_grows``).
+TOPS_SHARE = 0.5
 #: An open cycle this many times longer than the longest closed one is a steady rise.
 OUTLASTS = 2.0
 #: The newest floors the trend is read from.
@@ -174,15 +180,19 @@ def theil_sen(points: Sequence[Point]) -> tuple[float, float]:
     return slope, intercept
 
 
-def floors_rate(floors: Sequence[Point]) -> float:
+def floors_rate(floors: Sequence[Point], tops: Sequence[Point]) -> float:
     """MB per minute the floors rise: their Theil-Sen slope where their rise over
-    their span stands out of their scatter (and of a drop's depth), else 0."""
+    their span stands out of their scatter (and of a drop's depth) and the same
+    cycles' ``tops`` rise at ``TOPS_SHARE`` of that slope at least, else 0."""
     slope, intercept = theil_sen(floors)
     if slope <= 0:
         return 0.0
     rise = slope * (floors[-1][0] - floors[0][0])
     scatter = max(abs(v - (intercept + slope * t)) for t, v in floors)
-    return slope * 60.0 if rise > max(DROP_MIN_MB, FLOOR_NOISE_FACTOR * scatter) else 0.0
+    if rise <= max(DROP_MIN_MB, FLOOR_NOISE_FACTOR * scatter):
+        return 0.0
+    tops_slope, _ = theil_sen(tops)
+    return slope * 60.0 if tops_slope >= TOPS_SHARE * slope else 0.0
 
 
 def sampled_cycles(closed: Sequence[Sequence[Point]]) -> list[list[Point]]:
@@ -220,9 +230,10 @@ def floor_growth(points: Sequence[Point], boundaries: Sequence[float] = (),
     closed, open_cycle = cycles[:-1], cycles[-1]
     sampled = sampled_cycles(closed)
     floors = [min(group, key=lambda p: p[1]) for group in sampled]
+    tops = [max(group, key=lambda p: p[1]) for group in sampled]
     if floors and floors[0] == sampled[0][0]:
         # The watch began on the first cycle's way up: its trough came before.
-        floors = floors[1:]
+        floors, tops = floors[1:], tops[1:]
     tail = [*(closed[-1] if closed else ()), *open_cycle]
     peak = max(v for _, v in tail)
     floor = floors[-1][1] if floors else None
@@ -230,7 +241,7 @@ def floor_growth(points: Sequence[Point], boundaries: Sequence[float] = (),
     judged_on = ""
     enough = len(floors) >= MIN_CYCLES
     if enough:
-        rate, judged_on = floors_rate(floors[-MAX_FLOORS:]), "floor"
+        rate, judged_on = floors_rate(floors[-MAX_FLOORS:], tops[-MAX_FLOORS:]), "floor"
     outlasts = bool(closed) and _span(open_cycle) > OUTLASTS * max(_span(c) for c in closed)
     if (not enough and not hold) or (enough and outlasts):
         recent = [p for p in open_cycle if p[0] >= open_cycle[-1][0] - GROWTH_LOOKBACK_S]

@@ -12,6 +12,7 @@ from aitop.knowledge.metrics.growth import (
     DROP_MIN_MB,
     MIN_CYCLES,
     floor_growth,
+    sampled_cycles,
     slope_per_minute,
     split_cycles,
 )
@@ -179,6 +180,37 @@ def test_cycles_read_once_or_twice_are_joined_before_their_floor_counts() -> Non
     assert [len(c) for c in split_cycles(points, changes)] == [2, 2, 2, 2, 1]
     grown = floor_growth(points, changes, hold=True)
     assert grown.rate is None and grown.cycles == 2
+
+
+#: A sawtooth job's own 1-s record (two workers re-created every 2.6-s epoch,
+#: teeth of ~130 MB on lows of 816-903 MB that held over its 61 epochs), read
+#: every 2.5 s: the readings with its two workers (MB), and the worker changes.
+ALIASED_READINGS: Series = [
+    (0.0, 891), (2.1, 878), (7.3, 877), (9.4, 816), (12.4, 872), (14.5, 834), (16.6, 971),
+    (19.7, 829), (21.7, 965), (24.8, 846), (26.9, 976), (30.0, 836), (32.0, 951), (34.1, 926),
+    (37.2, 968), (39.2, 936), (42.3, 971), (44.4, 932), (47.5, 962), (49.5, 939), (51.6, 921),
+    (54.7, 955), (56.8, 928), (59.9, 940)]
+ALIASED_CHANGES = [2.1, 7.3, 9.4, 12.4, 14.5, 19.7, 24.8, 30.0, 34.1, 37.2, 39.2, 42.3, 44.4,
+                   47.5, 49.5, 51.6, 54.7, 56.8, 59.9]
+
+
+def test_floors_that_rise_under_tops_that_hold_are_no_growth() -> None:
+    """Read at a cadence near the epoch's length, the readings fall later and later
+    on the teeth: from 34 s on none lands near a trough, and the joined cycles'
+    lowest readings rise by ~100 MB while their highest hold. A leak lifts the
+    whole tooth; this is where the readings fell, not growth."""
+    cycles = split_cycles(ALIASED_READINGS, ALIASED_CHANGES)
+    groups = sampled_cycles(cycles[:-1])
+    lows = [min(v for _, v in group) for group in groups]
+    highs = [max(v for _, v in group) for group in groups]
+    assert lows[-1] - min(lows) >= 100 and max(highs) - min(highs[1:]) <= 25, (lows, highs)
+    grown = floor_growth(ALIASED_READINGS, ALIASED_CHANGES, hold=True)
+    assert grown.judged_on == "floor" and grown.cycles >= MIN_CYCLES
+    assert grown.rate == 0.0
+    # A leak of 300 MB/min lifts the tops with the floors: read.
+    leaking = [(t, v + 5.0 * t) for t, v in ALIASED_READINGS]
+    leak = floor_growth(leaking, ALIASED_CHANGES, hold=True)
+    assert leak.rate is not None and leak.rate >= 300
 
 
 @pytest.mark.parametrize(("period", "floor_mb_s"), [(4, 5.0), (4, 2.0)])
