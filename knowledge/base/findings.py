@@ -22,6 +22,8 @@ CATEGORIES: tuple[Category, ...] = get_args(Category)
 #: What a diagnosis says before it can judge (no stack samples yet, or a verdict
 #: still held for its ``for:``): not a verdict.
 COLLECTING: Final = "collecting"
+#: How the summary of a verdict still held for its ``for:`` begins.
+NOT_YET_CONFIRMED: Final = "Not yet confirmed: "
 #: What it says when it cannot judge at all (no stacks: py-spy missing or denied).
 UNKNOWN: Final = "unknown"
 #: What a diagnosis names: a finding's category, or not judged (yet).

@@ -18,6 +18,7 @@ from ..base.expressions import render, render_code
 from ..base.facts import Facts
 from ..base.findings import (
     COLLECTING,
+    NOT_YET_CONFIRMED,
     SEVERITIES,
     BottleneckCategory,
     Citation,
@@ -349,7 +350,7 @@ class Diagnoser:
             category, summary = top.category, top.title
         elif pending:
             category = COLLECTING
-            summary = f"Not yet confirmed: {pending[0]}"
+            summary = NOT_YET_CONFIRMED + pending[0]
         elif self._enough_samples(metrics):
             category = "none"
             summary = "No bottleneck: every measured signal is within its target"

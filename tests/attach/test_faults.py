@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from aitop.knowledge.base.findings import NOT_YET_CONFIRMED
 from aitop.probes.stacks import WORKDIR_PREFIX
 from support.jobs import run_aitop, start_job, stop_job
 from support.knowledge import PACKAGED
@@ -309,7 +310,7 @@ def test_interrupted_before_for_says_not_yet_confirmed(tmp_path: Path) -> None:
     # Not a verdict yet (schema /2): "collecting", judged false, never "none".
     assert report["bottleneck"]["category"] == "collecting", report["bottleneck"]
     assert report["bottleneck"]["judged"] is False
-    assert report["bottleneck"]["summary"].startswith("Not yet confirmed:"), report["bottleneck"]
+    assert report["bottleneck"]["summary"].startswith(NOT_YET_CONFIRMED), report["bottleneck"]
     assert any("held" in p for p in report["pending"]), report["pending"]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from aitop.knowledge.base.findings import NOT_YET_CONFIRMED
 from aitop.probes.kernel.cgroups import memory_limit
 from support.cgroups import memory_cgroup
 from support.jobs import (
@@ -43,10 +44,6 @@ def leak_limit_mb() -> float:
     if own is not None:
         free = min(free, (own.limit_bytes - own.used_bytes) / 1e6)
     return float(min(4000, int(free / 2)))
-
-
-#: How a report says a state whose ``for:`` has not yet held (knowledge.judging.diagnosis).
-NOT_YET = "Not yet confirmed: "
 
 
 def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, seconds: float,
@@ -77,7 +74,7 @@ def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, secon
     bottleneck = report["bottleneck"]
     assert bottleneck["judged"] is False and bottleneck["lead_finding"] is None
     forming = (bottleneck["category"] == "collecting"
-               and bottleneck["summary"].startswith(NOT_YET + "Warming up: "))
+               and bottleneck["summary"].startswith(NOT_YET_CONFIRMED + "Warming up: "))
     if forming:
         assert report["findings"] == [], report["findings"]
     else:
@@ -85,7 +82,7 @@ def watched_while_warming_up(scenario: str, workdir: Path, after_s: float, secon
         # Nothing judged of a steady state the job is not in: no rival, no gain.
         assert len(report["findings"]) == 1, report["findings"]
         assert report["findings"][0]["est_speedup"] is None
-    return report, steps_by_then, bottleneck["summary"].removeprefix(NOT_YET)
+    return report, steps_by_then, bottleneck["summary"].removeprefix(NOT_YET_CONFIRMED)
 
 
 def test_a_job_inside_its_first_torch_compile_is_warming_up(tmp_path: Path) -> None:
