@@ -183,7 +183,7 @@ def test_cycles_read_once_or_twice_are_joined_before_their_floor_counts() -> Non
 
 
 #: A sawtooth job's own 1-s record (two workers re-created every 2.6-s epoch,
-#: teeth of ~130 MB on lows of 816-903 MB that held over its 61 epochs), read
+#: teeth of ~130 MB on lows of 816-903 MB, one 657, level over its 61 epochs), read
 #: every 2.5 s: the readings with its two workers (MB), and the worker changes.
 ALIASED_READINGS: Series = [
     (0.0, 891), (2.1, 878), (7.3, 877), (9.4, 816), (12.4, 872), (14.5, 834), (16.6, 971),
