@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aitop.demo.truth import memory_truth_path, read_memory_truth
@@ -110,12 +110,12 @@ class Tally:
     evaluations: int = 0
     grew: int = 0
     watches: int = 0
-    fired_after_s: list[float] | None = None
+    fired_after_s: list[float] = field(default_factory=list)
 
 
 def replay(records: Sequence[Sequence[Reading]], watch_s: float, leak_mb_min: float) -> Tally:
     """Every watch of ``watch_s`` over every reading of every record."""
-    tally = Tally(fired_after_s=[])
+    tally = Tally()
     for record in records:
         for cadence in CADENCES:
             for phase in PHASES:
@@ -135,7 +135,7 @@ def replay(records: Sequence[Sequence[Reading]], watch_s: float, leak_mb_min: fl
                             if fired is None and rate >= FIRES_AT_MB_MIN:
                                 fired = after
                         after += EVALUATE_EVERY_S
-                    if fired is not None and tally.fired_after_s is not None:
+                    if fired is not None:
                         tally.fired_after_s.append(fired)
     return tally
 
@@ -177,7 +177,7 @@ def table(truths: Sequence[Path]) -> str:
                 cells.append("")
                 continue
             found = replay(records, watch, leak)
-            times = found.fired_after_s or []
+            times = found.fired_after_s
             median = f" ({statistics.median(times):.0f})" if times else ""
             cells.append(f"{len(times):,} / {found.watches:,}{median}")
         lines.append(f"| {watch:.0f}-s watches | " + " | ".join(cells) + " |")
