@@ -231,10 +231,9 @@ def test_hf_trainer_saving_every_few_steps_is_told_to_save_less(ram_dir: Path) -
     stops while it writes, a third of the time. The first sentence names the
     saving, its share matches the job's own timer, and saving 4x less often
     gives what aitop showed."""
-    tmp_path = ram_dir
     model = ("--vocab", "50257", "--batch-size", "1")
     base = (*model, "--save-steps", "2")
-    run = watch_public(TRANSFORMERS, tmp_path, "save", base, WATCH_S)
+    run = watch_public(TRANSFORMERS, ram_dir, "save", base, WATCH_S)
     print(run.describe())
     ids = [f["id"] for f in run.report["findings"]]
     assert "checkpoint_stalls" in ids, run.describe()
@@ -248,5 +247,5 @@ def test_hf_trainer_saving_every_few_steps_is_told_to_save_less(ram_dir: Path) -
     low, high = saving["est_speedup_range"]
     assert low is not None and high is not None, saving["gain_explanation"]
     assert_comes_true("hf save_steps x4", low, high, fix_measured(
-        TRANSFORMERS, tmp_path, base, (*model, "--save-steps", "8"), run,
+        TRANSFORMERS, ram_dir, base, (*model, "--save-steps", "8"), run,
         whole_cycles("checkpoint")))
