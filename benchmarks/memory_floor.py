@@ -6,9 +6,9 @@ back to a floor that holds) writes every process's RSS each second
 (``demo/truth.py``). Runs of it, alone and beside busy loops, are read here as
 aitop's process probe reads the job: every 2, 2.5 and 3 s (its headless
 cadence and what a loaded box stretches it to), from two phases. Watches of 25
-and 60 s start at every reading and are judged every 2 s by the real
-``floor_growth`` on the readings taken with the loader's usual workers, cut
-at each change of the workers' PIDs, as ``knowledge.metrics.memory`` does.
+and 60 s start at every reading and are judged every 2 s by the product's own
+``host_memory_growth`` (``knowledge.metrics.memory``) on a session holding the
+readings as the process probe's tree samples.
 
 Two columns per watch length: evaluations that read growth on the level floor
 (any growth shows a runway), and watches that read a leak added to the same
@@ -20,7 +20,7 @@ figures in docs/diagnosis.md (``host_memory_grows``) come from this.
 from __future__ import annotations
 
 import argparse
-import itertools
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aitop.demo.truth import memory_truth_path, read_memory_truth
-from aitop.knowledge.metrics.growth import FloorGrowth, floor_growth
+from aitop.knowledge.metrics.growth import FloorGrowth
+from aitop.knowledge.metrics.memory import host_memory_growth
+from aitop.probes.samples import ProcessInfo, ProcessTreeSample
+from aitop.probes.session import Session
 
 from .jobs import start_job, stop_job
 
@@ -51,36 +54,31 @@ FIRES_AT_MB_MIN = 60.0
 LEAK_WATCH_S = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One reading of the job: when, its workers' PIDs, its RSS (MB), and how
-    many workers held memory."""
-
-    t: float
-    workers: frozenset[int]
-    rss_mb: float
-    live_workers: int
-
-
-def readings_of(truth: Path) -> list[Reading]:
-    """Every 1-s record of the job's memory, as readings."""
-    out: list[Reading] = []
+def readings_of(truth: Path) -> list[ProcessTreeSample]:
+    """Every 1-s record of the job's memory, as the process probe's tree samples
+    (each process started when the record first shows it)."""
+    out: list[ProcessTreeSample] = []
+    born: dict[int, float] = {}
     for record in read_memory_truth(truth):
         processes = record.get("processes")
         if not isinstance(processes, list):
             continue
-        workers = [p for p in processes if p["role"] == "worker"]
-        out.append(Reading(float(record["t"]),  # type: ignore[arg-type]
-                           frozenset(p["pid"] for p in workers),
-                           sum(p["rss"] for p in processes) / 1e6,
-                           sum(1 for p in workers if p["rss"])))
+        t = float(record["t"])  # type: ignore[arg-type]
+        tree = tuple(
+            ProcessInfo(pid=p["pid"], ppid=None, role=p["role"], name="", cmdline=(),
+                        status=None, cpu_percent=None, rss_bytes=p["rss"], num_threads=None,
+                        read_bps=None, write_bps=None, started=born.setdefault(p["pid"], t))
+            for p in processes)
+        main = next(p.pid for p in tree if p.role == "main")
+        out.append(ProcessTreeSample(t, main, True, tree))
     return out
 
 
-def read_every(records: Sequence[Reading], cadence: float, phase: float) -> list[Reading]:
+def read_every(records: Sequence[ProcessTreeSample], cadence: float,
+               phase: float) -> list[ProcessTreeSample]:
     """The record as read every ``cadence`` s from ``phase``: the newest record
     at each reading's moment."""
-    out: list[Reading] = []
+    out: list[ProcessTreeSample] = []
     t, i = records[0].t + phase, 0
     while t <= records[-1].t:
         while i + 1 < len(records) and records[i + 1].t <= t:
@@ -91,16 +89,23 @@ def read_every(records: Sequence[Reading], cadence: float, phase: float) -> list
     return out
 
 
-def judge(readings: Sequence[Reading], leak_mb_min: float) -> FloorGrowth:
-    """``floor_growth`` on the readings with the usual workers live, cut at each
-    change of the workers (young workers all along: ``hold``)."""
-    counts = [r.live_workers for r in readings]
-    usual = max(set(counts), key=lambda n: (counts.count(n), n))
+def with_leak(tree: ProcessTreeSample, leaked_mb: float) -> ProcessTreeSample:
+    """``tree`` with ``leaked_mb`` more in its training process."""
+    if not leaked_mb:
+        return tree
+    return dataclasses.replace(tree, processes=tuple(
+        dataclasses.replace(p, rss_bytes=(p.rss_bytes or 0) + int(leaked_mb * 1e6))
+        if p.role == "main" else p for p in tree.processes))
+
+
+def judge(readings: Sequence[ProcessTreeSample], leak_mb_min: float) -> FloorGrowth:
+    """``host_memory_growth`` at the newest reading, of a session holding the
+    readings with a leak of ``leak_mb_min`` from the first one on."""
     start = readings[0].t
-    points = [(r.t, r.rss_mb + leak_mb_min / 60.0 * (r.t - start))
-              for r in readings if r.live_workers == usual]
-    changes = [b.t for a, b in itertools.pairwise(readings) if b.workers != a.workers]
-    return floor_growth(points, changes, hold=True)
+    session = Session(readings[0].target_pid)
+    for tree in readings:
+        session.processes.append(with_leak(tree, leak_mb_min / 60.0 * (tree.t - start)))
+    return host_memory_growth(session, readings[-1].t)
 
 
 @dataclass
@@ -113,7 +118,8 @@ class Tally:
     fired_after_s: list[float] = field(default_factory=list)
 
 
-def replay(records: Sequence[Sequence[Reading]], watch_s: float, leak_mb_min: float) -> Tally:
+def replay(records: Sequence[Sequence[ProcessTreeSample]], watch_s: float,
+           leak_mb_min: float) -> Tally:
     """Every watch of ``watch_s`` over every reading of every record."""
     tally = Tally()
     for record in records:
