@@ -96,6 +96,12 @@ def _range(ceiling: float, factor: float) -> tuple[float, float]:
     return low, max(low, high)
 
 
+def _within_max_width(low: float, high: float) -> float:
+    """``low``, raised where the range would be wider than ``MAX_WIDTH``, with room
+    for the reports' rounding to three decimals."""
+    return max(low, high / MAX_WIDTH * 1.001)
+
+
 def _predicted(low: float, high: float, ceiling: float | None, text: str) -> Gain:
     mid = math.sqrt(low * high)
     return Gain(speedup=mid, low=low, high=high, method="predicted", explanation=text,
@@ -118,7 +124,7 @@ def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
     if budget is not None and MIN_BUDGET <= budget < factor:
         # The step's compute runs as often as the batches come: the free cores feed
         # both, and the low end is what they allow if each step needs its CPU as now.
-        low = max(min(low, _range(ceiling, budget)[0]), high / MAX_WIDTH)
+        low = _within_max_width(min(low, _range(ceiling, budget)[0]), high)
         why += (f"; {used}, so whole steps can come at most {budget:.2f}x as often where "
                 "each needs the CPU it needs now")
     return _predicted(low, high, ceiling, (
@@ -287,9 +293,8 @@ def _shrink(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     lo_r, hi_r = spec.removable
     high = 1.0 / (1.0 - p * hi_r)
-    # No wider than MAX_WIDTH, as every predicted range (a large phase widens it),
-    # with room for the reports' rounding to three decimals.
-    low = max(1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r), high / MAX_WIDTH * 1.001)
+    # A large phase widens the range: it is held to MAX_WIDTH as every predicted one.
+    low = _within_max_width(1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r), high)
     name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
     return _predicted(low, high, _ceiling(p), (
         f"the {name} is {p:.0%} of the time; doing the same work in one kernel removes "
