@@ -207,6 +207,10 @@ def test_hf_trainer_evaluating_every_few_steps_is_told_to_evaluate_less(
         whole_cycles("eval")))
 
 
+#: Bytes the HF save test's checkpoints need on tmpfs.
+RAM_DIR_NEEDS = 1_500_000_000
+
+
 @pytest.fixture
 def ram_dir() -> Iterator[Path]:
     """A folder on tmpfs (``/dev/shm``), removed afterwards.
@@ -217,6 +221,12 @@ def ram_dir() -> Iterator[Path]:
     "HF Trainer's saves"). A prediction that assumes each save costs the same
     can only be checked where they do.
     """
+    free = shutil.disk_usage("/dev/shm").free
+    # Two checkpoints kept and a third being written, about 250 MB each.
+    assert free >= RAM_DIR_NEEDS, (
+        f"/dev/shm has {free / 1e9:.1f} GB free; this test saves its checkpoints there "
+        f"and needs {RAM_DIR_NEEDS / 1e9:.1f} GB (a container's default is 64 MB: "
+        "run it with --shm-size=2g)")
     folder = Path(tempfile.mkdtemp(prefix="aitop-test-", dir="/dev/shm"))
     try:
         yield folder
