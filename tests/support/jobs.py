@@ -77,18 +77,26 @@ def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
                           env=env, stdin=subprocess.DEVNULL)
 
 
+def session_path(workdir: Path, scenario: str) -> Path:
+    """Where :func:`watch` with ``export=True`` leaves the session's snapshot."""
+    return workdir / f"{scenario}-session.json"
+
+
 def watch(scenario: str, workdir: Path, seconds: float,
-          settle_s: float = 0.0, cgroup: MemoryCgroup | None = None) -> tuple[dict, Path]:
+          settle_s: float = 0.0, cgroup: MemoryCgroup | None = None,
+          export: bool = False) -> tuple[dict, Path]:
     """The job watched headless for ``seconds``, ``settle_s`` after its first step
-    (in ``cgroup`` from then on, when given)."""
+    (in ``cgroup`` from then on, when given); with ``export``, its session's every
+    sample kept at :func:`session_path`."""
     truth = workdir / f"{scenario}.jsonl"
     job = start_job(scenario, truth)
+    keep = ("--export", str(session_path(workdir, scenario))) if export else ()
     try:
         if cgroup is not None:
             cgroup.add(job.pid)
         time.sleep(settle_s)
         result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                           str(seconds), timeout=seconds + 90)
+                           str(seconds), *keep, timeout=seconds + 90)
     finally:
         stop_job(job)
     assert result.returncode == 0, result.stderr
@@ -98,7 +106,7 @@ def watch(scenario: str, workdir: Path, seconds: float,
 def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float,
                        settle_s: float = 0.0,
                        cgroups: Mapping[str, MemoryCgroup] | None = None,
-                       ) -> list[tuple[dict, Path]]:
+                       export: bool = False) -> list[tuple[dict, Path]]:
     """:func:`watch` of each scenario at the same time, in the order given.
 
     For tests whose verdicts read no free cores (memory growth, work per core):
@@ -106,7 +114,7 @@ def watch_side_by_side(scenarios: tuple[str, ...], workdir: Path, seconds: float
     """
     with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
         runs = [pool.submit(watch, name, workdir, seconds, settle_s,
-                            (cgroups or {}).get(name)) for name in scenarios]
+                            (cgroups or {}).get(name), export) for name in scenarios]
         return [run.result() for run in runs]
 
 
