@@ -142,7 +142,11 @@ WATCH_S = 13.0
 #: Scenarios whose lead needs the second stack window (6 s long, done about 9 s
 #: in) and holds 5 s after it: a first window of 3 s that caught the job
 #: between steps leaves it to the second, and 13 s did not always reach it.
-WATCH_S_OF = {"optimizer_loop": 20.0, "optimizer_loop_sgd": 20.0, "optimizer_loop_fixed": 20.0}
+#: optimizer_loop_sgd's loop takes about 0.22 of its time against the rule's
+#: 0.15: read over its first two windows (about 85 samples) it falls under the
+#: cut about one time in twenty, and the third window lands about 20 s in, so
+#: a 20-s report then ends with the finding pending; 30 s gives it its hold.
+WATCH_S_OF = {"optimizer_loop": 20.0, "optimizer_loop_sgd": 30.0, "optimizer_loop_fixed": 20.0}
 
 
 def watched(scenario: str, workdir: Path, extra_args: Sequence[str] = (),
