@@ -139,16 +139,26 @@ def series_points(
     return points
 
 
+#: Windows a ring keeps between two appends: one evaluation reads each ring's
+#: window a few times over (every series, then the families reading it again;
+#: about 3 reads per distinct window), and a replay scrubbing through time asks for
+#: ever new ones, so the kept ones are bounded.
+KEPT_WINDOWS = 16
+
+
 class Ring(Generic[T]):
     """A thread-safe bounded buffer of samples in arrival order."""
 
     def __init__(self, capacity: int) -> None:
         self._items: deque[T] = deque(maxlen=capacity)
         self._lock = threading.Lock()
+        #: ``window``'s answers since the last append, by bounds.
+        self._windows: dict[tuple[float, float], list[T]] = {}
 
     def append(self, item: T) -> None:
         with self._lock:
             self._items.append(item)
+            self._windows.clear()
 
     def items(self) -> list[T]:
         with self._lock:
@@ -171,18 +181,27 @@ class Ring(Generic[T]):
 
         Walks back from the newest item and stops at the window's start, so the
         cost follows the window, not the ring's capacity (rules read the last
-        20 s of a ring that may hold 30 minutes, every second).
+        20 s of a ring that may hold 30 minutes, every second); the same window
+        asked again before the next append is the list kept from the first time,
+        copied.
         """
-        out: list[T] = []
+        bounds = (lo, hi)
         with self._lock:
+            kept = self._windows.get(bounds)
+            if kept is not None:
+                return list(kept)
+            out: list[T] = []
             for item in reversed(self._items):
                 t = sample_time(item)
                 if t <= lo:
                     break
                 if t <= hi:
                     out.append(item)
-        out.reverse()
-        return out
+            out.reverse()
+            if len(self._windows) >= KEPT_WINDOWS:
+                self._windows.clear()
+            self._windows[bounds] = out
+            return list(out)
 
     def __len__(self) -> int:
         return len(self._items)

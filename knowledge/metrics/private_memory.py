@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aitop.probes.samples import ProcessInfo
+from aitop.probes.samples import ProcessInfo, ProcessTreeSample
 from aitop.probes.session import Session
 
 from .growth import GROWTH_LOOKBACK_S, memory_growth, slope_per_minute
@@ -53,18 +53,45 @@ class ProcessMemory:
     rss_slope: float | None
 
 
-def process_memory(session: Session, now: float) -> list[ProcessMemory]:
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """``process_memory``'s newest answer and the readings it was read from."""
+
+    now: float
+    first: ProcessTreeSample
+    last: ProcessTreeSample
+    count: int
+    memory: tuple[ProcessMemory, ...]
+
+    def answers(self, now: float, trees: list[ProcessTreeSample]) -> bool:
+        return (now == self.now and len(trees) == self.count
+                and trees[0] is self.first and trees[-1] is self.last)
+
+
+#: The metrics and the words of one evaluation both read the processes' memory
+#: at the same moment, a minute of every process's readings: the second is
+#: answered with the first's (the same trees, by identity, and the same moment).
+_newest: _Answer | None = None
+
+
+def process_memory(session: Session, now: float) -> tuple[ProcessMemory, ...]:
     """Each process alive at ``now``, over the last minute of its own readings."""
+    global _newest
     trees = [t for t in session.processes.window(now - GROWTH_LOOKBACK_S, now) if t.alive]
     if not trees:
-        return []
+        return ()
+    kept = _newest
+    if kept is not None and kept.answers(now, trees):
+        return kept.memory
     readings: dict[int, _Readings] = {p.pid: _Readings() for p in trees[-1].processes}
     for tree in trees:
         for p in tree.processes:
             seen = readings.get(p.pid)
             if seen is not None:
                 seen.add(tree.t, p)
-    return [readings[p.pid].memory(p.pid, p.role) for p in trees[-1].processes]
+    memory = tuple(readings[p.pid].memory(p.pid, p.role) for p in trees[-1].processes)
+    _newest = _Answer(now, trees[0], trees[-1], len(trees), memory)
+    return memory
 
 
 class _Readings:

@@ -146,6 +146,23 @@ def test_each_workers_private_memory_is_read_on_its_own_series() -> None:
     assert m["proc_pss_mb"] == pytest.approx(3000.0 + 2 * 1000.0 / 3)
 
 
+def test_the_same_moment_is_read_once_and_a_new_reading_read_again() -> None:
+    """The metrics and the words of one evaluation share one reading; a session
+    with other samples, or a later moment, gets its own."""
+    session = make_session(40, workers=2, worker_uss_growth_mb_s=3.0)
+    first = process_memory(session, T0 + 30)
+    assert process_memory(session, T0 + 30) is first
+    later = process_memory(session, T0 + 40)
+    assert later is not first
+    assert {p.pid for p in later} == {p.pid for p in first}
+    other = make_session(40, workers=2, worker_uss_growth_mb_s=1.0)
+    growth = sorted(p.uss_growth or 0.0 for p in process_memory(other, T0 + 40))
+    assert growth[-1] == pytest.approx(60.0)
+    assert process_memory(session, T0 + 40) is not later  # the other session came between
+    assert sorted(p.uss_growth or 0.0 for p in process_memory(session, T0 + 40))[-1] == \
+        pytest.approx(180.0)
+
+
 def test_copy_on_read_is_named_with_each_worker_and_its_fix() -> None:
     d = diagnose_job(RULESET, 40, workers=2, worker_uss_growth_mb_s=3.0, cpu_count=8,
                      phases={"data_wait": 0.05, "forward": 0.3, "backward": 0.5,

@@ -72,6 +72,25 @@ def test_ring_items_is_a_copy() -> None:
     assert ring.items() == [1]
 
 
+def test_a_window_asked_again_holds_what_the_ring_holds_then() -> None:
+    """A window asked twice between appends is kept, handed out as a copy, and
+    forgotten at the next append (which may evict its oldest sample)."""
+    ring: Ring[HostSample] = Ring(5)
+    for t in range(1, 11):
+        ring.append(_host(float(t)))
+    first = ring.window(0.0, 9.0)
+    assert [h.t for h in first] == [6.0, 7.0, 8.0, 9.0]
+    first.clear()
+    assert [h.t for h in ring.window(0.0, 9.0)] == [6.0, 7.0, 8.0, 9.0]
+    ring.append(_host(11.0))
+    assert [h.t for h in ring.window(0.0, 9.0)] == [7.0, 8.0, 9.0]
+    # Many other windows in between (a replay scrubbing) change no answer.
+    for lo in range(40):
+        assert [h.t for h in ring.window(lo / 4, 11.0)] == [
+            t for t in (7.0, 8.0, 9.0, 10.0, 11.0) if t > lo / 4]
+    assert [h.t for h in ring.window(0.0, 9.0)] == [7.0, 8.0, 9.0]
+
+
 def test_ring_memory_does_not_grow_beyond_capacity() -> None:
     ring: Ring[HostSample] = Ring(200)
     job = Job()
