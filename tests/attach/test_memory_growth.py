@@ -162,11 +162,18 @@ def test_workers_copying_the_dataset_are_named_and_tensors_silence_it(tmp_path: 
 def test_a_sawtooth_whose_floor_holds_is_no_leak(tmp_path: Path) -> None:
     """Workers re-created each epoch take memory through it and free it when they
     exit: read on the floor across the epochs, no growth, no runway."""
-    report, truth = watch("sawtooth", tmp_path, 25, settle_s=6)
+    report, truth = watch("sawtooth", tmp_path, 25, settle_s=6, export=True)
     m = report["metrics"]
     ids = [f["id"] for f in report["findings"]]
     records = read_memory_truth(truth)
     t0, t1 = report["attached_at"], report["evaluated_at"]
+    # What aitop judged: the job's memory at each of its own readings (s after
+    # attaching, MB), beside the job's record below.
+    snapshot = json.loads(session_path(tmp_path, "sawtooth").read_text())
+    read = [(round(tree["t"] - t0, 1), round(sum(p.get("rss_bytes") or 0
+                                                 for p in tree["processes"]) / 1e6))
+            for tree in snapshot["samples"]["processes"] if tree["alive"]]
+    print(f"aitop's readings: {read}")
     epochs = [r["t"] for r in records if "epoch_start" in r and t0 <= r["t"] <= t1]
     total = [(r["t"], sum(p["rss"] for p in r["processes"]) / 1e6) for r in records
              if "processes" in r and t0 <= r["t"] <= t1]
