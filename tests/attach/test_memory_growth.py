@@ -31,9 +31,9 @@ from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe
 from support.jobs import (
+    read_session,
     read_truth,
     run_aitop,
-    session_path,
     stop_job,
     watch,
     watch_side_by_side,
@@ -134,7 +134,7 @@ def test_workers_copying_the_dataset_are_named_and_tensors_silence_it(tmp_path: 
     assert cow_read["title"].endswith(" MB/min while the training process's holds")
     # Named as soon as the readings tell it: the rule's hold and the evaluations
     # after the readings that settle the growth, on the readings the box allowed.
-    snapshot = json.loads(session_path(tmp_path, "cow").read_text())
+    snapshot = read_session(tmp_path, "cow")
     settled = readings_settle(snapshot, list(uss)) - snapshot["started_at"]
     hold = next(r.for_s for r in load_knowledge_base().rules.rules
                 if r.id == "dataloader_copy_on_read")
@@ -169,7 +169,7 @@ def test_a_sawtooth_whose_floor_holds_is_no_leak(tmp_path: Path) -> None:
     t0, t1 = report["attached_at"], report["evaluated_at"]
     # What aitop judged: the job's memory at each of its own readings (s after
     # attaching, MB), beside the job's record below.
-    snapshot = json.loads(session_path(tmp_path, "sawtooth").read_text())
+    snapshot = read_session(tmp_path, "sawtooth")
     read = [(round(tree["t"] - t0, 1), round(sum(p.get("rss_bytes") or 0
                                                  for p in tree["processes"]) / 1e6))
             for tree in snapshot["samples"]["processes"] if tree["alive"]]

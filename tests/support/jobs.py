@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 from aitop.probes.kernel.procfs import read_environ
@@ -80,6 +80,11 @@ def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
 def session_path(workdir: Path, scenario: str) -> Path:
     """Where :func:`watch` with ``export=True`` leaves the session's snapshot."""
     return workdir / f"{scenario}-session.json"
+
+
+def read_session(workdir: Path, scenario: str) -> dict[str, Any]:
+    """The snapshot :func:`watch` with ``export=True`` left, as its JSON."""
+    return cast(dict[str, Any], json.loads(session_path(workdir, scenario).read_text()))
 
 
 def watch(scenario: str, workdir: Path, seconds: float,
