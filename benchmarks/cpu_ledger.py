@@ -48,6 +48,7 @@ SPOTS: tuple[tuple[str, str, str], ...] = (
     ("aitop.probes.neighbours", "NeighbourScanner.others", "neighbour scan"),
     ("aitop.probes.kernel.cgroups", "*", "cgroup reads"),
     ("aitop.probes.kernel.procfs", "read_runqueue_wait_ns", "schedstat reads"),
+    ("aitop.knowledge.metrics.private_memory", "process_memory", "evaluation: processes' memory"),
     ("aitop.knowledge.evaluator", "compute_metrics", "evaluation: metrics"),
     ("aitop.knowledge.evaluator", "compute_words", "evaluation: words"),
     ("aitop.knowledge.judging.diagnosis", "Diagnoser.diagnose", "evaluation: rules + diagnosis"),

@@ -14,6 +14,7 @@ from .base.catalogue import SCALARS, SERIES
 from .base.findings import COLLECTING, UNKNOWN, Diagnosis
 from .judging.diagnosis import Diagnoser
 from .metrics.packed import PackedMetrics
+from .metrics.private_memory import process_memory
 from .metrics.straggler import (
     JobJudgement,
     RankView,
@@ -98,9 +99,11 @@ class Evaluator:
             kept = self._last_live_verdict(now)
             if kept is not None:
                 return kept
+            # Read once for both: a minute of every process's readings.
+            memory = process_memory(self.session, now)
             metrics = compute_metrics(self.session, now, self.window_s,
-                                      self.knowledge.phases.helper_threads)
-            words = compute_words(self.session, now, self.window_s)
+                                      self.knowledge.phases.helper_threads, memory)
+            words = compute_words(self.session, now, self.window_s, memory)
             if self.peers is not None:
                 self._judge_job(metrics, words)
             elif self.job_judgement is not None:

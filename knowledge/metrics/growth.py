@@ -53,6 +53,9 @@ GROWTH_MIN_SPAN_S = 15.0
 GROWTH_MIN_T = 4.0
 GROWTH_EARLY_SPAN_S = 10.0
 GROWTH_EARLY_T = 8.0
+#: Readings a growth is read from at least, where each comes every second (RSS);
+#: private memory, read less often, names its own (``PRIVATE_MIN_POINTS``).
+GROWTH_MIN_POINTS = 5
 
 #: Cycles are looked for over the last ten minutes: epochs of a few minutes
 #: still give three floors.
@@ -93,7 +96,8 @@ def slope_per_minute(points: Sequence[Point]) -> float | None:
     return sum((t - t_mean) * (v - v_mean) for t, v in points) / sxx * 60.0
 
 
-def memory_growth(points: Sequence[Point], min_points: int = 5) -> float | None:
+def memory_growth(points: Sequence[Point],
+                  min_points: int = GROWTH_MIN_POINTS) -> float | None:
     """MB per minute the memory grows: the least-squares slope where it stands out
     of the memory's own swings, 0 where it does not, None before 10 s of points
     (and ``min_points`` of them).

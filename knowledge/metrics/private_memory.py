@@ -19,9 +19,10 @@ copying does not come in cycles, it slows as fewer pages are left to copy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aitop.probes.samples import ProcessInfo, ProcessTreeSample
+from aitop.probes.samples import ProcessInfo
 from aitop.probes.session import Session
 
 from .growth import GROWTH_LOOKBACK_S, memory_growth, slope_per_minute
@@ -53,45 +54,23 @@ class ProcessMemory:
     rss_slope: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """``process_memory``'s newest answer and the readings it was read from."""
-
-    now: float
-    first: ProcessTreeSample
-    last: ProcessTreeSample
-    count: int
-    memory: tuple[ProcessMemory, ...]
-
-    def answers(self, now: float, trees: list[ProcessTreeSample]) -> bool:
-        return (now == self.now and len(trees) == self.count
-                and trees[0] is self.first and trees[-1] is self.last)
-
-
-#: The metrics and the words of one evaluation both read the processes' memory
-#: at the same moment, a minute of every process's readings: the second is
-#: answered with the first's (the same trees, by identity, and the same moment).
-_newest: _Answer | None = None
-
-
 def process_memory(session: Session, now: float) -> tuple[ProcessMemory, ...]:
-    """Each process alive at ``now``, over the last minute of its own readings."""
-    global _newest
+    """Each process alive at ``now``, over the last minute of its own readings.
+
+    A minute of every process's readings: one evaluation reads it once and hands
+    it to the metrics and the words (``compute_metrics``' and ``compute_words``'
+    ``memory``).
+    """
     trees = [t for t in session.processes.window(now - GROWTH_LOOKBACK_S, now) if t.alive]
     if not trees:
         return ()
-    kept = _newest
-    if kept is not None and kept.answers(now, trees):
-        return kept.memory
     readings: dict[int, _Readings] = {p.pid: _Readings() for p in trees[-1].processes}
     for tree in trees:
         for p in tree.processes:
             seen = readings.get(p.pid)
             if seen is not None:
                 seen.add(tree.t, p)
-    memory = tuple(readings[p.pid].memory(p.pid, p.role) for p in trees[-1].processes)
-    _newest = _Answer(now, trees[0], trees[-1], len(trees), memory)
-    return memory
+    return tuple(readings[p.pid].memory(p.pid, p.role) for p in trees[-1].processes)
 
 
 class _Readings:
@@ -128,10 +107,10 @@ def _total(values: list[float | None]) -> float | None:
     return sum(known) if known else None
 
 
-def private_memory_metrics(session: Session, now: float, mem_free_mb: float | None) -> Values:
+def private_memory_metrics(procs: Sequence[ProcessMemory], mem_free_mb: float | None) -> Values:
     """The workers' private-memory growth and what it comes from, the job's PSS,
-    and how long the memory lasts while the workers copy."""
-    procs = process_memory(session, now)
+    and how long the memory lasts while the workers copy (``procs``:
+    ``process_memory``'s reading)."""
     workers = [p for p in procs if p.role == "worker"]
     read = [w for w in workers if w.uss_growth is not None]
     main = next((p for p in procs if p.role == "main"), None)
@@ -154,11 +133,10 @@ def private_memory_metrics(session: Session, now: float, mem_free_mb: float | No
     }
 
 
-def worker_memory_words(session: Session, now: float) -> str:
+def worker_memory_words(procs: Sequence[ProcessMemory]) -> str:
     """Each worker's private memory and its growth, and the training process's
     memory, in words: "PID 12 410 MB (+300 MB/min), PID 13 ...; training process
-    PID 11 RSS 954 MB (+0 MB/min)"."""
-    procs = process_memory(session, now)
+    PID 11 RSS 954 MB (+0 MB/min)" (``procs``: ``process_memory``'s reading)."""
     parts = [f"PID {w.pid} {w.uss_mb:.0f} MB (+{max(0.0, w.uss_growth):.0f} MB/min)"
              for w in procs if w.role == "worker" and w.uss_mb is not None
              and w.uss_growth is not None]

@@ -11,13 +11,15 @@ of the families it reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aitop.probes.session import Session
 
 from .anatomy import anatomy_metrics
 from .gpu import gpu_metrics
 from .loading import loading_metrics
 from .memory import memory_metrics
-from .private_memory import private_memory_metrics, shm_metrics
+from .private_memory import ProcessMemory, private_memory_metrics, process_memory, shm_metrics
 from .processes import process_metrics
 from .progress import progress_metrics, step_rate_metrics
 from .quota import limit_metrics, throttling_metrics
@@ -35,12 +37,15 @@ JUDGE_AFTER_WARMUP_S = 10.0
 
 
 def compute_metrics(
-    session: Session, now: float, window_s: float, helper_threads: tuple[str, ...]
+    session: Session, now: float, window_s: float, helper_threads: tuple[str, ...],
+    memory: Sequence[ProcessMemory] | None = None,
 ) -> Values:
     """All catalogue metrics over the window ending at ``now``.
 
     ``helper_threads``: the run's knowledge base's helper-thread prefixes
-    (``KnowledgeBase.phases.helper_threads``).
+    (``KnowledgeBase.phases.helper_threads``). ``memory``: the processes' memory
+    at ``now`` (``process_memory``), where the caller has read it for the words
+    too; read here otherwise.
     """
     window_s = judged_window(session, now, window_s)
     metrics: Values = {"window_s": window_s}
@@ -55,7 +60,9 @@ def compute_metrics(
                                metrics)
     metrics |= throttling_metrics(session, now, window_s, metrics)
     metrics |= memory_metrics(session, now, window_s)
-    metrics |= private_memory_metrics(session, now, metrics["mem_free_mb"])
+    if memory is None:
+        memory = process_memory(session, now)
+    metrics |= private_memory_metrics(memory, metrics["mem_free_mb"])
     metrics |= shm_metrics(session, now, window_s)
     metrics |= storage_metrics(session, now, window_s)
     metrics |= technique_metrics(session, now, window_s)

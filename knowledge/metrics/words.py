@@ -13,7 +13,7 @@ from .compiling import compile_words
 from .gpu import target_devices
 from .loading import busiest_child, busiest_producer, main_data_source
 from .memory import memory_limit_words
-from .private_memory import worker_memory_words
+from .private_memory import ProcessMemory, process_memory, worker_memory_words
 from .quota import quota_words
 from .stall import STALL_LOOKBACK_S, stall
 from .stall_feeder import stall_feeder
@@ -24,8 +24,12 @@ from .step_phases import read_stacks
 STALL_FROM_ATTACH_SLACK_S = 3.0
 
 
-def compute_words(session: Session, now: float, window_s: float) -> dict[str, str]:
-    """The names a rule's text may use (see ``WORDS``), where known."""
+def compute_words(session: Session, now: float, window_s: float,
+                  memory: Sequence[ProcessMemory] | None = None) -> dict[str, str]:
+    """The names a rule's text may use (see ``WORDS``), where known.
+
+    ``memory``: as ``compute_metrics``' (read here where not given).
+    """
     windows = read_stacks(session, now, window_s)
     words: dict[str, str] = {}
     producer = busiest_producer(windows, session, now, window_s)
@@ -56,7 +60,8 @@ def compute_words(session: Session, now: float, window_s: float) -> dict[str, st
             f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
     if hosts:
         words["memory_limit"] = memory_limit_words(hosts[-1])
-    words["worker_memory"] = worker_memory_words(session, now)
+    words["worker_memory"] = worker_memory_words(
+        process_memory(session, now) if memory is None else memory)
     gpus = session.gpu.window(now - window_s, now)
     if gpus:
         words["gpu_neighbours"] = _gpu_neighbour_words(gpus[-1])

@@ -25,7 +25,11 @@ from pathlib import Path
 
 import pytest
 from aitop.demo.truth import read_memory_truth
-from aitop.knowledge.metrics.growth import GROWTH_MIN_SPAN_S, slope_per_minute
+from aitop.knowledge.metrics.growth import (
+    GROWTH_MIN_POINTS,
+    GROWTH_MIN_SPAN_S,
+    slope_per_minute,
+)
 from aitop.knowledge.metrics.private_memory import PRIVATE_MIN_POINTS
 from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.private_memory import PrivateMemoryReader
@@ -72,7 +76,7 @@ def readings_settle(snapshot: dict, worker_pids: Sequence[int]) -> float:
     """When the session's own readings first let the copy's growth be told either
     way: each worker's private memory read ``PRIVATE_MIN_POINTS`` times over
     ``GROWTH_MIN_SPAN_S`` (from there a steady rise needs 4 standard errors, not
-    8), the training process's RSS 5 times over as long.
+    8), the training process's RSS ``GROWTH_MIN_POINTS`` times over as long.
 
     The readings' pace is the box's: a crowded one reads less often
     (``probes/private_memory.py``), so the finding's delay is judged against
@@ -86,7 +90,7 @@ def readings_settle(snapshot: dict, worker_pids: Sequence[int]) -> float:
                 main.append(tree["t"])
             elif p["pid"] in uss and p.get("uss_bytes") is not None:
                 uss[p["pid"]].append(tree["t"])
-        for name, times, needed in [("main", main, 5),
+        for name, times, needed in [("main", main, GROWTH_MIN_POINTS),
                                     *((str(pid), uss[pid], PRIVATE_MIN_POINTS) for pid in uss)]:
             if (name not in ready and len(times) >= needed
                     and times[-1] - times[0] >= GROWTH_MIN_SPAN_S):

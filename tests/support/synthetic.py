@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
 from aitop.knowledge.base.rules import RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts
+from aitop.knowledge.metrics.private_memory import process_memory
 from aitop.knowledge.metrics.straggler import RankView, judge_ranks
 from aitop.knowledge.metrics.window import compute_metrics
 from aitop.knowledge.metrics.words import compute_words
@@ -582,8 +583,9 @@ def evaluate(
     session: Session, evaluator: RuleEngine | Diagnoser, now: float, window_s: float = WINDOW_S
 ) -> Tick:
     """One evaluation at ``now`` through compute_metrics, as the live evaluator does it."""
-    metrics = compute_metrics(session, now, window_s, HELPER_THREADS)
-    words = compute_words(session, now, window_s)
+    memory = process_memory(session, now)
+    metrics = compute_metrics(session, now, window_s, HELPER_THREADS, memory)
+    words = compute_words(session, now, window_s, memory)
     given = _PEERS.get(id(session))
     if given:
         peers, stalled = given

@@ -8,10 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from aitop.knowledge.metrics.private_memory import process_memory
+from aitop.knowledge import evaluator as evaluator_module
+from aitop.knowledge.evaluator import Evaluator
+from aitop.knowledge.metrics.private_memory import ProcessMemory, process_memory
 from aitop.knowledge.metrics.window import compute_metrics
+from aitop.knowledge.metrics.words import compute_words
 from aitop.probes.kernel.shm import parse_shm_mappings, read_shm_mappings, read_shm_usage
 from aitop.probes.private_memory import PrivateMemoryReader
+from aitop.probes.session import Session
 from support.kernel_tree import KernelTree
 from support.knowledge import PACKAGED
 from support.synthetic import PID, T0, diagnose_job, make_session
@@ -146,21 +150,27 @@ def test_each_workers_private_memory_is_read_on_its_own_series() -> None:
     assert m["proc_pss_mb"] == pytest.approx(3000.0 + 2 * 1000.0 / 3)
 
 
-def test_the_same_moment_is_read_once_and_a_new_reading_read_again() -> None:
-    """The metrics and the words of one evaluation share one reading; a session
-    with other samples, or a later moment, gets its own."""
+def test_one_evaluation_reads_the_processes_memory_once_for_metrics_and_words(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluator reads a minute of every process's memory once and hands the
+    reading to the metrics and the words; either, called alone, reads its own."""
     session = make_session(40, workers=2, worker_uss_growth_mb_s=3.0)
-    first = process_memory(session, T0 + 30)
-    assert process_memory(session, T0 + 30) is first
-    later = process_memory(session, T0 + 40)
-    assert later is not first
-    assert {p.pid for p in later} == {p.pid for p in first}
-    other = make_session(40, workers=2, worker_uss_growth_mb_s=1.0)
-    growth = sorted(p.uss_growth or 0.0 for p in process_memory(other, T0 + 40))
-    assert growth[-1] == pytest.approx(60.0)
-    assert process_memory(session, T0 + 40) is not later  # the other session came between
-    assert sorted(p.uss_growth or 0.0 for p in process_memory(session, T0 + 40))[-1] == \
-        pytest.approx(180.0)
+    reads: list[float] = []
+
+    def counted(s: Session, now: float) -> tuple[ProcessMemory, ...]:
+        reads.append(now)
+        return process_memory(s, now)
+
+    monkeypatch.setattr(evaluator_module, "process_memory", counted)
+    Evaluator(session, PACKAGED).evaluate(T0 + 40)
+    assert reads == [T0 + 40]
+    # The reading given is the one used: none given, none of the workers' growth.
+    assert compute_metrics(session, T0 + 40, 20.0, (), memory=())["workers_uss_growth"] is None
+    assert compute_words(session, T0 + 40, 20.0, memory=())["worker_memory"] == ""
+    own = compute_words(session, T0 + 40, 20.0)["worker_memory"]
+    assert own == compute_words(session, T0 + 40, 20.0,
+                                memory=process_memory(session, T0 + 40))["worker_memory"]
+    assert "(+180 MB/min)" in own
 
 
 def test_copy_on_read_is_named_with_each_worker_and_its_fix() -> None:
