@@ -8,6 +8,7 @@ StepCounterSample readings as the probe stores them.
 from __future__ import annotations
 
 import pytest
+from aitop.probes import step_rate
 from aitop.probes.samples import StepCounterSample
 from aitop.probes.step_rate import epochs_pass_unseen
 from aitop.probes.steps import WORKER_COUNTER, read_counter, read_worker_index, steps_per_second
@@ -88,6 +89,35 @@ def test_a_small_step_back_is_not_an_epoch() -> None:
     # a generator-wrapped job read 48 steps/s for its 25.
     rate = steps_per_second(readings([131, 282, 430, 424, 580], WORKER_COUNTER))
     assert rate == pytest.approx((580 - 131) / 20)
+
+
+#: Lightning's batch_idx at 1,300 steps/s over epochs of 6,250 batches, read
+#: every 2 s (BoringModel's pace): an epoch ends every 4.8 s.
+FAST_EPOCHS = [StepCounterSample(100.0 + 2.0 * i, "batch_idx", (3744 + 2600 * i) % 6250)
+               for i in range(11)]
+
+
+@pytest.mark.parametrize("at", [1, 3, 5, 10])
+def test_a_reading_no_epoch_reaches_is_set_aside(at: int) -> None:
+    # One reading of 8,183 where no epoch passes 6,249 (a BoringModel run read
+    # 1,936/s for its 1,350): taken as the count, it sized every epoch and added
+    # its excess to every reset (1,628-1,856/s here). The drops size the epoch.
+    assert steps_per_second(FAST_EPOCHS) == pytest.approx(1300.0)
+    wild = list(FAST_EPOCHS)
+    wild[at] = StepCounterSample(wild[at].t, "batch_idx", 8183)
+    assert steps_per_second(wild) == pytest.approx(1300.0, rel=0.01)
+
+
+def test_readings_beyond_the_drops_epoch_are_kept_where_many(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three of eleven readings above the epoch the drops size: the epochs are
+    # longer than the drops say, not those readings wrong; none is set aside.
+    high = list(FAST_EPOCHS)
+    for at in (0, 2, 5):
+        high[at] = StepCounterSample(high[at].t, "batch_idx", 8183)
+    assert step_rate._beyond_the_epoch(high) == set()
+    monkeypatch.setattr(step_rate, "BEYOND_MAX_SHARE", 1.0)
+    assert step_rate._beyond_the_epoch(high) == {0, 2, 5}
 
 
 def test_one_wild_reading_does_not_multiply_the_rate() -> None:
@@ -195,3 +225,34 @@ def test_a_count_whose_epochs_pass_between_readings_gives_no_rate() -> None:
     slow = [StepCounterSample(t=float(t), name="i", value=v)
             for t, v in ((0, 6200), (2, 6240), (4, 30), (6, 70))]
     assert epochs_pass_unseen(slow) is None
+
+
+def test_a_count_whose_rises_hide_whole_epochs_gives_no_rate() -> None:
+    # 1,000 steps/s over epochs of 1,500, read every 1.7-2.9 s: every interval
+    # holds one epoch or more, and what is left reads 84/s. The drops' floor does
+    # not see it (each counts only the epoch it sees); the rises disagree.
+    t, count, aliased = 100.0, 700.0, []
+    for gap in (0.0, 2.0, 2.6, 1.7, 2.3, 2.9, 1.8, 2.2, 2.5):
+        t, count = t + gap, count + 1000 * gap
+        aliased.append(StepCounterSample(t, "step", int(count) % 1500))
+    assert steps_per_second(aliased) == pytest.approx(84, abs=1)
+    assert "rises disagree on the pace" in (epochs_pass_unseen(aliased) or "")
+    # BoringModel read by aitop (1,299/s for its own 1,293): epochs of 6,250
+    # batches wrap in two of five intervals, and the rises agree.
+    boring = [StepCounterSample(t, "batch_idx", v) for t, v in (
+        (66.441, 3744), (68.455, 152), (70.45, 2894), (72.444, 5760), (74.465, 2048),
+        (76.452, 4205))]
+    assert epochs_pass_unseen(boring) is None
+    assert steps_per_second(boring) == pytest.approx(1293, rel=0.01)
+
+
+def test_a_rate_across_an_epoch_needs_two_seconds_of_rises() -> None:
+    # BoringModel read three times: the one rise (1.05 s at 1,731/s) sizes the
+    # epoch across the drop, so it is all that was measured; the job made 745/s
+    # over the span, its pace swinging 200-1,500 steps/s. No rate.
+    thin = [StepCounterSample(t, "batch_idx", v) for t, v in (
+        (75.786, 4535), (79.556, 36), (80.603, 1854))]
+    assert steps_per_second(thin) is None
+    # Another second of rising readings, and the rate stands.
+    longer = [*thin, StepCounterSample(81.603, "batch_idx", 3585)]
+    assert steps_per_second(longer) == pytest.approx(1731, rel=0.02)

@@ -1,0 +1,143 @@
+"""``python -m benchmarks.epoch_counts``: steps/s of counts that start again each epoch.
+
+A batch index (``for i, batch in enumerate(loader)``) wraps at every epoch's
+end, and aitop reads it every few seconds. Simulated here: counts at 1-3,000
+steps/s over epochs of 20-20,000 steps, read every 0.5-6 s (each interval
+0.7-1.3x the usual, the pace varying by ``--pace-jitter`` per interval, each
+reading stamped up to ``--stamp-jitter`` s late, as a py-spy dump on a busy box
+returns late). Each is read as ``probes.step_sources`` reads a loop counter:
+``steps_per_second``, set aside where ``epochs_pass_unseen`` says so.
+
+Two studies, each with the product's checks and with the one this module
+studies turned off (``before``):
+
+* ``unseen``: counts whose reading intervals may hold a whole epoch (the widest
+  interval's steps at least an epoch) against those whose intervals never do.
+  Turned off: the rises' spread (``RISE_MAX_SPREAD``).
+* ``beyond``: every count with one reading replaced by a value 1.2-2x its
+  epoch (a misread), where its intervals never hold an epoch. Turned off: the
+  readings above the epoch the drops size (``_beyond_the_epoch``).
+
+For each: rates shown more than 10 % off, no rate, and rates within 10 %. The
+figures in docs/step-rates.md ("Epochs shorter than the readings") come from
+this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from aitop.probes import step_rate
+from aitop.probes.samples import StepCounterSample
+
+#: A rate within this share of the count's pace is right.
+RIGHT_WITHIN = 0.10
+
+
+@dataclass(frozen=True)
+class Count:
+    """One simulated count: its pace, its readings, whether an interval may hold an epoch."""
+
+    pace: float
+    readings: list[StepCounterSample]
+    unseen: bool
+
+
+def simulate(rng: random.Random, pace_jitter: float, stamp_jitter: float,
+             beyond: bool) -> Count:
+    """A count read as aitop reads it; with ``beyond``, one reading misread past its epoch."""
+    while True:
+        pace = 10 ** rng.uniform(0, 3.5)
+        epoch = rng.randint(20, 20_000)
+        every = rng.uniform(0.5, 6.0)
+        unseen = pace * every * 1.3 >= epoch
+        if not (beyond and unseen):
+            break
+    t, count, readings = 100.0, rng.uniform(0, epoch), []
+    for _ in range(rng.randint(4, 25)):
+        readings.append(StepCounterSample(t + rng.uniform(0, stamp_jitter), "batch_idx",
+                                          int(count) % epoch))
+        gap = every * rng.uniform(0.7, 1.3)
+        t += gap
+        count += pace * gap * rng.uniform(1 - pace_jitter, 1 + pace_jitter)
+    if beyond:
+        at = rng.randrange(len(readings))
+        readings[at] = StepCounterSample(readings[at].t, "batch_idx",
+                                         int(epoch * rng.uniform(1.2, 2.0)))
+    return Count(pace, readings, unseen)
+
+
+def judged(count: Count) -> str:
+    """``wrong``, ``none`` or ``right``: the rate aitop would show for the count."""
+    rate = step_rate.steps_per_second(count.readings)
+    if rate is None or step_rate.epochs_pass_unseen(count.readings) is not None:
+        return "none"
+    return "right" if abs(rate - count.pace) / count.pace <= RIGHT_WITHIN else "wrong"
+
+
+@contextmanager
+def check_off(study: str) -> Iterator[None]:
+    """The product's code with the check ``study`` is about turned off."""
+    if study == "unseen":
+        saved = step_rate.RISE_MAX_SPREAD
+        step_rate.RISE_MAX_SPREAD = float("inf")
+        try:
+            yield
+        finally:
+            step_rate.RISE_MAX_SPREAD = saved
+    else:
+        saved_beyond = step_rate._beyond_the_epoch
+        step_rate._beyond_the_epoch = lambda same: set()  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            step_rate._beyond_the_epoch = saved_beyond  # type: ignore[assignment]
+
+
+def study(name: str, counts: int, seed: int, pace_jitter: float,
+          stamp_jitter: float) -> dict[str, dict[str, Counter[str]]]:
+    """Tallies by version (``before``, ``now``) and regime (``unseen``, ``seen``)."""
+    out: dict[str, dict[str, Counter[str]]] = {}
+    for version in ("before", "now"):
+        rng = random.Random(seed)
+        tally: dict[str, Counter[str]] = {"unseen": Counter(), "seen": Counter()}
+        for _ in range(counts):
+            count = simulate(rng, pace_jitter, stamp_jitter, beyond=name == "beyond")
+            if version == "before":
+                with check_off(name):
+                    verdict = judged(count)
+            else:
+                verdict = judged(count)
+            tally["unseen" if count.unseen else "seen"][verdict] += 1
+        out[version] = tally
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int, default=30_000)
+    parser.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args()
+    print("| study | pace jitter | stamps late by | intervals | version | >10 % off | "
+          "no rate | within 10 % |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in ("unseen", "beyond"):
+        for pace_jitter, stamp_jitter in ((0.05, 0.0), (0.15, 0.3)):
+            result = study(name, args.counts, args.seed, pace_jitter, stamp_jitter)
+            for regime in ("unseen", "seen"):
+                for version, tally in result.items():
+                    t = tally[regime]
+                    if not t:
+                        continue
+                    print(f"| {name} | ±{pace_jitter:.0%} | ≤{stamp_jitter:g} s | "
+                          f"{'may hold an epoch' if regime == 'unseen' else 'never do'} | "
+                          f"{version} | {t['wrong']:,} | {t['none']:,} | {t['right']:,} |")
+
+
+if __name__ == "__main__":
+    main()
