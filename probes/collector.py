@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,12 @@ MAX_RETRY_S = 30.0
 #: The lowest py-spy rate a paced-down collector samples at (``Collector.set_pace``):
 #: the peer rank's floor in ``probes.cadence.TABLE``.
 MIN_PACED_RATE_HZ = 2
+#: The step counter is read at moments ``1 ± this`` of its cadence apart: a
+#: count that starts again each epoch, read on one beat, can advance by the
+#: same leftover of an epoch at every reading and look like a slow steady
+#: count; read off the beat, its rises disagree and it is set aside
+#: (``step_rate.epochs_pass_unseen``; docs/step-rates.md).
+STEP_READ_JITTER = 0.3
 
 
 class Sampler(Protocol):
@@ -128,8 +135,13 @@ class PeriodicTask:
         stop: threading.Event,
         on_fatal: Callable[[BaseException], None] | None = None,
         first_delay_s: float = 0.0,
+        jitter: float = 0.0,
     ) -> None:
         self.first_delay_s = first_delay_s
+        #: Each healthy wait is ``interval_s`` times a factor drawn from
+        #: ``1 ± jitter``: readings that never keep one beat with the job.
+        self.jitter = jitter
+        self._draws = random.Random()
         self.name = name
         self.work = work
         self.interval_s = interval_s
@@ -153,7 +165,8 @@ class PeriodicTask:
         (py-spy windows, interval 0) cannot relaunch a failing program in a loop.
         """
         if failures == 0:
-            return self.interval_s * self.pace
+            spread = self._draws.uniform(-self.jitter, self.jitter) if self.jitter else 0.0
+            return self.interval_s * self.pace * (1.0 + spread)
         base = max(self.interval_s, MIN_RETRY_S)
         return min(base * 2 ** (failures - 1), max(MAX_RETRY_S, self.interval_s))
 
@@ -273,6 +286,7 @@ class Collector:
             "steps", lambda: None, min(cfg.steps_interval_s, cfg.steps_warmup_interval_s),
             session.probe_status,
             self.stop_event, first_delay_s=cfg.first_stack_window_s + 0.5,
+            jitter=STEP_READ_JITTER,
         )
         readings = 0
         previous: StepCounterSample | None = None

@@ -173,8 +173,7 @@ def _beyond_the_epoch(same: Sequence[StepCounterSample]) -> set[int]:
     rate, which one wild interval does not move). A reading well above their
     median is no value of the count: it would size every epoch by itself (the
     highest value read bounds the epoch from below) and add its excess to every
-    reset (Lightning's batch_idx over epochs of 6,250 batches read 8,183 once,
-    and the rate 1,936/s for the job's 1,350: docs/diagnosis.md).
+    reset (docs/step-rates.md, "Epochs shorter than the readings").
     """
     pace = _median_rise_rate(same)
     if not pace:
@@ -307,16 +306,23 @@ def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:
     return increase / span
 
 
+#: Rises a count that crossed an epoch needs for a rate.
+WRAPPED_MIN_RISES = 2
+
+
 def _rises_measure(kept: Sequence[Interval]) -> bool:
-    """Whether the intervals the count rose over span ``MIN_SPAN_S``, where any
-    crossed a new epoch: that interval's steps are the rest of an epoch sized
-    by the rises' pace, so the rises are all that was measured (Lightning's
-    batch_idx read three times, one rise of 1.05 s at 1,731/s sizing the epoch
-    across the other interval, read 1,735/s where the job, its pace swinging
-    from 200 to 1,500 steps/s, made 745)."""
+    """Whether the intervals the count rose over are ``WRAPPED_MIN_RISES``
+    spanning ``MIN_SPAN_S``, where any crossed a new epoch: that interval's
+    steps are the rest of an epoch sized by the rises' pace, so the rises are
+    all that was measured, and one alone cannot show whether whole epochs pass
+    between readings (``epochs_pass_unseen``). A count that only ever wrapped
+    (no rise) is sized by its highest value (``_epoch_length``). The readings
+    that showed it: docs/step-rates.md, "Epochs shorter than the readings".
+    """
     rises = [cur.t - prev.t for prev, cur, _n in kept
              if prev.value is not None and cur.value is not None and cur.value >= prev.value]
-    return not rises or len(rises) == len(kept) or sum(rises) >= MIN_SPAN_S
+    return not rises or len(rises) == len(kept) or (len(rises) >= WRAPPED_MIN_RISES
+                                                    and sum(rises) >= MIN_SPAN_S)
 
 
 def rate_between_moves(increments: Sequence[Interval]) -> float | None:
@@ -434,11 +440,10 @@ def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:
     That bound misses most such counts: a drop that hides whole epochs counts
     only the one it sees. Their rises tell instead: where a count wraps often
     (``WRAP_SHARE_SHORT`` of its intervals), rises that disagree on the pace
-    (``RISE_MAX_SPREAD``) are what is left of whole epochs. Simulated over
-    epochs of 20-20,000 steps read every 0.5-6 s, this sets aside 3 in 4 of the
-    rates that such counts made wrong by more than 10 %, and about 1 in 1,000
-    of the rates that were right (docs/step-rates.md, "Epochs shorter than the
-    readings").
+    (``RISE_MAX_SPREAD``) are what is left of whole epochs; the collector reads
+    the counter off the beat (``collector.STEP_READ_JITTER``) so that they do
+    disagree. What it sets aside, right and wrong: docs/step-rates.md, "Epochs
+    shorter than the readings" (``benchmarks.epoch_counts``).
     """
     same = newest_count(samples)
     if not same:

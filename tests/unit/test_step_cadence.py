@@ -5,9 +5,10 @@ warm-up and then the steady cadence otherwise, and never every second for a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
-from aitop.probes.collector import Collector, CollectorConfig
+from aitop.probes.collector import Collector, CollectorConfig, PeriodicTask
 from aitop.probes.samples import LogEvent, StepCounterSample
 from aitop.probes.session import Session
 
@@ -64,3 +65,20 @@ def test_a_fast_counter_keeps_the_warm_up_then_the_steady_cadence() -> None:
 def test_a_counter_that_never_moves_is_not_read_every_second() -> None:
     config = CollectorConfig.headless()
     assert config.steps_slow_interval_s not in intervals([5, 5, 5, 5])
+
+
+def test_the_counter_is_read_off_the_beat_and_only_it() -> None:
+    # A count that wraps every epoch, read on one beat, can advance by the same
+    # leftover of an epoch each time; the waits vary by up to 30 % either way.
+    config = CollectorConfig.headless()
+    collector = Collector(Session(1), process=None, host=None, gpu=None, storage=None,
+                          environment=None, stacks=None, steps=Scripted([0]), config=config)
+    steps = next(loop for loop in collector.loops if loop.name == "steps")
+    waits = [steps.delay_after(0) for _ in range(200)]
+    cadence = steps.interval_s
+    assert all(0.7 * cadence <= w <= 1.3 * cadence for w in waits)
+    assert max(waits) - min(waits) > 0.4 * cadence
+    # A failing read backs off as before, with no draw.
+    assert steps.delay_after(1) == steps.delay_after(1)
+    # Other tasks keep their beat.
+    assert PeriodicTask("host", lambda: None, 2.0, {}, threading.Event()).delay_after(0) == 2.0

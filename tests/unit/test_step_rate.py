@@ -256,3 +256,11 @@ def test_a_rate_across_an_epoch_needs_two_seconds_of_rises() -> None:
     # Another second of rising readings, and the rate stands.
     longer = [*thin, StepCounterSample(81.603, "batch_idx", 3585)]
     assert steps_per_second(longer) == pytest.approx(1731, rel=0.02)
+
+
+def test_one_rise_across_an_epoch_is_no_rate() -> None:
+    # A loop over 6,000-batch epochs at 3,900 steps/s, read 4 s apart: one
+    # drop and one rise, and the rise's pace sized the epoch: 984/s.
+    readings_ = [StepCounterSample(t, "batch_idx", v) for t, v in (
+        (445.46, 3305), (449.46, 631), (453.47, 4573))]
+    assert steps_per_second(readings_) is None
