@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import random
 import statistics
 import subprocess
 import sys
@@ -74,10 +75,17 @@ def readings_of(truth: Path) -> list[ProcessTreeSample]:
     return out
 
 
+#: Each wait between readings is ``cadence`` times a draw from ``1 ± JITTER``
+#: (``--jitter``; 0: on the beat, as the process probe reads).
+JITTER = 0.0
+
+
 def read_every(records: Sequence[ProcessTreeSample], cadence: float,
                phase: float) -> list[ProcessTreeSample]:
-    """The record as read every ``cadence`` s from ``phase``: the newest record
-    at each reading's moment."""
+    """The record as read every ``cadence`` s from ``phase`` (off the beat by
+    ``JITTER``, drawn the same way for the same record, cadence and phase): the
+    newest record at each reading's moment."""
+    draws = random.Random(f"{records[0].t}/{cadence}/{phase}")
     out: list[ProcessTreeSample] = []
     t, i = records[0].t + phase, 0
     while t <= records[-1].t:
@@ -85,7 +93,7 @@ def read_every(records: Sequence[ProcessTreeSample], cadence: float,
             i += 1
         if not out or out[-1] is not records[i]:
             out.append(records[i])
-        t += cadence
+        t += cadence * (1.0 + draws.uniform(-JITTER, JITTER))
     return out
 
 
@@ -198,7 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, nargs="*", default=[0, 2, 2, 3, 3, 4],
                         help="busy loops beside each run (one run per entry)")
     parser.add_argument("--seconds", type=float, default=150.0, help="each run's length")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="read off the beat: each wait 1 ± this times the cadence")
     args = parser.parse_args(argv)
+    global JITTER
+    JITTER = args.jitter
     if args.records:
         truths = list(args.records)
         missing = [t for t in truths if not memory_truth_path(t).exists()]

@@ -59,6 +59,11 @@ __all__ = [
 ]
 
 _INT_RE = re.compile(r"^-?\d+$")
+#: No count of steps reaches this (a trillion): py-spy reads a local while the
+#: job runs, and a value it reads mid-update can be any int, even an address
+#: (140,467,681,431,728 from Lightning's batch_idx at 1,000 steps/s); such a
+#: value, or a negative one, is no reading of the count.
+MAX_COUNT = 10**12
 
 
 def parse_int_repr(text: object) -> int | None:
@@ -127,7 +132,8 @@ def read_counter_frame(
                 values[str(local.get("name"))] = value
         for name in counter_names:
             if name in values:
-                return name, values[name], label
+                # A misread counter is no reading this time, not another count's.
+                return (name, values[name], label) if 0 <= values[name] < MAX_COUNT else None
     return None
 
 

@@ -264,3 +264,15 @@ def test_one_rise_across_an_epoch_is_no_rate() -> None:
     readings_ = [StepCounterSample(t, "batch_idx", v) for t, v in (
         (445.46, 3305), (449.46, 631), (453.47, 4573))]
     assert steps_per_second(readings_) is None
+
+
+def test_a_value_no_count_reaches_is_no_reading() -> None:
+    # py-spy read Lightning's batch_idx mid-update as an address once; a
+    # negative start value is no count either. Nor is another name read instead.
+    for wild in ("140467681431728", "-1"):
+        dump = [{"os_thread_id": 5, "thread_name": "MainThread", "frames": [
+            {"name": "train", "filename": "/job/train.py", "locals": [
+                {"name": "step", "repr": wild}, {"name": "i", "repr": "41"}]},
+        ]}]
+        assert read_counter(dump, loop_frame="train (/job/train.py)", thread_id="5",
+                            counter_names=("step", "i")) is None
