@@ -144,8 +144,8 @@ def test_lightning_boring_model_is_judged(tmp_path: Path) -> None:
         run.describe())
     # Its steps/s is not checked: a batch index read every 2-6 s at ~1,300
     # steps/s over epochs of 6,250 batches, some readings misread mid-update.
-    # Of twelve watches here, five rates were within 11 % of the job's own,
-    # five watches had none and two were wrong (docs/step-rates.md, "Epochs
+    # Of twelve watches here, four rates were within 11 % of the job's own,
+    # six watches had none and two were wrong (docs/step-rates.md, "Epochs
     # shorter than the readings").
     assert run.report["steps_source"] is not None, run.describe()
 
