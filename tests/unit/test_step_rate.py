@@ -246,7 +246,7 @@ def test_a_count_whose_rises_hide_whole_epochs_gives_no_rate() -> None:
     assert steps_per_second(boring) == pytest.approx(1293, rel=0.01)
 
 
-def test_a_rate_across_an_epoch_needs_two_seconds_of_rises() -> None:
+def test_a_rate_across_an_epoch_needs_two_rises_over_two_seconds() -> None:
     # BoringModel read three times: the one rise (1.05 s at 1,731/s) sizes the
     # epoch across the drop, so it is all that was measured; the job made 745/s
     # over the span, its pace swinging 200-1,500 steps/s. No rate.
@@ -261,9 +261,9 @@ def test_a_rate_across_an_epoch_needs_two_seconds_of_rises() -> None:
 def test_one_rise_across_an_epoch_is_no_rate() -> None:
     # A loop over 6,000-batch epochs at 3,900 steps/s, read 4 s apart: one
     # drop and one rise, and the rise's pace sized the epoch: 984/s.
-    readings_ = [StepCounterSample(t, "batch_idx", v) for t, v in (
+    sparse = [StepCounterSample(t, "batch_idx", v) for t, v in (
         (445.46, 3305), (449.46, 631), (453.47, 4573))]
-    assert steps_per_second(readings_) is None
+    assert steps_per_second(sparse) is None
 
 
 def test_a_value_no_count_reaches_is_no_reading() -> None:
