@@ -147,12 +147,16 @@ def _epoch_length(same: Sequence[StepCounterSample], pace: float | None) -> floa
     peak = max(s.value or 0 for s in same) + 1
     if not pace:
         return peak
-    lengths = sorted(
-        a.value + pace * (b.t - a.t) - b.value for a, b in itertools.pairwise(same)
-        if a.value is not None and b.value is not None and b.value < a.value and not b.start
-        and b.t > a.t)
-    lengths = [n for n in lengths if n >= peak]
+    lengths = [n for n in _drop_lengths(same, pace) if n >= peak]
     return max(peak, statistics.median(lengths)) if lengths else peak
+
+
+def _drop_lengths(same: Sequence[StepCounterSample], pace: float) -> list[float]:
+    """The epoch's length each drop implies at ``pace``: the value before it,
+    plus the steps the pace makes over the interval, less the value after it."""
+    return [a.value + pace * (b.t - a.t) - b.value for a, b in itertools.pairwise(same)
+            if a.value is not None and b.value is not None and b.value < a.value
+            and not b.start and b.t > a.t]
 
 
 #: Drops a count must make before its epoch, read from them, is trusted to tell
@@ -178,9 +182,7 @@ def _beyond_the_epoch(same: Sequence[StepCounterSample]) -> set[int]:
     pace = _median_rise_rate(same)
     if not pace:
         return set()
-    drops = [a.value + pace * (b.t - a.t) - b.value for a, b in itertools.pairwise(same)
-             if a.value is not None and b.value is not None and b.value < a.value
-             and not b.start and b.t > a.t]
+    drops = _drop_lengths(same, pace)
     if len(drops) < BEYOND_MIN_DROPS:
         return set()
     ceiling = statistics.median(drops) * BEYOND_MARGIN
@@ -460,8 +462,7 @@ def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:
         return (f"an epoch of at least {epoch} steps passes in {epoch / pace:.2g} s or less, "
                 f"and readings lie up to {apart:.2g} s apart: whole epochs may pass unseen")
     wraps = sum((b.value or 0) < (a.value or 0) for a, b in pairs)
-    rises = [((b.value or 0) - (a.value or 0)) / (b.t - a.t) for a, b in pairs
-             if (b.value or 0) >= (a.value or 0) and b.t - a.t >= RISE_MIN_S]
+    rises = [n / dt for n, dt in _rises(same) if dt >= RISE_MIN_S]
     if wraps < WRAP_SHARE_SHORT * len(pairs) or len(rises) < RISE_MIN_COUNT:
         return None
     mean = statistics.fmean(rises)
