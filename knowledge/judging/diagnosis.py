@@ -257,6 +257,23 @@ def hardware_use(
     return False, f"CPU cores underused ({busy:.1f} of {cores:.0f} busy with this job)"
 
 
+def _without_states_left(firing: list[tuple[Rule, float]],
+                         engine: RuleEngine) -> list[tuple[Rule, float]]:
+    """The firing rules less any job state the job has left for another.
+
+    ``keep_firing_for`` holds a state through a tick or two where its condition
+    flickers false; it is no reason to say the job is still loading once the
+    newest stack window shows it compiling. A job state held only that way
+    gives way to a job state whose condition holds now.
+    """
+    def holds_now(rule: Rule) -> bool:
+        return engine.state[rule.id].last_value is True
+
+    if not any(rule.job_state and holds_now(rule) for rule, _ in firing):
+        return firing
+    return [(rule, at) for rule, at in firing if not rule.job_state or holds_now(rule)]
+
+
 class Diagnoser:
     """Stateful evaluator: one per session (rules keep their for/keep-firing state)."""
 
@@ -293,7 +310,7 @@ class Diagnoser:
         now: float,
         words: Mapping[str, str] | None = None,
     ) -> Diagnosis:
-        firing = self.engine.step(metrics, now)
+        firing = _without_states_left(self.engine.step(metrics, now), self.engine)
         if self._judgeable_since is None and self._enough_samples(metrics):
             self._judgeable_since = now
         by_id = {rule.id: rule for rule, _ in firing}

@@ -1526,6 +1526,30 @@ def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged(
         d = verdicts[second]
         assert d.category == "data_loading", (second, d.summary)
 
+def test_loading_gives_way_to_compiling_as_soon_as_a_window_shows_it() -> None:
+    """Building the model for 12 s (seen as loading), then its first compilation,
+    in 6-s stack windows (a report's second window): the verdict names the
+    compilation from the first window mostly in it, with nothing stale beside it.
+
+    CI saw "the training thread in kaiming_uniform_" (loading, held by its
+    keep_firing_for) at the end of a watch whose newest window was compiling."""
+    base = k(**LOADING, main_cpu=100.0, cpu_count=2, busy_threads=1, stack_period_s=6,
+             samples_per_window=60)
+    loading = Job(**base)  # type: ignore[arg-type]
+    compiling = Job(**{**base, "phases": first_compile(1.0)})  # type: ignore[arg-type]
+    _session, ticks = run(Diagnoser(RULESET, Facts()), (loading, 12), (compiling, 30),
+                          evaluate_from=6)
+    verdicts = {int(t.now - T0): t.diagnosis for t in ticks if t.diagnosis is not None}
+    assert [f.id for f in verdicts[12].findings] == ["warming_up_loading"], verdicts[12].summary
+    # The window 12-18 s arrives at 18: compiling, and loading no more.
+    for second in range(13, 18):
+        assert [f.id for f in verdicts[second].findings] == ["warming_up_loading"], second
+    for second in range(18, 31):
+        d = verdicts[second]
+        assert [f.id for f in d.findings] == ["warming_up_compiling"], (second, d.summary)
+        assert d.summary.startswith("Warming up: torch.compile is compiling the model"), d.summary
+
+
 
 def test_long_recompilations_after_the_first_compilation_are_recompilation() -> None:
     """10-s stack windows (the UI's): a first compilation, then a 6-s recompilation
