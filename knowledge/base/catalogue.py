@@ -102,7 +102,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "1 when the job's script or config could be read to look for mixed precision"),
     ("forward_only", "0/1",
      "1 when the training thread ran forward passes and no backward or optimizer for a "
-     "minute: serving or offline inference, not training"),
+     "minute: serving or offline inference, not training; unknown while fewer than 8 "
+     "forward samples were seen"),
     ("steps_seen", "0/1",
      "1 once the training thread has been seen taking a step since aitop attached (a batch "
      "fetched, a forward or backward pass, an evaluation pass, a collective) or its counter "

@@ -7,7 +7,7 @@ from aitop.probes.samples import StackWindow
 from aitop.probes.session import PHASES, Session
 
 from .compiling import compile_metrics
-from .units import Values, flag
+from .units import Values
 
 #: Window for rare events (checkpoint saves): one save every few minutes should
 #: not look like a 10 % stall just because it fell inside a 20 s window.
@@ -15,6 +15,14 @@ LONG_WINDOW_S = 300.0
 #: How far back a job must have trained for its forward-only passes to be
 #: evaluation, not inference.
 INFERENCE_LOOKBACK_S = 60.0
+#: Forward-pass samples, with no backward or optimizer sample beside them, that
+#: make a job a server. A training step's backward takes at least as long as
+#: its forward (about twice its arithmetic), so each sample of a step's compute
+#: is backward or optimizer at least half the time: a training loop shows this
+#: many forward samples and none of the rest 1 time in 2^8 = 256 or less. A
+#: data-starved loop computing 3 % of the time showed 1 forward sample and no
+#: other in its first 11 s (CI, a producer-fed loop read as "Serving").
+SERVING_MIN_FORWARD_SAMPLES = 8
 
 
 def read_stacks(session: Session, now: float, window_s: float) -> list[StackWindow]:
@@ -23,7 +31,9 @@ def read_stacks(session: Session, now: float, window_s: float) -> list[StackWind
 
 
 def forward_only(session: Session, now: float, window_s: float) -> float | None:
-    """1 when the thread runs forward passes but, for a while, no backward or optimizer.
+    """1 when the thread runs forward passes but, for a while, no backward or optimizer;
+    0 when it trains (or runs no pass at all); None while too few forward passes
+    were sampled to tell (``SERVING_MIN_FORWARD_SAMPLES``).
 
     Looked at over ``INFERENCE_LOOKBACK_S`` (or the window, if longer): a
     training job's evaluation pass may fill a window, its training does not
@@ -34,7 +44,9 @@ def forward_only(session: Session, now: float, window_s: float) -> float | None:
         return None
     forward = counts.get("forward", 0) + counts.get("eval", 0)
     trained = counts.get("backward", 0) + counts.get("optimizer", 0)
-    return flag(forward > 0 and trained == 0)
+    if trained or not forward:
+        return 0.0
+    return 1.0 if forward >= SERVING_MIN_FORWARD_SAMPLES else None
 
 
 def phase_metrics(

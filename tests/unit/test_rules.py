@@ -1313,6 +1313,34 @@ def test_a_worker_beside_compute_that_outweighs_loading_may_slow_the_job_and_say
     assert gain_text(finding.gain).endswith("×0.79 where its compute scales over threads")
 
 
+def test_a_few_forward_samples_without_backward_are_no_server_yet() -> None:
+    """A loop fed by a thread, waiting 90 % of the time, one forward sample a second
+    and its backward unsampled: not a server until 8 forward samples stand alone
+    (CI read a producer-fed training loop computing 3 % as "Serving: waits for
+    requests" on 1 such sample). Once a backward pass is sampled it trains."""
+    base = k(data_source="thread queue", producer_busy=0.1, workers=0, samples_per_window=10,
+             stack_period_s=1, phases=mix(forward=0.1, data_wait=0.9, backward=0.0,
+                                          optimizer=0.0))
+    server = Job(**base)  # type: ignore[arg-type]
+    _session, ticks = run(Diagnoser(RULESET, Facts()), (server, 30), evaluate_from=2)
+    by_second = {int(t.now - T0): t for t in ticks}
+    for second in range(2, 8):
+        tick = by_second[second]
+        assert tick.metrics["forward_only"] is None, second
+        assert tick.diagnosis is not None
+        assert "serving_waits_for_requests" not in {f.id for f in tick.diagnosis.findings}
+    assert all(by_second[s].metrics["forward_only"] == 1.0 for s in range(8, 31))
+    last = by_second[30].diagnosis
+    assert last is not None and last.findings[0].id == "serving_waits_for_requests", last.summary
+    # The same loop whose backward is sampled at second 5: a training loop.
+    trains = Job(**{**base, "later_phases": (5, mix(forward=0.1, backward=0.1, data_wait=0.8))})
+    _session, ticks = run(Diagnoser(RULESET, Facts()), (trains, 30), evaluate_from=2)
+    assert all(t.metrics["forward_only"] == 0.0 for t in ticks if t.now >= T0 + 5)
+    last = ticks[-1].diagnosis
+    assert last is not None and last.findings[0].id in (
+        "producer_bound", "producer_waits_on_input", "data_wait_dominant"), last.summary
+
+
 def test_a_server_waiting_for_requests_is_told_so_not_to_load_faster() -> None:
     d = diagnose_job(RULESET, data_source="thread queue", producer_busy=0.1, workers=0,
                      phases=mix(forward=0.6, data_wait=0.4, backward=0.0, optimizer=0.0))
