@@ -17,6 +17,10 @@ studies turned off (``before``):
 * ``beyond``: every count with one reading replaced by a value 1.2-2x its
   epoch (a misread), where its intervals never hold an epoch. Turned off: the
   readings above the epoch the drops size (``_beyond_the_epoch``).
+* ``low``: counts that never start again (a server's requests served) with one
+  or two readings, not the first, replaced by a value below them (an int read
+  after it was freed and reused), and the same counts with epochs as in
+  ``unseen``. Turned off: the misread lows (``_dips``).
 
 For each: rates shown more than 10 % off, no rate, and rates within 10 %. The
 figures in docs/step-rates.md ("Epochs shorter than the readings") come from
@@ -35,6 +39,9 @@ from dataclasses import dataclass
 from aitop.probes import step_rate
 from aitop.probes.samples import StepCounterSample
 
+#: How each regime's rows are headed.
+REGIMES = {"unseen": "may hold an epoch", "seen": "never do",
+           "never": "no epoch (never restarts)"}
 #: A rate within this share of the count's pace is right.
 RIGHT_WITHIN = 0.10
 
@@ -46,14 +53,23 @@ class Count:
     pace: float
     readings: list[StepCounterSample]
     unseen: bool
+    #: A count that never starts again (``low``).
+    never: bool = False
+
+
+#: An epoch no watch reaches: the count never starts again.
+NEVER = 10**12
 
 
 def simulate(rng: random.Random, pace_jitter: float, stamp_jitter: float,
-             beyond: bool) -> Count:
-    """A count read as aitop reads it; with ``beyond``, one reading misread past its epoch."""
+             beyond: bool, low: bool = False) -> Count:
+    """A count read as aitop reads it; with ``beyond``, one reading misread past its
+    epoch; with ``low``, one or two misread below, half of them in counts that
+    never start again."""
+    never = low and rng.random() < 0.5
     while True:
         pace = 10 ** rng.uniform(0, 3.5)
-        epoch = rng.randint(20, 20_000)
+        epoch = NEVER if never else rng.randint(20, 20_000)
         every = rng.uniform(0.5, 6.0)
         unseen = pace * every * 1.3 >= epoch
         if not (beyond and unseen):
@@ -69,7 +85,12 @@ def simulate(rng: random.Random, pace_jitter: float, stamp_jitter: float,
         at = rng.randrange(len(readings))
         readings[at] = StepCounterSample(readings[at].t, "batch_idx",
                                          int(epoch * rng.uniform(1.2, 2.0)))
-    return Count(pace, readings, unseen)
+    if low:
+        for at in rng.sample(range(1, len(readings)), rng.randint(1, 2)):
+            value = readings[at].value or 0
+            readings[at] = StepCounterSample(readings[at].t, "batch_idx",
+                                             int(value * rng.uniform(0.0, 0.9)))
+    return Count(pace, readings, unseen and not never, never)
 
 
 def judged(count: Count) -> str:
@@ -90,6 +111,13 @@ def check_off(study: str) -> Iterator[None]:
             yield
         finally:
             step_rate.RISE_MAX_SPREAD = saved
+    elif study == "low":
+        saved_dips = step_rate._dips
+        step_rate._dips = lambda same: set()  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            step_rate._dips = saved_dips  # type: ignore[assignment]
     else:
         saved_beyond = step_rate._beyond_the_epoch
         step_rate._beyond_the_epoch = lambda same: set()  # type: ignore[assignment]
@@ -105,15 +133,18 @@ def study(name: str, counts: int, seed: int, pace_jitter: float,
     out: dict[str, dict[str, Counter[str]]] = {}
     for version in ("before", "now"):
         rng = random.Random(seed)
-        tally: dict[str, Counter[str]] = {"unseen": Counter(), "seen": Counter()}
+        tally: dict[str, Counter[str]] = {"unseen": Counter(), "seen": Counter(),
+                                          "never": Counter()}
         for _ in range(counts):
-            count = simulate(rng, pace_jitter, stamp_jitter, beyond=name == "beyond")
+            count = simulate(rng, pace_jitter, stamp_jitter, beyond=name == "beyond",
+                             low=name == "low")
             if version == "before":
                 with check_off(name):
                     verdict = judged(count)
             else:
                 verdict = judged(count)
-            tally["unseen" if count.unseen else "seen"][verdict] += 1
+            regime = "never" if count.never else "unseen" if count.unseen else "seen"
+            tally[regime][verdict] += 1
         out[version] = tally
     return out
 
@@ -126,16 +157,16 @@ def main() -> None:
     print("| study | pace jitter | stamps late by | intervals | version | >10 % off | "
           "no rate | within 10 % |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in ("unseen", "beyond"):
+    for name in ("unseen", "beyond", "low"):
         for pace_jitter, stamp_jitter in ((0.05, 0.0), (0.15, 0.3)):
             result = study(name, args.counts, args.seed, pace_jitter, stamp_jitter)
-            for regime in ("unseen", "seen"):
+            for regime in ("unseen", "seen", "never"):
                 for version, tally in result.items():
                     t = tally[regime]
                     if not t:
                         continue
                     print(f"| {name} | ±{pace_jitter:.0%} | ≤{stamp_jitter:g} s | "
-                          f"{'may hold an epoch' if regime == 'unseen' else 'never do'} | "
+                          f"{REGIMES[regime]} | "
                           f"{version} | {t['wrong']:,} | {t['none']:,} | {t['right']:,} |")
 
 

@@ -53,7 +53,8 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     falls from by half or more while carrying on from the reading before (255,
     9807, 378 from a workers' index in a CI run: no new epoch, whose 378 steps
     in 2 s had tripled the rate), a value read again and again while the
-    count rises beneath it (``_stuck_highs``), and a value no epoch reaches, as
+    count rises beneath it (``_stuck_highs``), a low that the readings around
+    it climb past at the count's pace (``_dips``), and a value no epoch reaches, as
     the count's own drops size its epochs (``_beyond_the_epoch``).
     """
     same = newest_count(samples)
@@ -63,6 +64,8 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     same = [s for i, s in enumerate(same) if i not in misread]
     beyond = _beyond_the_epoch(same)
     same = [s for i, s in enumerate(same) if i not in beyond]
+    dips = _dips(same)
+    same = [s for i, s in enumerate(same) if i not in dips]
     pace = _median_rise_rate(same)
     epoch = _epoch_length(same, _rise_pace(same, pace))
     out: list[Interval] = []
@@ -245,6 +248,74 @@ def _spikes(same: Sequence[StepCounterSample]) -> set[int]:
         before, value, after = values[i - 1], values[i], values[i + 1]
         highest_other = second if value == top else top
         if before <= after <= value // 2 and value > 2 * highest_other:
+            out.add(i)
+    return out
+
+
+#: A low is a misreading where the records rise across it within this factor of
+#: their pace, and the climb from it to the next record is more than this many
+#: times that pace (a new epoch climbs at the pace).
+DIP_CLIMB_FACTOR = 1.5
+#: Misreadings are the exception: a count with more lows than this share of its
+#: readings is taken to start again.
+DIP_MAX_SHARE = 0.5
+#: The records' rises agree on one pace within this spread (standard deviation
+#: over mean), as ``RISE_MAX_SPREAD`` asks of a wrapping count's rises.
+DIP_MAX_SPREAD = 0.35
+
+
+def _dips(same: Sequence[StepCounterSample]) -> set[int]:
+    """Indexes of misread lows (``counter_increments``) in a count that otherwise
+    never falls. py-spy reads locals without stopping the job: a count that
+    changes a thousand times a second is often read from an int object already
+    freed and reused (6992, 2019, 12431, 14603 from a server's ``served``,
+    which never restarts, 1.9-2.5 s apart: read as a new epoch, the rate came
+    out 3,612/s for the job's 1,240, or the count was set aside as whole epochs
+    passing unseen).
+
+    The records (readings at or above every one before) are the count where
+    they rise at one pace (``DIP_MAX_SPREAD``), at least two rises of it. A low
+    is a misreading where the records around it rise across it at the pace of
+    the other rises, and the record after it climbs past it more than
+    ``DIP_CLIMB_FACTOR`` times that pace: a new epoch climbs from its low at
+    the pace. Across a new epoch, the records rise slower than the pace (an
+    epoch's worth slower), or faster when the record after it is itself misread
+    high (a reading 1.2-2x the epoch, in ``benchmarks.epoch_counts``), though
+    not always by enough: a low needs a record after the one after it. Lows
+    after the last record but one are left to the epoch logic (nothing tells a
+    final misreading from a final new epoch), as is a count with many lows
+    (``DIP_MAX_SHARE``) or one that starts afresh by design.
+    """
+    if any(s.start for s in same):
+        return set()
+    records: list[int] = []
+    lows: list[int] = []
+    for i, reading in enumerate(same):
+        if not records or (reading.value or 0) >= (same[records[-1]].value or 0):
+            records.append(i)
+        else:
+            lows.append(i)
+    if not records or len(lows) > DIP_MAX_SHARE * len(same):
+        return set()
+
+    def rate(a: int, b: int) -> float:
+        dt = same[b].t - same[a].t
+        return ((same[b].value or 0) - (same[a].value or 0)) / dt if dt > 0 else math.inf
+
+    rises = {(a, b): rate(a, b) for a, b in itertools.pairwise(records)}
+    if len(rises) < 2 or not all(math.isfinite(r) for r in rises.values()):
+        return set()
+    mean = statistics.fmean(rises.values())
+    if mean <= 0 or statistics.pstdev(rises.values()) / mean > DIP_MAX_SPREAD:
+        return set()
+    out: set[int] = set()
+    for i in (i for i in lows if len(records) > 2 and i < records[-2]):
+        before = max(r for r in records if r < i)
+        after = min(r for r in records if r > i)
+        pace = statistics.fmean(r for pair, r in rises.items() if pair != (before, after))
+        across = rises[(before, after)]
+        if pace > 0 and across / pace <= DIP_CLIMB_FACTOR and pace / across <= DIP_CLIMB_FACTOR \
+                and rate(i, after) > DIP_CLIMB_FACTOR * pace:
             out.add(i)
     return out
 
@@ -448,6 +519,8 @@ def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:
     shorter than the readings" (``benchmarks.epoch_counts``).
     """
     same = newest_count(samples)
+    dips = _dips(same)
+    same = [s for i, s in enumerate(same) if i not in dips]
     if not same:
         return None
     pairs = [(a, b) for a, b in itertools.pairwise(same) if b.t > a.t and not b.start]

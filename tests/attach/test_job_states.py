@@ -270,12 +270,18 @@ def test_a_server_answering_one_request_at_a_time_is_told_to_batch(tmp_path: Pat
     assert "evaluation_dominates" not in ids, "a server is not evaluating"
     assert report["metrics"]["forward_only"] == 1.0
     assert report["findings"][0]["est_speedup"] is None, "no number without its mechanism"
-    # The loop's own counter of requests answered: aitop reads it as the rate.
-    assert report["steps_source"]["counter"] == "served"
-    # Its rate is printed, not held to the job's count: at ~900 steps/s a counter
-    # reading's timing (py-spy's start-up, slower on a loaded box) moved it by up
-    # to 40 % beside the other tests, while the training demos' 15-40 steps/s
-    # stay within 15 % (test_e2e_*). Known and left (docs/diagnosis.md, Not done yet).
+    # The loop's own counter of requests answered: aitop reads it as the rate, or
+    # sets it aside as one it cannot read. A quarter to a half of its readings at
+    # ~900 requests/s are misread lows (an int freed and reused for the queue's
+    # depth); most are skipped, but lows in a row still make it look like a count
+    # that starts again (1 of 6 local watches: docs/step-rates.md, "A low misread
+    # in a count that never restarts").
+    source = report["steps_source"]
+    assert source["counter"] == "served" or any(
+        t.startswith("loop counter: set aside: ") for t in source["tried"]), source
+    # Its rate is printed, not held to the job's count: the same misreads moved it
+    # by up to 3x beside the other tests, while the training demos' 15-40 steps/s
+    # stay within 15 % (test_e2e_*). Known and left (docs/step-rates.md).
     windows = [(t1 - t0, n, truth_between(truth, t0, t1)["steps_per_s"] * (t1 - t0))
                for t0, t1, n in report["step_windows"] if t1 - t0 > 1.5]
     print(f"counter windows (seconds, aitop's steps, the job's own): {windows}")

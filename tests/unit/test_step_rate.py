@@ -276,3 +276,30 @@ def test_a_value_no_count_reaches_is_no_reading() -> None:
         ]}]
         assert read_counter(dump, loop_frame="train (/job/train.py)", thread_id="5",
                             counter_names=("step", "i")) is None
+
+
+def test_a_low_misread_in_a_count_that_never_restarts_is_skipped() -> None:
+    # A server's `served` (never reset) read without stopping it: 2019 is an int
+    # object freed and reused mid-read. Taken for a new epoch it made the rate
+    # 3,612/s for the job's ~1,240, or set the count aside as epochs passing unseen.
+    served = [StepCounterSample(t, "served", v) for t, v in (
+        (29.0, 6992), (30.9, 2019), (33.42, 12431), (35.15, 14603))]
+    assert epochs_pass_unseen(served) is None
+    assert steps_per_second(served) == pytest.approx((14603 - 6992) / 6.15, rel=0.01)
+    # Two lows in seven readings, 2 s apart at 1,050/s: both skipped.
+    twice = readings([4000, 6100, 1200, 10300, 12400, 700, 16600, 18700], "served",
+                     every_s=2.0)
+    assert step_rate._dips(twice) == {2, 5}
+    assert epochs_pass_unseen(twice) is None
+    assert steps_per_second(twice) == pytest.approx(1050, rel=0.01)
+    # A last low is not told from a last new epoch: left to the epoch logic.
+    assert step_rate._dips([*served, StepCounterSample(37.0, "served", 500)]) == {1}
+    # One rise is no pace to climb past a low faster than.
+    assert step_rate._dips(served[:3]) == set()
+    # Across a new epoch the records rise an epoch slower than the pace (epochs
+    # of 10,000 at 1,000/s), or faster when the record after it is misread high
+    # (a reading past the epoch, 2x the pace across the low).
+    epochs = readings([2000, 4000, 6000, 8000, 0, 2000, 4000, 6000, 8000, 9000], every_s=2.0)
+    assert step_rate._dips(epochs) == set()
+    wild = readings([2000, 4000, 6000, 8000, 0, 18000, 20000], every_s=2.0)
+    assert step_rate._dips(wild) == set()
