@@ -53,8 +53,8 @@ def counter_increments(samples: Sequence[StepCounterSample]) -> list[Interval]:
     falls from by half or more while carrying on from the reading before (255,
     9807, 378 from a workers' index in a CI run: no new epoch, whose 378 steps
     in 2 s had tripled the rate), a value read again and again while the
-    count rises beneath it (``_stuck_highs``), a low that the readings around
-    it climb past at the count's pace (``_dips``), and a value no epoch reaches, as
+    count rises beneath it (``_stuck_highs``), a low the readings around it
+    rise across at the count's pace (``_dips``), and a value no epoch reaches, as
     the count's own drops size its epochs (``_beyond_the_epoch``).
     """
     same = newest_count(samples)
@@ -314,7 +314,7 @@ def _dips(same: Sequence[StepCounterSample]) -> set[int]:
         after = min(r for r in records if r > i)
         pace = statistics.fmean(r for pair, r in rises.items() if pair != (before, after))
         across = rises[(before, after)]
-        if pace > 0 and across / pace <= DIP_CLIMB_FACTOR and pace / across <= DIP_CLIMB_FACTOR \
+        if pace > 0 and across > 0 and max(across / pace, pace / across) <= DIP_CLIMB_FACTOR \
                 and rate(i, after) > DIP_CLIMB_FACTOR * pace:
             out.add(i)
     return out

@@ -303,3 +303,7 @@ def test_a_low_misread_in_a_count_that_never_restarts_is_skipped() -> None:
     assert step_rate._dips(epochs) == set()
     wild = readings([2000, 4000, 6000, 8000, 0, 18000, 20000], every_s=2.0)
     assert step_rate._dips(wild) == set()
+    # A count that stood across its low (ten rises beside it keep the spread
+    # under the cut) did not rise across it at the pace.
+    stood = readings([1000, 2000, 500, 2000, *range(3000, 13000, 1000)], every_s=2.0)
+    assert step_rate._dips(stood) == set()
