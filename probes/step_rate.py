@@ -496,7 +496,7 @@ WRAP_SHARE_SHORT = 0.2
 RISE_MAX_SPREAD = 0.35
 RISE_MIN_S = 1.0
 #: Rises a spread is read from at least.
-RISE_MIN_COUNT = 3
+RISE_MIN_COUNT = 2
 
 
 def epochs_pass_unseen(samples: Sequence[StepCounterSample]) -> str | None:

@@ -307,3 +307,13 @@ def test_a_low_misread_in_a_count_that_never_restarts_is_skipped() -> None:
     # under the cut) did not rise across it at the pace.
     stood = readings([1000, 2000, 500, 2000, *range(3000, 13000, 1000)], every_s=2.0)
     assert step_rate._dips(stood) == set()
+
+
+def test_lows_in_a_row_that_hide_the_pace_give_no_rate() -> None:
+    # The same server: three lows in a row (its queue's depth, read for `served`)
+    # and one record each side. Read as a new epoch and misread steps back, it
+    # showed 2,106/s for the job's 865; its two rises of a second or more (19/s
+    # and 3,830/s) disagree, and a count that drops and rises so is set aside.
+    served = [StepCounterSample(t, "served", v) for t, v in (
+        (11.004, 4196), (13.145, 2067), (15.095, 1998), (17.529, 2044), (20.047, 11619))]
+    assert "rises disagree on the pace" in (epochs_pass_unseen(served) or "")
