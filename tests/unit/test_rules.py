@@ -1554,6 +1554,7 @@ def test_a_first_compilation_that_ends_is_said_so_and_then_the_steps_are_judged(
         d = verdicts[second]
         assert d.category == "data_loading", (second, d.summary)
 
+
 def test_loading_gives_way_to_compiling_as_soon_as_a_window_shows_it() -> None:
     """Building the model for 12 s (seen as loading), then its first compilation,
     in 6-s stack windows (a report's second window): the verdict names the
@@ -1576,7 +1577,6 @@ def test_loading_gives_way_to_compiling_as_soon_as_a_window_shows_it() -> None:
         d = verdicts[second]
         assert [f.id for f in d.findings] == ["warming_up_compiling"], (second, d.summary)
         assert d.summary.startswith("Warming up: torch.compile is compiling the model"), d.summary
-
 
 
 def test_long_recompilations_after_the_first_compilation_are_recompilation() -> None:

@@ -286,7 +286,7 @@ def test_a_low_misread_in_a_count_that_never_restarts_is_skipped() -> None:
         (29.0, 6992), (30.9, 2019), (33.42, 12431), (35.15, 14603))]
     assert epochs_pass_unseen(served) is None
     assert steps_per_second(served) == pytest.approx((14603 - 6992) / 6.15, rel=0.01)
-    # Two lows in seven readings, 2 s apart at 1,050/s: both skipped.
+    # Two lows in eight readings, 2 s apart at 1,050/s: both skipped.
     twice = readings([4000, 6100, 1200, 10300, 12400, 700, 16600, 18700], "served",
                      every_s=2.0)
     assert step_rate._dips(twice) == {2, 5}
