@@ -155,11 +155,10 @@ def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,
     """The job around ``pid``, waiting up to ``timeout_s`` for its ranks when ``pid``
     is a launcher that has none yet (attached in the gap of an elastic restart, the
     launcher alone would be watched for the whole run); ``notify`` is told once why
-    it waits. So it does while the ranks started lack local rank 0 (``Job.starting``),
-    which is the one to lead with. Other PIDs, and a launcher that never starts
-    ranks, return at once or at the deadline with what ``find_job`` sees."""
+    it waits. Other PIDs, and a launcher that never starts ranks, return at once
+    or at the deadline with what ``find_job`` sees."""
     job = find_job(pid)
-    if (job.ranks and not job.starting) or not is_launcher(read_cmdline(pid)):
+    if job.ranks or not is_launcher(read_cmdline(pid)):
         return job
     if notify is not None:
         notify(f"PID {pid} is a launcher whose ranks have not started yet (a restart or a "
@@ -168,7 +167,7 @@ def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,
     while time.monotonic() < deadline and process_alive(pid):
         time.sleep(LAUNCHER_POLL_S)
         job = find_job(pid)
-        if job.ranks and not job.starting:
+        if job.ranks:
             break
     return job
 
