@@ -8,7 +8,7 @@ reading stamped up to ``--stamp-jitter`` s late, as a py-spy dump on a busy box
 returns late). Each is read as ``probes.step_sources`` reads a loop counter:
 ``steps_per_second``, set aside where ``epochs_pass_unseen`` says so.
 
-Two studies, each with the product's checks and with the one this module
+Three studies, each with the product's checks and with the one this module
 studies turned off (``before``):
 
 * ``unseen``: counts whose reading intervals may hold a whole epoch (the widest
