@@ -32,9 +32,9 @@ from __future__ import annotations
 import argparse
 import random
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from unittest import mock
 
 from aitop.probes import step_rate
 from aitop.probes.samples import StepCounterSample
@@ -101,30 +101,19 @@ def judged(count: Count) -> str:
     return "right" if abs(rate - count.pace) / count.pace <= RIGHT_WITHIN else "wrong"
 
 
-@contextmanager
-def check_off(study: str) -> Iterator[None]:
+#: What each study turns off: the product's name for the check, and what stands
+#: in for it.
+CHECKS: dict[str, tuple[str, object]] = {
+    "unseen": ("RISE_MAX_SPREAD", float("inf")),
+    "beyond": ("_beyond_the_epoch", lambda same: set()),
+    "low": ("_dips", lambda same: set()),
+}
+
+
+def check_off(study: str) -> AbstractContextManager[object]:
     """The product's code with the check ``study`` is about turned off."""
-    if study == "unseen":
-        saved = step_rate.RISE_MAX_SPREAD
-        step_rate.RISE_MAX_SPREAD = float("inf")
-        try:
-            yield
-        finally:
-            step_rate.RISE_MAX_SPREAD = saved
-    elif study == "low":
-        saved_dips = step_rate._dips
-        step_rate._dips = lambda same: set()  # type: ignore[assignment]
-        try:
-            yield
-        finally:
-            step_rate._dips = saved_dips  # type: ignore[assignment]
-    else:
-        saved_beyond = step_rate._beyond_the_epoch
-        step_rate._beyond_the_epoch = lambda same: set()  # type: ignore[assignment]
-        try:
-            yield
-        finally:
-            step_rate._beyond_the_epoch = saved_beyond  # type: ignore[assignment]
+    name, stand_in = CHECKS[study]
+    return mock.patch.object(step_rate, name, stand_in)
 
 
 def study(name: str, counts: int, seed: int, pace_jitter: float,
