@@ -14,7 +14,9 @@ waits for another. This module finds the job from any of them, reading only
 * Lightning's rank 0 is the user's own process: it sets its variables only after
   start (invisible in ``environ``) and spawns ranks 1..N-1, which carry
   ``LOCAL_RANK``. A parent whose rank-carrying children lack local rank 0 is
-  therefore rank 0 itself.
+  therefore rank 0 itself, unless they carry ``TORCHELASTIC_RUN_ID``: an
+  elastic agent is never a rank, and starts its ranks one by one, so its
+  missing local rank 0 has not started yet (``Job.starting``).
 * ``mp.spawn`` ranks carry no rank variables: the spawn children of one parent
   (less its resource tracker and any DataLoader workers, which torch names) are
   its ranks, in start order (their rank numbers are then unknown, and said to be).
@@ -68,6 +70,13 @@ class Job:
     @property
     def multi_rank(self) -> bool:
         return len(self.ranks) > 1
+
+    @property
+    def starting(self) -> bool:
+        """An elastic agent's ranks started so far lack its local rank 0 (a restart
+        or a rendezvous under way): the rank to lead with is not up yet."""
+        return (self.kind == "env" and self.launcher_pid == self.given_pid
+                and bool(self.ranks) and not any(r.local_rank == 0 for r in self.ranks))
 
     def training_pid(self) -> int:
         """The PID to watch: the given one, unless it is a launcher (then rank 0)."""
@@ -210,15 +219,17 @@ def find_job(pid: int, proc_root: str = PROC) -> Job:
         ranks = _same_run(siblings, me) or [me]
         if me.pid not in {r.pid for r in ranks}:
             ranks.append(me)
-        if parent is not None and me.local_rank not in (None, 0) and not any(
-                r.local_rank == 0 for r in ranks):
+        if parent is not None and me.local_rank not in (None, 0) and me.run_id is None \
+                and not any(r.local_rank == 0 for r in ranks):
             # Lightning: the parent is rank 0 and set its variables after start.
             zero = RankProcess(pid=parent, rank=0, local_rank=0, world_size=me.world_size)
             return Job(pid, None, "lightning", _ordered([zero, *ranks]))
         return Job(pid, parent, "env", _ordered(ranks))
     children = _env_ranks(pid, proc_root, env_of)
     if children:
-        if any(r.local_rank == 0 for r in children):
+        if any(r.local_rank == 0 or r.run_id for r in children):
+            # An elastic agent's ranks carry its run: the agent is never a rank,
+            # and a missing local rank 0 has not started yet (a restart).
             return Job(pid, pid, "env", _ordered(children))
         world = next((r.world_size for r in children if r.world_size), None)
         zero = RankProcess(pid=pid, rank=0, local_rank=0, world_size=world)

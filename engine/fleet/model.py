@@ -44,7 +44,7 @@ from aitop.probes.discovery import (
     user_name,
 )
 from aitop.probes.job_identity import Identity, identify
-from aitop.probes.ranks import find_job
+from aitop.probes.ranks import Job, find_job
 from aitop.probes.redact import redact_argv
 
 #: How often /proc is scanned for jobs that started or ended.
@@ -205,9 +205,10 @@ class Fleet:
 
     def _attach_when_ready(self, watch: Watch) -> None:
         """Attach on a thread of its own; a launcher whose ranks have not started yet
-        (a rendezvous waiting for the other nodes) is looked at again next scan."""
+        (a rendezvous waiting for the other nodes), or not its local rank 0 (ranks
+        start one by one), is looked at again next scan."""
         root = watch.root
-        if is_launcher(root.command) and not find_job(root.pid).ranks:
+        if is_launcher(root.command) and not _ranks_up(find_job(root.pid)):
             watch.status, watch.reason = "waiting", WAITING
             return
         watch.status, watch.reason = "attaching", ""
@@ -337,6 +338,12 @@ class Fleet:
             thread.join(timeout=10.0)
         if self._scanner is not None and self._scanner is not threading.current_thread():
             self._scanner.join(timeout=10.0)
+
+
+def _ranks_up(job: Job) -> bool:
+    """Whether a launcher's job can be attached: its ranks started, local rank 0 among
+    them (the rank that leads; attached without it, the job is one rank, unfollowed)."""
+    return bool(job.ranks) and not job.starting
 
 
 def _started(root: Found) -> float | None:

@@ -79,8 +79,8 @@ class JobFollower:
 
     def rescan(self) -> None:
         job = find_job(self.launcher_pid)
-        if not job.ranks:
-            return
+        if not job.ranks or job.starting:
+            return  # read again at the next rescan, once local rank 0 is up
         lead = self.lead
         peers = [_mark_exited(p) for p in lead.peers]
         current = [r.pid for r in job.ranks]  # in rank order

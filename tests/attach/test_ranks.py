@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aitop.engine.fleet.model import Fleet
 from aitop.engine.live.attach import (
     AttachOptions,
     attach,
@@ -185,6 +186,80 @@ def test_a_launcher_still_without_ranks_is_followed_once_they_start(tmp_path: Pa
             assert [p.pid for p in live.peers] == [ranks[1].pid]
         finally:
             live.close()
+
+
+def staggered_launcher(workdir: Path, zero_after_s: float) -> Path:
+    """torchrun by its script's name in an elastic restart's first seconds: it starts
+    local rank 1 (torchrun's variables and run id) at once and local rank 0
+    ``zero_after_s`` later, as an agent's new ranks come up one by one."""
+    launcher = workdir / "torchrun"
+    launcher.write_text(
+        "import os, subprocess, sys, time\n"
+        "import torch\n"
+        "def start(rank):\n"
+        "    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',\n"
+        "               TORCHELASTIC_RUN_ID='restart')\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time, torch; time.sleep(60)'],\n"
+        "                     env=env)\n"
+        "start(1)\n"
+        f"time.sleep({zero_after_s})\n"
+        "start(0)\n"
+        "time.sleep(60)\n")
+    return launcher
+
+
+def watched_pids(live: Any) -> set[int]:
+    return {live.session.target_pid, *(p.pid for p in live.peers if p.status == "watched")}
+
+
+@pytest.mark.attach
+def test_an_agent_whose_rank_0_starts_late_is_no_rank_and_its_ranks_are_followed(
+        tmp_path: Path) -> None:
+    """Attached while only local rank 1 is up (CI listed torchrun's own PID among the
+    ranks after a restart): the agent is never a rank; its first rank leads and
+    local rank 0 joins as it starts."""
+    launcher = staggered_launcher(tmp_path, zero_after_s=6)
+    with started([sys.executable, str(launcher)]) as proc:
+        one = wait_for(lambda: find_job(proc.pid), 1, timeout=30)
+        assert one.starting and proc.pid not in {r.pid for r in one.ranks}, one
+        live = attach(proc.pid, AttachOptions(collector=CollectorConfig.headless()), job=one)
+        try:
+            assert live.session.target_pid == one.ranks[0].pid
+            both = wait_for(lambda: find_job(proc.pid), 2, timeout=30)
+            assert not both.starting and proc.pid not in {r.pid for r in both.ranks}, both
+            ranks = {r.pid for r in both.ranks}
+            assert wait_until(lambda: watched_pids(live) == ranks, 20), (
+                watched_pids(live), ranks)
+        finally:
+            live.close()
+
+
+@pytest.mark.attach
+def test_the_node_agent_waits_for_local_rank_0_before_it_attaches(tmp_path: Path) -> None:
+    """The node agent finds the launcher while only local rank 1 is up: it waits
+    (attached then, the job was one rank, never followed) and attaches once rank 0
+    starts, both ranks watched and the agent not among them."""
+    fleet = Fleet(AttachOptions(knowledge=PACKAGED), match=(str(tmp_path),),
+                  say=lambda line: None)
+    launcher = staggered_launcher(tmp_path, zero_after_s=8)
+    try:
+        with started([sys.executable, str(launcher)]) as proc:
+            wait_for(lambda: find_job(proc.pid), 1, timeout=30)
+
+            def the_watch() -> Any:
+                fleet.poll(time.time())
+                return next((w for w in fleet.watches() if w.root.pid == proc.pid), None)
+
+            assert wait_until(the_watch, 20)
+            watch = the_watch()
+            if find_job(proc.pid).starting:  # rank 0 may have started meanwhile
+                assert watch.status == "waiting" and watch.job is None, watch
+            both = wait_for(lambda: find_job(proc.pid), 2, timeout=30)
+            ranks = {r.pid for r in both.ranks}
+            assert wait_until(lambda: (w := the_watch()) is not None and w.job is not None
+                              and watched_pids(w.job) == ranks, 30), the_watch()
+    finally:
+        fleet.close()
 
 
 #: aitop's communication share must be within this of the ranks' own timers.

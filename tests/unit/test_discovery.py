@@ -273,3 +273,40 @@ def test_the_launchers_of_one_jobs_nodes_named_together_are_one_job(proc: Path) 
     again = joined_job(find_job(300, str(proc)), [find_job(301, str(proc)),
                                                   find_job(300, str(proc))])
     assert [r.pid for r in again.ranks] == [301] and again.joined == (301,)
+
+
+def test_an_elastic_agent_whose_rank_0_has_not_started_is_no_rank(proc: Path) -> None:
+    """torchrun restarting its ranks: local rank 1 is up, rank 0 not yet. The agent
+    is the launcher, not a Lightning-style rank 0 (a CI run listed torchrun's own
+    PID among the ranks it watched); without a run the parent is Lightning's."""
+    from aitop.probes.ranks import find_job
+
+    process(proc, 500, 1, [PYTHON, "/usr/bin/torchrun", "--nproc_per_node=2", "ddp.py"],
+            maps=TORCH_MAPS)
+    process(proc, 502, 500, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r1"})
+    for tid, kids in ((500, "502"), (502, "")):
+        task = proc / str(tid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(kids)
+    for pid in (500, 502):
+        job = find_job(pid, str(proc))
+        assert [r.pid for r in job.ranks] == [502], (pid, job)
+        assert job.launcher_pid == 500, job
+    # From the launcher, the job is still starting: the rank to lead with is not up.
+    assert find_job(500, str(proc)).starting and not find_job(502, str(proc)).starting
+    process(proc, 501, 500, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r1"})
+    (proc / "500" / "task" / "500" / "children").write_text("501 502")
+    (proc / "501" / "task" / "501").mkdir(parents=True)
+    (proc / "501" / "task" / "501" / "children").write_text("")
+    started = find_job(500, str(proc))
+    assert [r.pid for r in started.ranks] == [501, 502] and not started.starting
+    process(proc, 600, 1, [PYTHON, "train.py"], maps=TORCH_MAPS)
+    process(proc, 602, 600, [PYTHON, "train.py"], maps=TORCH_MAPS,
+            env={"LOCAL_RANK": "1", "WORLD_SIZE": "2"})
+    for tid, kids in ((600, "602"), (602, "")):
+        task = proc / str(tid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(kids)
+    assert [r.pid for r in find_job(600, str(proc)).ranks] == [600, 602]
