@@ -53,7 +53,8 @@ MIN_BUDGET = 1.05
 QUOTA_HIGH = 1.15
 #: How far a phase share may be from the job's own timer: the bound aitop's phase
 #: shares are held to (docs/benchmarks.md, accuracy). A predicted range's low end
-#: assumes the share was read this much too high.
+#: assumes the share was read this much too high ("fewer": at least this much
+#: either way, more where the stack windows' spread says so).
 PHASE_ERROR = 0.03
 
 
@@ -260,22 +261,32 @@ def _loaders_set_the_pace(metrics: Metrics) -> bool:
 
 
 def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
-    """Doing a phase ``times`` times less often (checkpoints, validation)."""
+    """Doing a phase ``times`` times less often (checkpoints, validation).
+
+    The share p may have been read off by ``PHASE_ERROR``, or by more where the
+    phase comes in blocks that the stack windows cut (``<metric>_error``, the
+    windows' spread): the low end takes p that much lower, each pass a little
+    longer when done less often (more to write or check); the high end takes p
+    that much higher, with the rest of the step up to the rule's
+    ``rest_speedup`` faster without it.
+    """
     p = _phase(metrics, spec.metric)
     if p is None or spec.times <= 1:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_long").replace("_", " ")
-    # Each pass may grow a little when done less often (more to write or check),
-    # and the share may have been read up to PHASE_ERROR too high; the rest of
-    # the step may run faster without it (the rule's rest_speedup).
-    p_low = max(p - PHASE_ERROR, 0.0)
+    error = max(PHASE_ERROR, metrics.get(f"{spec.metric}_error") or 0.0)
+    p_low, p_high = max(p - error, 0.0), min(p + error, 0.99)
     low = 1.0 / ((1.0 - p_low) + 1.2 * p_low / spec.times)
     rest = spec.rest_speedup
-    high = min(_ceiling(p), 1.0 / ((1.0 - p) / rest + p / spec.times))
-    return _predicted(low, high, _ceiling(p), (
-        f"{name} takes {p:.0%} of the time; doing it {spec.times:g}x less often leaves "
-        f"{p / spec.times:.0%}: predicted x{figure_range(low, high)} "
-        f"(1 / ((1 - {p:.2f}) + {p:.2f} / {spec.times:g})"
+    # The ceiling (the phase gone) is a bound: of the share it may have.
+    ceiling = _ceiling(p_high)
+    high = min(ceiling, 1.0 / ((1.0 - p_high) / rest + p_high / spec.times))
+    low = _within_max_width(low, high)
+    return _predicted(low, high, ceiling, (
+        f"{name} takes {p:.0%} of the time (read to within {error:.0%}); doing it "
+        f"{spec.times:g}x less often leaves {p / spec.times:.0%}: predicted "
+        f"x{figure_range(low, high)} (1 / ((1 - p) + p / {spec.times:g}) for p "
+        f"{p_low:.2f}-{p_high:.2f}"
         + (f", the high end with the rest of the step up to {rest:g}x faster)"
            if rest > 1.0 else ")")))
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aitop.probes.samples import StackWindow
 from aitop.probes.session import PHASES, Session
 
@@ -23,6 +25,30 @@ INFERENCE_LOOKBACK_S = 60.0
 #: data-starved loop computing 3 % of the time showed 1 forward sample and no
 #: other in its first 11 s (CI, a producer-fed loop read as "Serving").
 SERVING_MIN_FORWARD_SAMPLES = 8
+#: Stack windows a share's spread needs before it stands for the share's error.
+MIN_ERROR_WINDOWS = 3
+
+
+def share_error(windows: list[StackWindow], phase: str) -> float | None:
+    """How far ``phase``'s share pooled over ``windows`` may be from the job's own:
+    twice its standard error, each stack window a cluster of samples.
+
+    A phase that comes in blocks (an evaluation of a second every two, a save)
+    fills some windows and misses others, and where a window's edges cut its
+    blocks moves the pooled share: the windows' spread measures that, where the
+    sample count cannot (a block's samples are not independent). The cluster
+    (ratio-estimator) standard error of sum(c_i) / sum(n_i) over K >= 3 windows
+    (docs/predictions-check.md, "A share read in blocks"); None with fewer.
+    """
+    read = [(w.phase_counts.get(phase, 0), w.total_samples) for w in windows
+            if w.error is None and w.total_samples > 0]
+    k = len(read)
+    if k < MIN_ERROR_WINDOWS:
+        return None
+    total = sum(n for _c, n in read)
+    share = sum(c for c, _n in read) / total
+    variance = k / (k - 1) * sum((c - share * n) ** 2 for c, n in read) / total ** 2
+    return 2.0 * math.sqrt(variance)
 
 
 def read_stacks(session: Session, now: float, window_s: float) -> list[StackWindow]:
@@ -74,9 +100,12 @@ def phase_metrics(
     )
     values["phase_samples"] = float(total)
     values |= compile_metrics(session, now, window_s)
-    long_fractions = session.phase_fractions(now, max(LONG_WINDOW_S, window_s))
-    values["phase_checkpoint_long"] = long_fractions["checkpoint"] if long_fractions else None
-    values["phase_eval_long"] = long_fractions["eval"] if long_fractions else None
+    long_s = max(LONG_WINDOW_S, window_s)
+    long_fractions = session.phase_fractions(now, long_s)
+    long_windows = read_stacks(session, now, long_s)
+    for phase in ("checkpoint", "eval"):
+        values[f"phase_{phase}_long"] = long_fractions[phase] if long_fractions else None
+        values[f"phase_{phase}_long_error"] = share_error(long_windows, phase)
     if has_gpu:
         values["accel_util"] = gpu_util_mean
     else:

@@ -207,8 +207,26 @@ def test_evaluation_share_is_its_own_finding() -> None:
     assert d.top is not None and d.top.id == "evaluation_dominates"
     assert d.category == "evaluation"
     assert d.top.actions[0] == "Validate half as often"
-    # Half as often leaves 30 % of the time: 1 / (0.4 + 0.3) = 1.43.
-    assert d.top.gain.high == pytest.approx(1 / 0.7)
+    # Half as often leaves 30 % of the time: 1 / (0.4 + 0.3) = 1.43; the high end
+    # takes the share read 3 points too low (PHASE_ERROR): 1 / (0.37 + 0.315).
+    assert d.top.gain.high == pytest.approx(1 / (0.37 + 0.315))
+
+
+def test_an_evaluation_share_read_loosely_widens_its_range_both_ways() -> None:
+    """Evaluation in blocks of a second every two: the stack windows' spread says the
+    pooled share may be 0.10 off, and the range takes it at both ends. CI read a
+    job's 0.64 as 0.55 once; halving its evaluations then measured x1.60, past the
+    x1.38 that share gave exactly (and the test's slack, x1.15, on top)."""
+    spec = GainSpec("fewer", metric="phase_eval_long", times=2)
+    tight = estimate_gain(spec, {"phase_eval_long": 0.55}, Facts())
+    loose = estimate_gain(spec, {"phase_eval_long": 0.55, "phase_eval_long_error": 0.10},
+                          Facts())
+    assert tight.high == pytest.approx(1 / (0.42 + 0.29))
+    assert loose.high == pytest.approx(1 / (0.35 + 0.325))
+    assert loose.low == pytest.approx(1 / (0.55 + 1.2 * 0.45 / 2))
+    assert loose.low < tight.low < tight.high < loose.high
+    assert loose.high * 1.15 > 1.60
+    assert "read to within 10%" in loose.explanation
 
 
 def test_worker_suggestions_follow_the_free_cores() -> None:
