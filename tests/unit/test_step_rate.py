@@ -317,3 +317,21 @@ def test_lows_in_a_row_that_hide_the_pace_give_no_rate() -> None:
     served = [StepCounterSample(t, "served", v) for t, v in (
         (11.004, 4196), (13.145, 2067), (15.095, 1998), (17.529, 2044), (20.047, 11619))]
     assert "rises disagree on the pace" in (epochs_pass_unseen(served) or "")
+
+
+def test_a_high_misread_in_a_count_that_never_restarts_is_skipped() -> None:
+    # The data demo's `step` (15 steps/s) in a CI run: 767 was an int read after it
+    # was freed. The drop after it looked like a new epoch, the rises (15/s and
+    # 206/s) disagreed, and the count was set aside: no rate at all.
+    step = [StepCounterSample(t, "step", v) for t, v in (
+        (1.405, 279), (3.743, 314), (6.34, 352), (8.359, 767), (9.792, 404))]
+    assert step_rate._bumps(step) == {3}
+    assert epochs_pass_unseen(step) is None
+    assert steps_per_second(step) == pytest.approx((404 - 279) / (9.792 - 1.405), rel=0.01)
+    # A batch index that starts again: the reading after its top falls to the new
+    # epoch's first steps, below the one before it, and nothing is skipped.
+    index = readings([100, 130, 160, 190, 10, 40, 70], every_s=3.0)
+    assert step_rate._bumps(index) == set()
+    # Nor where the count's own rises disagree on a pace (no pace to judge by).
+    uneven = readings([0, 10, 90, 400, 120, 130], every_s=2.0)
+    assert step_rate._bumps(uneven) == set()
