@@ -264,6 +264,23 @@ DIP_MAX_SHARE = 0.5
 DIP_MAX_SPREAD = 0.35
 
 
+def _rate_between(same: Sequence[StepCounterSample], a: int, b: int) -> float:
+    """Steps/s from reading ``a`` to reading ``b`` (infinite where no time passed)."""
+    dt = same[b].t - same[a].t
+    return ((same[b].value or 0) - (same[a].value or 0)) / dt if dt > 0 else math.inf
+
+
+def _agreed_pace(rates: Sequence[float]) -> float | None:
+    """The mean of two or more rises' paces that agree within ``DIP_MAX_SPREAD``
+    (standard deviation over mean); None where they are fewer or disagree."""
+    if len(rates) < 2:
+        return None
+    mean = statistics.fmean(rates)
+    if mean <= 0 or statistics.pstdev(rates) / mean > DIP_MAX_SPREAD:
+        return None
+    return mean
+
+
 def _dips(same: Sequence[StepCounterSample]) -> set[int]:
     """Indexes of misread lows (``counter_increments``) in a count that otherwise
     never falls. py-spy reads locals without stopping the job: a count that
@@ -299,14 +316,11 @@ def _dips(same: Sequence[StepCounterSample]) -> set[int]:
         return set()
 
     def rate(a: int, b: int) -> float:
-        dt = same[b].t - same[a].t
-        return ((same[b].value or 0) - (same[a].value or 0)) / dt if dt > 0 else math.inf
+        return _rate_between(same, a, b)
 
     rises = {(a, b): rate(a, b) for a, b in itertools.pairwise(records)}
-    if len(rises) < 2 or not all(math.isfinite(r) for r in rises.values()):
-        return set()
-    mean = statistics.fmean(rises.values())
-    if mean <= 0 or statistics.pstdev(rises.values()) / mean > DIP_MAX_SPREAD:
+    if not all(math.isfinite(r) for r in rises.values()) \
+            or _agreed_pace(list(rises.values())) is None:
         return set()
     out: set[int] = set()
     for i in (i for i in lows if len(records) > 2 and i < records[-2]):
@@ -341,8 +355,7 @@ def _bumps(same: Sequence[StepCounterSample]) -> set[int]:
     values = [s.value or 0 for s in same]
 
     def rate(a: int, b: int) -> float:
-        dt = same[b].t - same[a].t
-        return (values[b] - values[a]) / dt if dt > 0 else math.inf
+        return _rate_between(same, a, b)
 
     out: set[int] = set()
     for i in range(1, len(same) - 1):
@@ -351,11 +364,8 @@ def _bumps(same: Sequence[StepCounterSample]) -> set[int]:
             continue
         others = [rate(a, a + 1) for a in range(len(same) - 1)
                   if a not in (before, i) and values[a + 1] >= values[a]]
-        others = [r for r in others if math.isfinite(r)]
-        if len(others) < 2:
-            continue
-        pace = statistics.fmean(others)
-        if pace <= 0 or statistics.pstdev(others) / pace > DIP_MAX_SPREAD:
+        pace = _agreed_pace([r for r in others if math.isfinite(r)])
+        if pace is None:
             continue
         across = rate(before, after)
         if across > 0 and max(across / pace, pace / across) <= DIP_CLIMB_FACTOR \
