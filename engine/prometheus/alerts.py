@@ -6,7 +6,9 @@ through the same loader as an attach) becomes an alert over the series
 (``promql.py``), its ``for:`` and ``keep_firing_for:``, severity and category as
 labels, title, why, actions and source as annotations. The ``{metric:.0%}``
 fields of a title become Go-template queries of the same series, so the alert
-reads like aitop's finding. A rule without a faithful PromQL form is listed with
+reads like aitop's finding. An alert is silenced where aitop's verdict leaves
+its finding out: while a culprit that explains it fires, and, for a finding of
+the steady state, while a job state fires. A rule without a faithful PromQL form is listed with
 its reason on stderr and as a comment in the file, never dropped silently.
 """
 
@@ -151,14 +153,27 @@ def explained_by(ruleset: RuleSet) -> dict[str, list[str]]:
     return out
 
 
-def unless_explained(expr: str, culprits: Sequence[str]) -> str:
-    """``expr``, silenced while a culprit that explains it fires, as aitop folds a
-    symptom into its culprit (the ALERTS series carries every firing alert)."""
-    if not culprits:
+def job_states(ruleset: RuleSet) -> list[str]:
+    """The rules whose finding is a job state (``job_state: true``)."""
+    return sorted(rule.id for rule in ruleset.rules if rule.job_state)
+
+
+def unless_firing(expr: str, rule_ids: Sequence[str]) -> str:
+    """``expr``, silenced for a job while one of ``rule_ids`` fires for it (the
+    ALERTS series carries every firing alert, with the job's labels)."""
+    if not rule_ids:
         return expr
-    names = "|".join(sorted(culprits))
+    names = "|".join(sorted(set(rule_ids)))
     return (f"({expr}) unless ignoring ({', '.join(ALERT_LABELS)}) "
             f'ALERTS{{alertstate="firing",rule=~"{names}"}}')
+
+
+def silenced_by(rule: Rule, culprits: dict[str, list[str]], states: Sequence[str]) -> list[str]:
+    """What silences ``rule``'s alert, as aitop's verdict leaves the finding out: a
+    culprit that explains it (aitop folds the symptom into the culprit), and, for
+    a finding of the steady state, any job state (a job warming up or stalled has
+    no step to speed up: the state is the verdict while it lasts)."""
+    return culprits.get(rule.id, []) + ([] if rule.job_state else list(states))
 
 
 def translate(ruleset: RuleSet, translator: Translator | None = None
@@ -166,6 +181,7 @@ def translate(ruleset: RuleSet, translator: Translator | None = None
     """The alerts for every translatable rule, and the rules that are not."""
     translator = translator or Translator()
     culprits = explained_by(ruleset)
+    states = job_states(ruleset)
     alerts: list[dict[str, Any]] = []
     skipped: list[Skipped] = []
     for rule in ruleset.rules:
@@ -174,7 +190,7 @@ def translate(ruleset: RuleSet, translator: Translator | None = None
         except Untranslatable as exc:
             skipped.append(Skipped(rule.id, f"{rule.file or '?'}:{rule.line}", str(exc)))
             continue
-        alerts.append(alert_of(rule, unless_explained(expr, culprits.get(rule.id, []))))
+        alerts.append(alert_of(rule, unless_firing(expr, silenced_by(rule, culprits, states))))
     return alerts, skipped
 
 
