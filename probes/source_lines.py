@@ -4,9 +4,10 @@ A stack sample says *where* the training thread is, not what that line does.
 Two questions matter and the line's text answers both, for any loop shape:
 
 * Is the loop frame at the statement that fetches the next batch (``for x, y in
-  batches():`` or ``batch = next(it)``)? Then whatever runs beneath it (a
-  DataLoader, a generator around one, a queue fed by a producer thread) is the
-  loop waiting for data.
+  batches():``, ``batch = next(it)``, ``x, y = get_batch("train")``)? Then
+  whatever runs beneath it (a DataLoader, a generator around one, a queue fed
+  by a producer thread, the job's own function slicing a dataset) is the loop
+  waiting for data.
 * Is the thread, in the job's own code, at a call that makes the host wait for
   the GPU (``.item()``, ``.cpu()``, ``.tolist()``, ``torch.cuda.synchronize()``)?
   Then the time is the device finishing queued work, not Python overhead.
@@ -32,6 +33,15 @@ MAX_FILE_BYTES = 2_000_000
 MAX_FILES = 128
 
 _FETCH = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.+:|\bnext\s*\(|\b__next__\s*\(")
+#: A call named for producing a batch, assigned from: ``x, y = get_batch("train")``
+#: (nanoGPT, pytorch/examples' word_language_model), ``batch = sample_batch(buf)``.
+#: The verb names what the call does; ``train_batch(...)`` or ``eval_batch(...)``
+#: run the step on one and are no fetch.
+_BATCH_CALL = re.compile(
+    r"^[^#=]*[\w\])]\s*=\s*(?:[\w.]+\.)?_?"
+    r"(?:get|next|load|fetch|sample|make|build|read|draw|prepare|generate|create)"
+    r"_(?:\w+_)?batch(?:es)?\s*\("
+)
 _HOST_SYNC = re.compile(
     r"\.(?:item|cpu|tolist|numpy)\s*\(\s*\)"
     r"|\bsynchronize\s*\("
@@ -40,8 +50,10 @@ _HOST_SYNC = re.compile(
 
 
 def is_fetch_line(text: str) -> bool:
-    """A ``for ... in ...:`` header or an explicit ``next(...)``: the next batch."""
-    return bool(_FETCH.search(text))
+    """A ``for ... in ...:`` header, an explicit ``next(...)`` or an assignment from
+    a call named for producing a batch (``get_batch(...)``): the next batch."""
+    code = text.split("#", 1)[0]
+    return bool(_FETCH.search(code) or _BATCH_CALL.search(code))
 
 
 def is_host_sync_line(text: str) -> bool:

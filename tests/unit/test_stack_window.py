@@ -83,6 +83,15 @@ def test_line_kinds() -> None:
     assert is_fetch_line("    for x, y in batches(loader):")
     assert is_fetch_line("        batch = next(it)")
     assert not is_fetch_line("        loss = model(x)")
+    # A call named for producing a batch, assigned from (nanoGPT, pytorch/examples).
+    assert is_fetch_line("        X, Y = get_batch('train')")
+    assert is_fetch_line("    data, targets = get_batch(train_data, i)")
+    assert is_fetch_line("    batch = self._sample_batch(buffer)")
+    assert is_fetch_line("    inputs = loader.next_batch()")
+    # One that runs the step on a batch, or reads a size, or a comment, is none.
+    assert not is_fetch_line("    loss = train_batch(model, batch)")
+    assert not is_fetch_line("    n = get_batch_size()")
+    assert not is_fetch_line("    # x, y = get_batch()")
     assert is_host_sync_line("        print(loss.item())")
     assert is_host_sync_line("    torch.cuda.synchronize()")
     assert is_host_sync_line("    preds = out.argmax(1).cpu()")
