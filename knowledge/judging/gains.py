@@ -90,11 +90,18 @@ def _ceiling(p: float) -> float:
     return 1.0 / (1.0 - p)
 
 
-def _range(ceiling: float, factor: float) -> tuple[float, float]:
-    """A speed-up range for loading capacity x``factor`` under an Amdahl ceiling."""
-    high = min(ceiling, factor * HIGH_ALLOWANCE)
-    low = min(ceiling, 1.0 + (factor - 1.0) * LOW_EFFICIENCY)
+def _range(ceilings: tuple[float, float], factor: float) -> tuple[float, float]:
+    """A speed-up range for loading capacity x``factor`` under an Amdahl ceiling: the
+    low end under the ceiling of the share read ``PHASE_ERROR`` too high, the high
+    end under that of the share read as much too low (``_shares``)."""
+    high = min(ceilings[1], factor * HIGH_ALLOWANCE)
+    low = min(ceilings[0], 1.0 + (factor - 1.0) * LOW_EFFICIENCY)
     return low, max(low, high)
+
+
+def _shares(p: float, error: float = PHASE_ERROR) -> tuple[float, float]:
+    """The lowest and highest a share read as ``p`` may be."""
+    return max(p - error, 0.0), min(p + error, 0.99)
 
 
 def _within_max_width(low: float, high: float) -> float:
@@ -120,16 +127,20 @@ def _workers(spec: GainSpec, metrics: Metrics) -> Gain:
     if factor <= 1.0 + 1e-6:
         return Gain(1.0, 1.0, 1.0, method="predicted", ceiling=ceiling,
                     explanation=f"{why}: no core is free, so more workers add nothing")
-    low, high = _range(ceiling, factor)
+    p_low, p_high = _shares(p)
+    ceilings = (_ceiling(p_low), _ceiling(p_high))
+    low, high = _range(ceilings, factor)
     budget, used = cpu_budget_factor(metrics) or (None, "")
     if budget is not None and MIN_BUDGET <= budget < factor:
         # The step's compute runs as often as the batches come: the free cores feed
         # both, and the low end is what they allow if each step needs its CPU as now.
-        low = _within_max_width(min(low, _range(ceiling, budget)[0]), high)
+        low = min(low, _range(ceilings, budget)[0])
         why += (f"; {used}, so whole steps can come at most {budget:.2f}x as often where "
                 "each needs the CPU it needs now")
+    low = _within_max_width(low, high)
     return _predicted(low, high, ceiling, (
-        f"data wait is {p:.0%} of the time (ceiling x{figure(ceiling)} if it vanished); "
+        f"data wait is {p:.0%} of the time, read to within {PHASE_ERROR:.0%} (ceiling "
+        f"x{figure(ceiling)} if it vanished); "
         f"{why}: predicted x{figure_range(low, high)}"))
 
 
@@ -275,7 +286,7 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     name = (spec.metric or "").removeprefix("phase_").removesuffix("_long").replace("_", " ")
     error = max(PHASE_ERROR, metrics.get(f"{spec.metric}_error") or 0.0)
-    p_low, p_high = max(p - error, 0.0), min(p + error, 0.99)
+    p_low, p_high = _shares(p, error)
     low = 1.0 / ((1.0 - p_low) + 1.2 * p_low / spec.times)
     rest = spec.rest_speedup
     # The ceiling (the phase gone) is a bound: of the share it may have.
@@ -295,22 +306,26 @@ def _shrink(spec: GainSpec, metrics: Metrics) -> Gain:
     """A phase cut by a faster implementation of the same work (a fused optimizer update).
 
     The phase's share p falls by a fraction r of itself, ``removable`` (low..high)
-    as measured on a fitting job (docs/predictions.md); the low end also assumes
-    p was read ``PHASE_ERROR`` too high. At r = 1 the high end is the ceiling of
-    the phase gone entirely.
+    as measured on a fitting job (docs/predictions.md). p may have been read
+    ``PHASE_ERROR`` off either way: the low end takes it that much lower, the
+    high end that much higher, so that at r = 1 the high end is the ceiling of
+    the phase gone entirely, of the share it may have (a fused update removes
+    about all of a for-loop's time, and its job measured at the top of a range
+    that took p as read: docs/predictions-check.md).
     """
     p = _phase(metrics, spec.metric)
     if p is None:
         return Gain(None, method="predicted", explanation=f"{spec.metric} is not known yet")
     lo_r, hi_r = spec.removable
-    high = 1.0 / (1.0 - p * hi_r)
+    p_low, p_high = _shares(p)
+    high = 1.0 / (1.0 - p_high * hi_r)
     # A large phase widens the range: it is held to MAX_WIDTH as every predicted one.
-    low = _within_max_width(1.0 / (1.0 - max(p - PHASE_ERROR, 0.0) * lo_r), high)
+    low = _within_max_width(1.0 / (1.0 - p_low * lo_r), high)
     name = (spec.metric or "").removeprefix("phase_").replace("_", " ")
-    return _predicted(low, high, _ceiling(p), (
-        f"the {name} is {p:.0%} of the time; doing the same work in one kernel removes "
-        f"{lo_r:.0%}-{hi_r:.0%} of it: predicted x{figure_range(low, high)} "
-        f"(1 / (1 - {p:.2f} x r))"))
+    return _predicted(low, high, _ceiling(p_high), (
+        f"the {name} is {p:.0%} of the time (read to within {PHASE_ERROR:.0%}); doing the "
+        f"same work in one kernel removes {lo_r:.0%}-{hi_r:.0%} of it: predicted "
+        f"x{figure_range(low, high)} (1 / (1 - p x r) for p {p_low:.2f}-{p_high:.2f})"))
 
 
 def _no_sync(metrics: Metrics) -> Gain:

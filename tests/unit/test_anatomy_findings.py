@@ -32,10 +32,11 @@ def test_a_for_loop_optimizer_leads_more_threads_with_a_prediction() -> None:
                                  "parameters (_single_tensor_adam (torch/optim/adam.py))")
     assert lead.actions[0].startswith("Create the optimizer with fused=True")
     assert "fused=True" in (lead.snippet or "")
-    # Predicted: 70-100 % of the loop's 44 % gone (the low end reads it 3 points lower).
+    # Predicted: 70-100 % of the loop's 44 % gone, the share read 3 points lower for
+    # the low end and 3 higher for the high end.
     assert lead.gain.method == "predicted"
     assert lead.gain.low == pytest.approx(1 / (1 - 0.41 * 0.7))
-    assert lead.gain.high == pytest.approx(1 / (1 - 0.44))
+    assert lead.gain.high == pytest.approx(1 / (1 - 0.47))
     # The threads' ceiling is over the compute they can widen: 95 % less the loop.
     threads = next(f for f in d.findings if f.id == "cpu_compute_underthreaded")
     assert d.metrics["phase_parallel_compute"] == pytest.approx(0.95 - 0.44)

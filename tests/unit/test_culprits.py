@@ -30,9 +30,12 @@ def test_cpu_bound_workers_with_free_cores_lead_with_more_workers() -> None:
     assert d.metrics["suggested_workers"] == 8
     gain = d.top.gain
     assert gain.method == "predicted"
-    # Capacity x min((3.5 + 9.6) / 3.5, 8 / 4) = 2.0, capped by the ceiling 2.0.
-    assert gain.high == pytest.approx(2.0)
+    # Capacity x min((3.5 + 9.6) / 3.5, 8 / 4) = 2.0 (x2.2 with the allowance),
+    # capped by the ceiling of the share read 3 points too low: 1 / 0.47.
+    assert gain.high == pytest.approx(1 / 0.47)
     assert gain.ceiling == pytest.approx(2.0)
+    # The low end, under the ceiling of the share read 3 points too high.
+    assert gain.low == pytest.approx(min(1 + (2.0 - 1) * 0.7, 1 / 0.53))
 
 
 def test_saturated_cores_say_more_workers_cannot_help() -> None:
@@ -75,9 +78,13 @@ def test_loading_in_the_training_thread_suggests_workers_on_free_cores() -> None
     # cores, two workers' worth.
     assert d.top.actions[0].startswith("Load in 2 worker process(es)")
     assert "own code" in d.top.why
-    # The loaders get 1.6 / 0.6 = 2.7x the capacity; the ceiling 1 / 0.4 = 2.5 binds.
+    # The loaders get 1.6 / 0.6 = 2.7x the capacity; the ceiling of the share read 3
+    # points too low binds the high end (1 / 0.37). The low end is what the job's
+    # 1 + 1 free cores allow its whole steps (x2, x1.7 at its efficiency), held
+    # within x1.5 of the high end.
     assert d.top.gain.method == "predicted"
-    assert d.top.gain.high == pytest.approx(2.5)
+    assert d.top.gain.high == pytest.approx(1 / 0.37)
+    assert d.top.gain.low == pytest.approx(max(1 + (2 - 1) * 0.7, 1 / 0.37 / 1.5 * 1.001))
 
 
 def test_loading_moved_to_workers_gets_at_most_a_core_per_worker() -> None:
