@@ -6,7 +6,7 @@ import math
 from collections import ChainMap
 from collections.abc import Mapping
 
-from aitop.probes.samples import HostSample, StackWindow, ThreadActivity
+from aitop.probes.samples import HostSample, OtherProcess, StackWindow, ThreadActivity
 from aitop.probes.session import Session
 
 from .capacity import loading_capacity_factor, suggested_workers
@@ -212,11 +212,31 @@ def free_cores(metrics: Metrics, hosts: list[HostSample]) -> Values:
 
 
 def other_processes_cores(hosts: list[HostSample]) -> float | None:
-    """Cores the processes outside the job kept busy, on average over the window's scans."""
-    scans = {h.others for h in hosts if h.others is not None}
+    """Cores the processes outside the job kept busy, on average over the window.
+
+    Each host sample carries the newest neighbour scan (scans are sparser than
+    samples), so the mean over samples weighs each scan by how long it stood; two
+    scans that read the same (a neighbour busy at exactly one core) count twice.
+    """
+    scans = [h.others for h in hosts if h.others is not None]
     if not scans:
         return None
     return sum(sum(p.cores for p in scan) for scan in scans) / len(scans)
+
+
+def busiest_neighbours(hosts: list[HostSample], kept: int = 2) -> list[OtherProcess]:
+    """The processes outside the job that kept the most cores busy, on average over
+    the window as ``other_processes_cores`` counts them: a neighbour that has left
+    since (a build, another user's script) is named for what it took."""
+    scans = [h.others for h in hosts if h.others is not None]
+    totals: dict[tuple[int, str], float] = {}
+    for scan in scans:
+        for process in scan:
+            key = (process.pid, process.command)
+            totals[key] = totals.get(key, 0.0) + process.cores
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:kept]
+    return [OtherProcess(pid, command, cores / len(scans))
+            for (pid, command), cores in ranked]
 
 
 def compute_threads(metrics: Metrics) -> float | None:

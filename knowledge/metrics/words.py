@@ -11,7 +11,7 @@ from aitop.probes.session import Session
 from .anatomy import optimizer_loop_frame
 from .compiling import compile_words
 from .gpu import target_devices
-from .loading import busiest_child, busiest_producer, main_data_source
+from .loading import busiest_child, busiest_neighbours, busiest_producer, main_data_source
 from .memory import memory_limit_words
 from .private_memory import ProcessMemory, process_memory, worker_memory_words
 from .quota import quota_words
@@ -55,9 +55,10 @@ def compute_words(session: Session, now: float, window_s: float,
         words["optimizer_loop_frame"] = loop
     words |= _stall_words(session, now)
     hosts = session.host.window(now - window_s, now)
-    if hosts and hosts[-1].others:
+    neighbours = busiest_neighbours(hosts)
+    if neighbours:
         words["neighbours"] = ", ".join(
-            f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in hosts[-1].others[:2])
+            f"PID {p.pid} {p.command} ({p.cores:.1f} core)" for p in neighbours)
     if hosts:
         words["memory_limit"] = memory_limit_words(hosts[-1])
     words["worker_memory"] = worker_memory_words(

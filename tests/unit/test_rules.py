@@ -1714,6 +1714,23 @@ def test_cores_a_neighbour_holds_are_named_and_kept_apart_from_the_jobs() -> Non
     assert "wait 40% of one for a CPU while ready to run" in lead.why
 
 
+def test_a_neighbour_that_has_left_is_named_for_the_cores_it_took() -> None:
+    """The window's mean says a neighbour held cores; the newest scan finds it gone (a
+    build that ended): the finding still names it, for its mean over the window."""
+    busy = Job(cpu_count=2, host_cpu=100.0, neighbour_cores=0.9, main_cpu=60.0,
+               main_cpu_wait=15.0, busy_threads=1, workers=1, worker_cpu=70.0,
+               worker_cpu_wait=25.0, phases=mix(data_wait=0.4), **CPU_ONLY)
+    left = dataclasses.replace(busy, neighbour_cores=0.0, host_cpu=65.0)
+    _session, ticks = run(Diagnoser(RULESET, Facts()), (busy, 30), (left, 33))
+    last = ticks[-1].diagnosis
+    assert last is not None
+    # Scans that read the same count as often as they stood: 3 s of 20 without it.
+    assert last.metrics["other_procs_cpu"] == pytest.approx(0.9 * 17 / 20)
+    lead = last.findings[0]
+    assert lead.id == "cores_taken_by_other_processes", [f.id for f in last.findings]
+    assert "(PID 4242 python build.py (0.8 core))" in lead.title, lead.title
+
+
 def test_a_stalled_job_says_so_first_with_its_frame_and_nothing_else() -> None:
     d = diagnose_job(RULESET, 40, **STUCK, main_cpu=2.0, workers=0)
     assert d.category == "stalled" and [f.id for f in d.findings] == ["job_stalled"]
