@@ -34,12 +34,13 @@ MAX_FILES = 128
 
 _FETCH = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.+:|\bnext\s*\(|\b__next__\s*\(")
 #: A call named for producing a batch, assigned from: ``x, y = get_batch("train")``
-#: (nanoGPT, pytorch/examples' word_language_model), ``batch = sample_batch(buf)``.
+#: (nanoGPT, pytorch/examples' word_language_model), ``batch = load_batch(i)``.
 #: The verb names what the call does; ``train_batch(...)`` or ``eval_batch(...)``
-#: run the step on one and are no fetch.
+#: run the step on one and are no fetch, nor are ``generate_``/``sample_batch``,
+#: which in a GAN or a diffusion model run the model itself.
 _BATCH_CALL = re.compile(
     r"^[^#=]*[\w\])]\s*=\s*(?:[\w.]+\.)?_?"
-    r"(?:get|next|load|fetch|sample|make|build|read|draw|prepare|generate|create)"
+    r"(?:get|next|load|fetch|make|build|read|draw|prepare|create)"
     r"_(?:\w+_)?batch(?:es)?\s*\("
 )
 _HOST_SYNC = re.compile(

@@ -86,11 +86,13 @@ def test_line_kinds() -> None:
     # A call named for producing a batch, assigned from (nanoGPT, pytorch/examples).
     assert is_fetch_line("        X, Y = get_batch('train')")
     assert is_fetch_line("    data, targets = get_batch(train_data, i)")
-    assert is_fetch_line("    batch = self._sample_batch(buffer)")
+    assert is_fetch_line("    batch = self._load_batch(index)")
     assert is_fetch_line("    inputs = loader.next_batch()")
     # One that runs the step on a batch, or reads a size, or a comment, is none.
     assert not is_fetch_line("    loss = train_batch(model, batch)")
     assert not is_fetch_line("    n = get_batch_size()")
+    # Nor one named for running a model to make one (a GAN's generator).
+    assert not is_fetch_line("    fake = generate_batch(netG, noise)")
     assert not is_fetch_line("    # x, y = get_batch()")
     assert is_host_sync_line("        print(loss.item())")
     assert is_host_sync_line("    torch.cuda.synchronize()")
