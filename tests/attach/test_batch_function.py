@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support.jobs import read_truth, run_aitop, stop_job, truth_between
+from support.jobs import read_truth, run_aitop, start_workload, stop_job, truth_between
 from support.sampling import share_tolerance
 from support.speedups import RatePair, assert_comes_true
 
@@ -30,17 +29,7 @@ WATCH_S = 14
 
 def start(truth: Path, workers: int) -> subprocess.Popen[bytes]:
     """The job (with get_batch in ``workers`` worker processes), once it steps."""
-    log = truth.with_suffix(".log").open("wb")
-    job = subprocess.Popen([sys.executable, str(GET_BATCH_LOOP), "--truth", str(truth),
-                            "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
-    while not (truth.exists() and read_truth(truth)):
-        if job.poll() is not None or time.time() >= deadline:
-            stop_job(job)
-            raise AssertionError(truth.with_suffix(".log").read_text()[-2000:])
-        time.sleep(0.2)
-    return job
+    return start_workload(GET_BATCH_LOOP, truth, "--workers", str(workers))
 
 
 def watch(truth: Path) -> dict:

@@ -37,6 +37,7 @@ __all__ = [
     "run_aitop",
     "start_job",
     "start_paced_loop",
+    "start_workload",
     "stop_job",
     "truth_between",
     "truth_over_windows",
@@ -50,20 +51,27 @@ __all__ = [
 PACED_LOOP = Path(__file__).resolve().parent / "workloads" / "paced_loop.py"
 
 
-def start_paced_loop(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
-    """Start the paced loop and wait for its first truth record."""
+def start_workload(script: Path, truth: Path, *args: str) -> subprocess.Popen[bytes]:
+    """Start a workload of ``tests/support/workloads`` that writes ``--truth`` and wait
+    for its first record. Its own process group, as ``start_job`` gives a demo job:
+    ``stop_job`` then ends the DataLoader workers it forks too."""
     log = truth.with_suffix(".log").open("wb")
-    job = subprocess.Popen([sys.executable, str(PACED_LOOP), "--truth", str(truth),
-                            "--duration", "120", "--pause", str(pause_s)],
-                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    job = subprocess.Popen([sys.executable, str(script), "--truth", str(truth), *args],
+                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
     deadline = time.time() + 60
     while not (truth.exists() and read_truth(truth)):
         if job.poll() is not None or time.time() >= deadline:
             stop_job(job)
-            raise AssertionError("the paced loop did not start: "
+            raise AssertionError(f"{script.name} did not start: "
                                  + truth.with_suffix(".log").read_text()[-2000:])
         time.sleep(0.2)
     return job
+
+
+def start_paced_loop(truth: Path, pause_s: float) -> subprocess.Popen[bytes]:
+    """Start the paced loop and wait for its first truth record."""
+    return start_workload(PACED_LOOP, truth, "--duration", "120", "--pause", str(pause_s))
 
 
 def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
