@@ -27,10 +27,10 @@ for any loop shape, from the stacks alone:
    called from the loop, that saves and never steps (a ``persist()``) is
    checkpoint time throughout: building the state dict and opening the file
    are part of the save.
-6. **Evaluation lines.** A line of the loop frame that calls a function of the
-   job's own which leads into forward passes and data fetches but never into
-   backward or the optimizer is an evaluation pass (validation under
-   ``no_grad``), whatever its function is called.
+6. **Evaluation lines.** The job's own evaluation, whatever it is called: a
+   call that fetches data and runs forward but never backward, forward passes
+   repeated with gradients off, or an inline loop that runs no backward
+   (``evaluation_lines``).
 7. **The producer.** While the training thread waits for data, the job's other
    threads that are busy (not parked in a wait) are the candidates for who
    produces its batches; the busiest is reported with its hottest frame.
@@ -42,6 +42,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .evaluation_lines import mark_evaluation
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
 from .samples import HotFrame, StackWindow, StepCycles, ThreadActivity
 from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
@@ -63,8 +64,6 @@ STEP_COMPUTE_PHASES = frozenset({"forward", "backward", "optimizer"})
 STEP_PHASES = frozenset({"data_wait", "forward", "backward", "optimizer"})
 #: A frame is the loop frame when it is an ancestor of this share of step samples.
 LOOP_COVERAGE = 0.9
-#: Minimum samples at a loop line before it is read as an evaluation line.
-EVAL_LINE_MIN_SAMPLES = 3
 #: Reads line ``n`` of a file in the target (see :class:`source_lines.SourceLines`).
 SourceReader = Callable[[str, int], "str | None"]
 #: A dataset's item methods: torch ops beneath them make samples, not a step.
@@ -296,7 +295,7 @@ def _refine(
             elif (text is not None and (leaf.file, leaf.function) in savers
                   and is_durable_write_line(text)):
                 s.phase = CHECKPOINT
-    _mark_evaluation_lines(samples, classifier)
+    mark_evaluation(samples, classifier, source)
 
 
 def _checkpoint_callers(samples: Sequence[_Sample]) -> set[tuple[str, str]]:
@@ -335,43 +334,6 @@ def _beneath_loop_in(sample: _Sample, functions: set[tuple[str, str]]) -> bool:
     """Whether a frame beneath the sample's loop frame is one of ``functions``."""
     return sample.loop_index >= 0 and any(
         (f.file, f.function) in functions for f in sample.stack.frames[sample.loop_index + 1:])
-
-
-def _mark_evaluation_lines(samples: list[_Sample], classifier: PhaseClassifier) -> None:
-    """Loop lines that call a function of the job's own that runs forward passes and
-    fetches data but never backward are evaluation.
-
-    Only samples through such a function count: the loop's own forward line
-    (``model(x)``, torch's frame right beneath the loop) never leads into
-    backward either, and a stray sample placed on it must not turn a training
-    loop's forward passes into evaluation. A window may hold one
-    long evaluation pass and no training: the window cannot tell it from a
-    server, so the metrics do, over a longer look back (``forward_only``: a
-    server's "evaluation" is its forward passes).
-    """
-    if "eval" not in classifier.phases:
-        return
-    by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
-    for s in samples:
-        if (s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1
-                and s.stack.frames[s.loop_index + 1].in_job_code):
-            by_line[s.stack.frames[s.loop_index].line][s.phase] += s.stack.count
-    eval_lines = {
-        line for line, phases in by_line.items()
-        if phases["forward"] >= EVAL_LINE_MIN_SAMPLES and phases["data_wait"] >= 1
-        and phases["forward"] >= 0.5 * sum(phases.values())
-        and phases["backward"] == 0 and phases["optimizer"] == 0
-    }
-    if not eval_lines:
-        return
-    eval_rank = classifier.rank_of("eval")
-    for s in samples:
-        if (
-            s.loop_index >= 0 and s.loop_index < len(s.stack.frames) - 1
-            and s.stack.frames[s.loop_index].line in eval_lines
-            and classifier.rank_of(s.phase) < eval_rank
-        ):
-            s.phase = "eval"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,49 @@
+"""Evaluation written inline, with no function named for it, is read as evaluation.
+
+A module-level script that scores its model on batches in memory in one line
+(``sum(... for a, b in val)`` under ``no_grad``, nothing fetched), and a
+``train()`` whose validation loop follows each epoch's training loop in the
+same function: aitop must count their forward passes, waits and host syncs as
+evaluation, as the job's own timer does, not as the step's forward pass, and
+say to validate less often.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.jobs import run_aitop, start_workload, stop_job, truth_between
+from support.sampling import share_tolerance
+
+pytestmark = pytest.mark.attach
+
+INLINE_EVAL = Path(__file__).resolve().parents[1] / "support" / "workloads" / "inline_eval.py"
+WATCH_S = 13
+
+
+@pytest.mark.parametrize("style", ["module", "epoch"])
+def test_an_evaluation_written_inline_is_evaluation_as_the_job_times_it(
+        style: str, tmp_path: Path) -> None:
+    truth = tmp_path / f"{style}.jsonl"
+    job = start_workload(INLINE_EVAL, truth, "--style", style)
+    try:
+        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
+                           str(WATCH_S), timeout=WATCH_S + 90)
+    finally:
+        stop_job(job)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    own = truth_between(truth, *report["phase_span"])
+    phases = report["phases"]
+    ids = [f["id"] for f in report["findings"]]
+    print(f"{style}: {report['bottleneck']['summary']}; findings {ids}; phases {phases}; "
+          f"own {own}")
+    samples = report["metrics"]["phase_samples"]
+    for phase in ("eval", "forward"):
+        allowed = share_tolerance(own[phase], samples, 0.08)
+        assert abs(phases[phase] - own[phase]) <= allowed, (phase, phases, own)
+    evaluation = next((f for f in report["findings"] if f["id"] == "evaluation_dominates"), None)
+    assert evaluation is not None, ids
+    assert evaluation["actions"][0].startswith("Validate half as often"), evaluation["actions"]
