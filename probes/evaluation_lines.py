@@ -13,21 +13,26 @@ loop frame's lines and the frames beneath them, for any loop shape:
    that calls a function of the job's own under which forward passes and data
    fetches are seen, and never backward or the optimizer, is an evaluation
    pass over a loader.
-2. **A call that repeats forward passes with gradients off.** The same, where
-   the forward passes run in a loop or comprehension of the callee's own and
-   ``torch.no_grad()``/``torch.inference_mode()`` holds them (a ``with`` block
-   around the call or in the callee, or a decorator): evaluation over tensors
-   or a list already in memory, which fetches nothing.
-3. **A loop of the loop frame's own that runs no backward.** In the loop
-   frame's source, a ``for``/``while`` block holding none of the lines where
-   backward or the optimizer ran in this window, with gradients off and
+2. **A call that repeats forward passes over data with gradients off.** The
+   same, where the forward passes run in a loop or comprehension of the
+   callee's own over data and ``torch.no_grad()``/``torch.inference_mode()``
+   holds them (a ``with`` block around the call or in the callee, or a
+   decorator): evaluation over tensors or a list already in memory, which
+   fetches nothing.
+3. **A loop of the loop frame's own over data that runs no backward.** In the
+   loop frame's source, a ``for`` block over data holding none of the lines
+   where backward or the optimizer ran in this window, with gradients off and
    forward passes beneath it, is an evaluation loop written inline: its data
    waits, forward passes and host syncs are all evaluation.
 
-Gradients off and a loop of their own are both needed where no data is
-fetched: a frozen encoder called every step (``latents = encode(x)`` under
-``no_grad``) repeats nothing, and forward passes in a loop whose outputs feed
-the backward that follows (multi-crop) keep their gradients. Only samples
+Gradients off and a loop of their own over data are all needed where no data
+is fetched: a frozen encoder called every step (``latents = encode(x)`` under
+``no_grad``) repeats nothing; forward passes in a loop whose outputs feed the
+backward that follows (multi-crop) keep their gradients; a reinforcement
+learner's rollout (``for step in range(num_steps):`` stepping its
+environment) and token-by-token generation count, they do not take items from
+data, and fewer of them would change what the job learns, not how often it
+validates. Only samples
 through the job's own code count: the loop's own forward line (``model(x)``,
 torch's frame right beneath the loop) never leads into backward either, and a
 stray sample placed on it must not turn a training loop's forward passes into
@@ -42,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .phases import Frame, PhaseClassifier, RawStack
-from .source_blocks import COMPREHENSIONS, BlockReader
+from .source_blocks import COMPREHENSIONS, BlockReader, iterates_over_data
 
 #: Forward samples a loop line (or an inline loop) needs before it is read as evaluation.
 EVAL_LINE_MIN_SAMPLES = 3
@@ -69,28 +74,32 @@ def _own_frames_beneath(sample: PhasedSample) -> Sequence[Frame]:
     return own
 
 
-def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader) -> bool:
+def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
+                               read: Callable[[str, int], str | None]) -> bool:
     """Whether the job's own frames beneath the loop run in a loop of their own
-    (or a comprehension) with gradients off around the call or in them."""
+    over data (or a comprehension over data) with gradients off around the call
+    or in them."""
     loop = sample.stack.frames[sample.loop_index]
     at_call = blocks(loop.file, loop.line)
     gradients_off = at_call is not None and at_call.gradients_off
     repeats = False
     for frame in _own_frames_beneath(sample):
         if frame.short_function in COMPREHENSIONS:
-            repeats = True
+            text = read(frame.file, frame.line)
+            repeats = repeats or (text is not None and iterates_over_data(text))
             continue
         if frame.short_function == "<lambda>":
             continue  # defined in the loop's body: its lines are the loop's
         found = blocks(frame.file, frame.line)
         if found is not None:
-            repeats = repeats or bool(found.loops)
+            repeats = repeats or bool(found.data_loops)
             gradients_off = gradients_off or found.gradients_off
     return repeats and gradients_off
 
 
 def _evaluation_calls(
-    samples: Sequence[PhasedSample], blocks: BlockReader | None
+    samples: Sequence[PhasedSample], blocks: BlockReader | None,
+    read: Callable[[str, int], str | None] | None,
 ) -> set[int]:
     """Loop lines that call into the job's own evaluation (readings 1 and 2)."""
     by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
@@ -101,8 +110,8 @@ def _evaluation_calls(
             continue
         line = frames[s.loop_index].line
         by_line[line][s.phase] += s.stack.count
-        if (blocks is not None and line not in repeated
-                and _repeats_without_gradients(s, blocks)):
+        if (blocks is not None and read is not None and line not in repeated
+                and _repeats_without_gradients(s, blocks, read)):
             repeated.add(line)
     return {
         line for line, phases in by_line.items()
@@ -138,7 +147,7 @@ def _inline_evaluation_loops(
         line = s.stack.frames[s.loop_index].line
         found = blocks(file, line)
         if (found is not None and found.loops and found.gradients_off
-                and found.loops[0] not in training_loops):
+                and found.loops[0] not in training_loops and found.loops[0] in found.data_loops):
             block_of[line] = found.loops[0]
             by_block[found.loops[0]][s.phase] += s.stack.count
     inline = {
@@ -158,7 +167,7 @@ def mark_evaluation(
     if "eval" not in classifier.phases:
         return
     blocks = BlockReader(source) if source is not None else None
-    calls = _evaluation_calls(samples, blocks)
+    calls = _evaluation_calls(samples, blocks, source)
     inline = _inline_evaluation_loops(samples, blocks) if blocks is not None else set()
     if not calls and not inline:
         return

@@ -7,7 +7,9 @@ that holds it: ``for``/``while`` loops, ``with torch.no_grad():`` and the
 ``def`` it stands in (with the decorators above it, ``@torch.no_grad()``).
 That is enough to tell an evaluation pass written inline from the step it
 sits beside (``evaluation_lines``): forward passes repeated in a loop of their
-own, which runs no backward, with gradients off.
+own over data (``for x, y in val_loader``, not ``for t in range(num_steps)``,
+which is how rollouts and token-by-token generation loop), which runs no
+backward, with gradients off.
 
 Only the lines are read, through the same reader as every other source line
 (``source_lines.SourceLines``), and the scan stops at the enclosing ``def`` or
@@ -33,6 +35,8 @@ _WITH = re.compile(r"^(?:async\s+)?with\b")
 _NO_GRAD = re.compile(r"\b(?:no_grad|inference_mode)\s*\(")
 _DEF = re.compile(r"^(?:async\s+)?def\b")
 _CLASS = re.compile(r"^class\b")
+_FOR_CLAUSE = re.compile(r"\bfor\b.+?\bin\b(.*?)(?=\bfor\b|\bif\b|$)")
+_COUNTER = re.compile(r"\b(?:range|trange|count)\s*\(")
 _COMPOUND = re.compile(
     r"^(?:async\s+)?(?:for|while|with|def|class|if|elif|else|try|except|finally|match|case)\b")
 
@@ -43,12 +47,22 @@ class Blocks:
 
     ``loops``: the line numbers of the loop headers that hold it, innermost
     first; the line itself comes first when it is a loop header.
+    ``data_loops``: those of them whose ``for`` takes its items from anything
+    but ``range``/``count`` (``while`` loops count nothing).
     ``gradients_off``: a ``with torch.no_grad()`` / ``torch.inference_mode()``
     block holds it, or its function is decorated with one.
     """
 
     loops: tuple[int, ...]
     gradients_off: bool
+    #: The loops of ``loops`` that iterate over data, not over a counter.
+    data_loops: frozenset[int] = frozenset()
+
+
+def iterates_over_data(code: str) -> bool:
+    """Whether a ``for`` statement or comprehension takes its items from data:
+    ``for a, b in val``, ``enumerate(loader)``, not ``range(n)`` or ``count()``."""
+    return any(not _COUNTER.search(iterable) for iterable in _FOR_CLAUSE.findall(code))
 
 
 def _code(text: str) -> str:
@@ -82,6 +96,7 @@ def enclosing_blocks(read: LineReader, file: str, line: int) -> Blocks | None:
         return None
     own = _code(text).strip()
     loops: list[int] = [line] if _LOOP.match(own) else []
+    data_loops = {line} if loops and iterates_over_data(own) else set()
     gradients_off = bool(_WITH.match(own) and _NO_GRAD.search(own))
     indent = _indent(text)
     n = line - 1
@@ -94,6 +109,8 @@ def enclosing_blocks(read: LineReader, file: str, line: int) -> Blocks | None:
             indent = _indent(above)
             if _LOOP.match(code):
                 loops.append(n)
+                if iterates_over_data(code):
+                    data_loops.add(n)
             elif _WITH.match(code) and _NO_GRAD.search(code):
                 gradients_off = True
             elif _DEF.match(code):
@@ -102,7 +119,7 @@ def enclosing_blocks(read: LineReader, file: str, line: int) -> Blocks | None:
             elif _CLASS.match(code):
                 break
         n -= 1
-    return Blocks(tuple(loops), gradients_off)
+    return Blocks(tuple(loops), gradients_off, frozenset(data_loops))
 
 
 class BlockReader:

@@ -89,6 +89,29 @@ def embed_views(model, crops):
     return sum(o.sum() for o in outs)
 """
 
+ROLLOUT = """\
+import torch
+for iteration in range(1000):
+    for step in range(128):
+        with torch.no_grad():
+            action, value = agent(obs)
+        obs = env.step(action)
+    for epoch in range(4):
+        loss = agent.loss(obs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if iteration % 10 == 0:
+        sample = generate(agent, 64)
+
+@torch.no_grad()
+def generate(model, n):
+    out = []
+    for _ in range(n):
+        out.append(model(out))
+    return out
+"""
+
 SERVER = """\
 import torch
 def serve(model, requests):
@@ -147,6 +170,7 @@ def test_the_blocks_around_a_line_are_its_loops_and_gradient_mode(tmp_path: Path
     per_epoch = str(write(tmp_path, "epochs.py", PER_EPOCH))
     val = enclosing_blocks(read_line, per_epoch, 14)
     assert val is not None and val.loops == (13, 3) and val.gradients_off
+    assert val.data_loops == {13}  # the epoch loop counts
     header = enclosing_blocks(read_line, per_epoch, 13)  # the header is its own loop
     assert header is not None and header.loops == (13, 3)
     helpers = str(write(tmp_path, "helpers.py", HELPERS))
@@ -218,6 +242,38 @@ def test_a_helper_that_loops_with_gradients_off_evaluates_but_a_frozen_encoder_d
     # with gradients on (its outputs feed the backward): both are the step's.
     assert counts["eval"] == 30
     assert counts["forward"] == 45
+
+
+def test_a_rollout_or_generation_counting_steps_is_not_evaluation(
+    classifier: PhaseClassifier, tmp_path: Path
+) -> None:
+    script = write(tmp_path, "ppo.py", ROLLOUT)
+    loop = f"<module> ({script}:{{}})"
+    text = raw(
+        (forward(loop.format(5)), 40),
+        (f"{loop.format(6)};step (/job/env.py:30)", 20),
+        (forward(loop.format(8)), 10),
+        (backward(loop.format(10)), 15),
+        (optimizer(loop.format(11)), 5),
+        (forward(f"{loop.format(13)};generate ({script}:19)"), 20),
+    )
+    counts = read(classifier, text)
+    # Both loop over a counter, not over data: fewer rollouts or samples would
+    # change what the job learns, not how often it validates.
+    assert counts["eval"] == 0
+    assert counts["forward"] == 70
+
+
+def test_which_loops_take_their_items_from_data() -> None:
+    from aitop.probes.source_blocks import iterates_over_data
+
+    assert iterates_over_data("for x, y in val_loader:")
+    assert iterates_over_data("for i, (x, y) in enumerate(tqdm(loader)):")
+    assert iterates_over_data("vl = sum(f(model(a), b).item() for a, b in val)")
+    assert not iterates_over_data("for step in range(0, args.num_steps):")
+    assert not iterates_over_data("for _ in trange(n):")
+    assert not iterates_over_data("for i in itertools.count():")
+    assert not iterates_over_data("while not done:")
 
 
 def test_a_server_looping_over_its_requests_is_not_evaluation(
