@@ -32,22 +32,25 @@ backward that follows (multi-crop) keep their gradients; a reinforcement
 learner's rollout (``for step in range(num_steps):`` stepping its
 environment) and token-by-token generation count, they do not take items from
 data, and fewer of them would change what the job learns, not how often it
-validates. Only samples
-through the job's own code count: the loop's own forward line (``model(x)``,
-torch's frame right beneath the loop) never leads into backward either, and a
-stray sample placed on it must not turn a training loop's forward passes into
-evaluation. A window with no backward at all cannot tell an evaluation pass
-from a server; the metrics do, over a longer look back (``forward_only``).
+validates.
+
+Readings 1 and 2 count only samples through the job's own code: the loop's own
+forward line (``model(x)``, torch's frame right beneath the loop) never leads
+into backward either, and a stray sample placed on it must not turn a training
+loop's forward passes into evaluation. A window with no backward at all cannot
+tell an evaluation pass from a server; the metrics do, over a longer look back
+(``forward_only``).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from .phases import Frame, PhaseClassifier, RawStack
 from .source_blocks import COMPREHENSIONS, BlockReader, iterates_over_data
+from .source_lines import SourceReader
 
 #: Forward samples a loop line (or an inline loop) needs before it is read as evaluation.
 EVAL_LINE_MIN_SAMPLES = 3
@@ -75,7 +78,7 @@ def _own_frames_beneath(sample: PhasedSample) -> Sequence[Frame]:
 
 
 def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
-                               read: Callable[[str, int], str | None]) -> bool:
+                               read: SourceReader) -> bool:
     """Whether the job's own frames beneath the loop run in a loop of their own
     over data (or a comprehension over data) with gradients off around the call
     or in them."""
@@ -99,7 +102,7 @@ def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
 
 def _evaluation_calls(
     samples: Sequence[PhasedSample], blocks: BlockReader | None,
-    read: Callable[[str, int], str | None] | None,
+    read: SourceReader | None,
 ) -> set[int]:
     """Loop lines that call into the job's own evaluation (readings 1 and 2)."""
     by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
@@ -161,7 +164,7 @@ def _inline_evaluation_loops(
 def mark_evaluation(
     samples: Sequence[PhasedSample],
     classifier: PhaseClassifier,
-    source: Callable[[str, int], str | None] | None,
+    source: SourceReader | None,
 ) -> None:
     """Turn the samples of the job's own evaluation passes into phase ``eval``."""
     if "eval" not in classifier.phases:

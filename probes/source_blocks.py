@@ -19,11 +19,10 @@ Only the lines are read, through the same reader as every other source line
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Reads line ``n`` of a file in the target, or None (``stack_window.SourceReader``).
-LineReader = Callable[[str, int], "str | None"]
+from .source_lines import SourceReader
+
 #: Lines above a frame's line that are read at most (a long module-level script
 #: still finds its loop; a generated file is not read to its top).
 MAX_SCAN_LINES = 400
@@ -54,9 +53,8 @@ class Blocks:
     """
 
     loops: tuple[int, ...]
+    data_loops: frozenset[int]
     gradients_off: bool
-    #: The loops of ``loops`` that iterate over data, not over a counter.
-    data_loops: frozenset[int] = frozenset()
 
 
 def iterates_over_data(code: str) -> bool:
@@ -73,7 +71,7 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip(" \t"))
 
 
-def _decorated_without_gradients(read: LineReader, file: str, def_line: int) -> bool:
+def _decorated_without_gradients(read: SourceReader, file: str, def_line: int) -> bool:
     """Whether the decorators right above a ``def`` turn gradients off."""
     n = def_line - 1
     while n >= 1:
@@ -89,7 +87,7 @@ def _decorated_without_gradients(read: LineReader, file: str, def_line: int) -> 
     return False
 
 
-def enclosing_blocks(read: LineReader, file: str, line: int) -> Blocks | None:
+def enclosing_blocks(read: SourceReader, file: str, line: int) -> Blocks | None:
     """The loops and gradient mode around ``line`` of ``file``; None if unreadable."""
     text = read(file, line)
     if text is None:
@@ -119,13 +117,13 @@ def enclosing_blocks(read: LineReader, file: str, line: int) -> Blocks | None:
             elif _CLASS.match(code):
                 break
         n -= 1
-    return Blocks(tuple(loops), gradients_off, frozenset(data_loops))
+    return Blocks(tuple(loops), frozenset(data_loops), gradients_off)
 
 
 class BlockReader:
     """``enclosing_blocks`` with each (file, line) read once per window."""
 
-    def __init__(self, read: LineReader) -> None:
+    def __init__(self, read: SourceReader) -> None:
         self._read = read
         self._seen: dict[tuple[str, int], Blocks | None] = {}
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 
 from .kernel.process_files import in_root, read_bounded
 from .kernel.procfs import PROC
 
+#: Reads line ``n`` (1-based) of a file in the target, or None (``SourceLines.line``).
+SourceReader = Callable[[str, int], "str | None"]
 #: Larger files are not read (a generated module, not a training script).
 MAX_FILE_BYTES = 2_000_000
 #: Files whose lines are kept in memory at once.

@@ -39,13 +39,18 @@ for any loop shape, from the stacks alone:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .evaluation_lines import mark_evaluation
 from .phases import OTHER, Frame, PhaseClassifier, RawStack, StackReading, in_job_code
 from .samples import HotFrame, StackWindow, StepCycles, ThreadActivity
-from .source_lines import is_durable_write_line, is_fetch_line, is_host_sync_line
+from .source_lines import (
+    SourceReader,
+    is_durable_write_line,
+    is_fetch_line,
+    is_host_sync_line,
+)
 from .step_anatomy import step_shapes
 from .step_cycles import CycleCounter
 
@@ -64,8 +69,6 @@ STEP_COMPUTE_PHASES = frozenset({"forward", "backward", "optimizer"})
 STEP_PHASES = frozenset({"data_wait", "forward", "backward", "optimizer"})
 #: A frame is the loop frame when it is an ancestor of this share of step samples.
 LOOP_COVERAGE = 0.9
-#: Reads line ``n`` of a file in the target (see :class:`source_lines.SourceLines`).
-SourceReader = Callable[[str, int], "str | None"]
 #: A dataset's item methods: torch ops beneath them make samples, not a step.
 DATASET_ITEM_FUNCTIONS = frozenset({"__getitem__", "__getitems__"})
 
