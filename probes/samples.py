@@ -372,6 +372,10 @@ class StepCounterSample:
     #: Read right after the reading before it, to bound how fast the count
     #: moves between two readings (``probes.step_sources``, the workers' index).
     paired: bool = False
+    #: The workers' index: the dataset their ``_worker_loop`` loads, as py-spy
+    #: shows it (``<Images at 0x7f..>``), one per DataLoader; several, joined
+    #: with ", ", where workers of several loaders were fetching at once.
+    loader: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,10 @@ Four sources count steps without instrumenting the job, in this order:
 2. **The job's log** (``probes.job_log``): the step it prints, stamped with the
    write, read from its file or from the file its pipe's reader writes.
 3. **The DataLoader workers' batch index**: it counts batches fetched, runs
-   ahead by the prefetch depth and restarts each epoch. It is shown only where
-   it agrees with the log or the stacks, or, with neither, where its own
+   ahead by the prefetch depth and restarts each epoch. It is never shown where
+   the workers of more than one loader counted (a training and an evaluation
+   loader: each worker says which dataset it loads); otherwise only where it
+   agrees with the log or the stacks, or, with neither, where its own
    readings hold together: each tick reads it twice a moment apart, and if the
    index moves much faster between those than from one tick to the next, the
    epochs turn over between ticks (the count is seen modulo the epoch's length)
@@ -119,9 +121,33 @@ def _counter_too_fast(loop: Sequence[StepCounterSample], counted: float,
             f"of {what}: not a step count")
 
 
+def loaders_in_turn(readings: Sequence[StepCounterSample]) -> list[str] | None:
+    """The datasets the workers' readings came from, where workers of more than
+    one DataLoader counted: several fetching at once, or one loader's seen again
+    after another's (a training loader, then an evaluation loader, then the
+    training loader's next epoch). None where one loader, or one after another
+    and never back (a new dataset each epoch), gave them all."""
+    order: list[str] = []
+    for reading in readings:
+        if reading.loader is None:
+            continue
+        names = reading.loader.split(", ")
+        if len(names) > 1:
+            return sorted({*order, *names})
+        if order and order[-1] != names[0] and names[0] in order:
+            return sorted(set(order))
+        if not order or order[-1] != names[0]:
+            order.append(names[0])
+    return None
+
+
 def workers_problem(readings: Sequence[StepCounterSample], rate: float,
                     rates: Mapping[str, float | None]) -> str | None:
     """Why the workers' index is not shown, or None where it holds."""
+    if loaders := loaders_in_turn(readings):
+        return (f"its workers load {len(loaders)} datasets in turn ({', '.join(loaders)}): "
+                "the index counts each loader's batches (training and evaluation alike), "
+                "not the steps")
     ref = _reference(rates)
     if ref is not None:
         source, other = ref

@@ -52,6 +52,7 @@ __all__ = [
     "find_thread",
     "parse_int_repr",
     "read_counter",
+    "read_worker_dataset",
     "read_worker_index",
     "step_rates",
     "steps_per_second",
@@ -140,8 +141,21 @@ def read_counter_frame(
 #: The worker frame and the local that numbers the batches it fetches.
 WORKER_FRAME = "_worker_loop"
 WORKER_INDEX = "idx"
+#: The worker frame's argument that names the dataset it loads.
+WORKER_DATASET = "dataset"
 #: The counter name a reading from DataLoader workers carries.
 WORKER_COUNTER = "worker batch index"
+
+
+def _worker_locals(dump: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The locals (arguments included) of a DataLoader worker's ``_worker_loop``
+    frame, by name; None if the dump holds no such frame."""
+    for thread in dump:
+        for frame in thread.get("frames") or []:
+            if str(frame.get("name", "")).rsplit(".", 1)[-1] == WORKER_FRAME:
+                return {str(local.get("name")): local.get("repr")
+                        for local in frame.get("locals") or []}
+    return None
 
 
 def read_worker_index(dump: Sequence[dict[str, Any]]) -> int | None:
@@ -150,14 +164,21 @@ def read_worker_index(dump: Sequence[dict[str, Any]]) -> int | None:
     torch deletes ``idx`` after sending each batch, so a worker parked on its
     index queue has none: the caller reads every worker and keeps the highest.
     """
-    for thread in dump:
-        for frame in thread.get("frames") or []:
-            if str(frame.get("name", "")).rsplit(".", 1)[-1] != WORKER_FRAME:
-                continue
-            for local in frame.get("locals") or []:
-                if local.get("name") == WORKER_INDEX:
-                    return parse_int_repr(local.get("repr"))
-    return None
+    found = _worker_locals(dump)
+    return parse_int_repr(found.get(WORKER_INDEX)) if found else None
+
+
+def read_worker_dataset(dump: Sequence[dict[str, Any]]) -> str | None:
+    """The dataset a DataLoader worker loads, as py-spy shows the object
+    (``<Images at 0x7f3a..>``: its class and address, never its contents).
+
+    Workers forked for one loader share its dataset's address; a job's
+    training and evaluation loaders have one each, and the batch index each
+    worker counts is its own loader's.
+    """
+    found = _worker_locals(dump)
+    value = found.get(WORKER_DATASET) if found else None
+    return str(value) if value is not None else None
 
 
 #: A loop counter that moves this many steps or fewer between readings is slow:
@@ -270,21 +291,27 @@ class StepProbe:
                        paired: bool = False) -> StepCounterSample | None:
         """One reading of every worker: the highest index, stamped when it was read."""
         found: list[tuple[int, float]] = []
+        loaders: set[str] = set()
         for pid in worker_pids:
-            value = self._one_worker_index(pid)
-            if value is not None:
-                found.append((value, time.time()))
+            read = self._one_worker_index(pid)
+            if read is not None:
+                found.append((read[0], time.time()))
+                loaders.update([read[1]] if read[1] else [])
         if not found:
             return None
         value, t = max(found)
         return StepCounterSample(t, WORKER_COUNTER, value, frame=WORKER_FRAME_LABEL,
-                                 source=WORKER_SOURCE, paired=paired)
-    def _one_worker_index(self, pid: int) -> int | None:
+                                 source=WORKER_SOURCE, paired=paired,
+                                 loader=", ".join(sorted(loaders)) or None)
+
+    def _one_worker_index(self, pid: int) -> tuple[int, str | None] | None:
+        """The batch index one worker is fetching, and the dataset it loads."""
         try:
             dump = json.loads(run_dump(self.binary, pid, locals_=True))
         except (PySpyError, json.JSONDecodeError):
             return None  # a worker that just exited or restarted; the others count
-        return read_worker_index(dump)
+        value = read_worker_index(dump)
+        return None if value is None else (value, read_worker_dataset(dump))
 
     def _loop_counter(self, loop_frame: str | None, thread_id: str | None,
                       compiling: bool = False) -> StepCounterSample:

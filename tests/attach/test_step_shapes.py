@@ -88,6 +88,32 @@ def test_steps_per_second_of_a_loop_within_a_tenth_of_its_own(
     assert got == pytest.approx(truth, rel=TOLERANCE), steps
 
 
+def test_the_workers_index_of_a_training_and_a_validation_loader_is_no_step_count(
+        tmp_path: Path) -> None:
+    """``for x, y in loader:`` with 2 workers, and after each 120-batch epoch 80
+    batches of validation from a second loader with 2 workers of its own: the
+    workers' index counts both loaders' batches, so it is set aside (it read the
+    validation's batches as steps), and steps/s comes from elsewhere or stays unknown."""
+    run = start(Shape("validated", "noindex_loader.py",
+                      ("--workers", "2", "--batches", "120", "--val-batches", "80",
+                       "--read-ms", "3")), tmp_path)
+    try:
+        report = aitop_report(run.job.pid, 20)
+    finally:
+        run.stop()
+    steps = report["steps_source"] or {}
+    tried = dict(line.split(": ", 1) for line in steps.get("tried") or [])
+    print(f"| validated | steps/s {report['steps_per_s']} from {steps.get('source')} | "
+          f"{tried} |")
+    assert steps.get("source") != "workers", steps
+    workers = tried["DataLoader workers' batch index"]
+    assert workers.startswith("set aside: its workers load 2 datasets in turn (<Features at "), \
+        workers
+    if report["steps_per_s"] is not None:
+        truth = true_rate(run.truth, *report["steps_span"])
+        assert report["steps_per_s"] == pytest.approx(truth, rel=TOLERANCE), steps
+
+
 def test_a_loop_with_no_source_says_why_for_each(tmp_path: Path) -> None:
     """``for x, y in loader:`` with no workers, ~30 steps/s, output to /dev/null:
     no counter, no log, no workers' index, steps too fast for the samples."""

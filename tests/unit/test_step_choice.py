@@ -8,6 +8,7 @@ batches, the stack windows' step cycles.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -35,6 +36,13 @@ def worker_readings(rate: float, epoch: int, seconds: float = 16.0, tick_s: floa
     return out
 
 
+def from_loaders(readings: list[StepCounterSample], *loaders: str) -> list[StepCounterSample]:
+    """The readings as if each came from the workers of ``loaders[k]``, k in turn
+    every ``len(readings) // len(loaders)`` readings."""
+    size = -(-len(readings) // len(loaders))
+    return [dataclasses.replace(r, loader=loaders[i // size]) for i, r in enumerate(readings)]
+
+
 def cycle_readings(rate: float, windows: int = 3) -> list[StepCounterSample]:
     out = []
     for k in range(windows):
@@ -60,6 +68,32 @@ def test_an_epoch_that_turns_over_between_ticks_sets_the_index_aside() -> None:
     assert workers.startswith("DataLoader workers' batch index: set aside: moves ")
     assert "turn over between readings" in workers
     assert chosen.tried[0] == "loop counter: not read"
+
+
+def test_workers_of_a_training_and_an_evaluation_loader_count_no_steps() -> None:
+    """The training loader's workers, then the validation loader's, then the
+    training loader's again: each counts its own loader's batches."""
+    readings = from_loaders(worker_readings(19.0, epoch=400), "<Train at 0x1>", "<Val at 0x2>",
+                            "<Train at 0x1>")
+    chosen = choose_step_readings(readings)
+    assert chosen.source is None, chosen
+    assert chosen.tried[2] == (
+        "DataLoader workers' batch index: set aside: its workers load 2 datasets in turn "
+        "(<Train at 0x1>, <Val at 0x2>): the index counts each loader's batches (training "
+        "and evaluation alike), not the steps")
+    # Workers of both fetching at once say so in one reading.
+    both = from_loaders(worker_readings(19.0, epoch=400), "<Train at 0x1>, <Val at 0x2>")
+    assert choose_step_readings(both).source is None
+
+
+def test_a_new_dataset_each_epoch_still_counts() -> None:
+    """A loader built anew each epoch over a new dataset object: one loader after
+    another, never back to an earlier one."""
+    readings = from_loaders(worker_readings(19.0, epoch=400), "<Shard at 0x1>", "<Shard at 0x2>",
+                            "<Shard at 0x3>")
+    chosen = choose_step_readings(readings)
+    assert chosen.source == "workers", chosen.tried
+    assert steps_per_second(chosen.readings) == pytest.approx(19.0, rel=0.10)
 
 
 def test_the_index_is_checked_against_the_cycles_when_there_are_some() -> None:

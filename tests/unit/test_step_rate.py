@@ -11,11 +11,19 @@ import pytest
 from aitop.probes import step_rate
 from aitop.probes.samples import StepCounterSample
 from aitop.probes.step_rate import epochs_pass_unseen
-from aitop.probes.steps import WORKER_COUNTER, read_counter, read_worker_index, steps_per_second
+from aitop.probes.steps import (
+    WORKER_COUNTER,
+    read_counter,
+    read_worker_dataset,
+    read_worker_index,
+    steps_per_second,
+)
 
 
-def worker_dump(idx: int | None) -> list[dict[str, object]]:
+def worker_dump(idx: int | None, dataset: str = "<Images at 0x7f0a1c2b3d40>"
+                ) -> list[dict[str, object]]:
     local = [{"name": "idx", "repr": str(idx)}] if idx is not None else []
+    local.append({"name": "dataset", "repr": dataset})
     return [{
         "os_thread_id": 77, "thread_name": "MainThread",
         "frames": [
@@ -31,6 +39,9 @@ def test_worker_batch_index_is_read_while_the_worker_fetches() -> None:
     assert read_worker_index(worker_dump(1234)) == 1234
     # torch deletes idx after sending the batch: a parked worker has none.
     assert read_worker_index(worker_dump(None)) is None
+    # Which loader's batches it counts: the dataset its _worker_loop loads.
+    assert read_worker_dataset(worker_dump(7, "<Subset at 0x7f11>")) == "<Subset at 0x7f11>"
+    assert read_worker_dataset([{"frames": [{"name": "train", "locals": []}]}]) is None
 
 
 def test_loop_counter_matches_the_frame_label_with_full_paths() -> None:

@@ -4,7 +4,9 @@ Epochs run until the deadline; ``--workers`` DataLoader workers (none: batches
 are built in the loop's own process), ``--batches`` batches an epoch (a short
 epoch makes the DataLoader start a new iterator often), ``--no-persistent``
 workers that start afresh each epoch (the DataLoader's default), ``--read-ms``
-of storage wait per sample (the workers then fetch all the time).
+of storage wait per sample (the workers then fetch all the time),
+``--val-batches`` batches of validation after each epoch, from a second
+DataLoader with as many workers (under ``no_grad``, not counted as steps).
 Ground truth (steps and their times) goes to the file named by ``--truth``.
 """
 
@@ -40,7 +42,8 @@ class Features(Dataset):
         return torch.randn(128), torch.randn(16)
 
 
-def train(loader: DataLoader, truth: Truth, deadline: float) -> None:
+def train(loader: DataLoader, truth: Truth, deadline: float,
+          val_loader: DataLoader | None = None) -> None:
     model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 16))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
@@ -53,6 +56,10 @@ def train(loader: DataLoader, truth: Truth, deadline: float) -> None:
             truth.steps += 1
             truth.maybe_write()
             time.sleep(0.03)
+        if val_loader is not None:
+            with torch.no_grad():
+                for x, y in val_loader:
+                    loss_fn(model(x), y)
 
 
 if __name__ == "__main__":
@@ -64,12 +71,17 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--no-persistent", action="store_true")
     parser.add_argument("--read-ms", type=float, default=0.0)
+    parser.add_argument("--val-batches", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     loader = DataLoader(Features(args.batches * args.batch_size, args.read_ms / 1000),
                         batch_size=args.batch_size,
                         shuffle=True, num_workers=args.workers,
                         persistent_workers=args.workers > 0 and not args.no_persistent)
+    val_loader = DataLoader(Features(args.val_batches * args.batch_size, args.read_ms / 1000),
+                            batch_size=args.batch_size, num_workers=args.workers,
+                            persistent_workers=args.workers > 0 and not args.no_persistent
+                            ) if args.val_batches else None
     truth = Truth(args.truth)
-    train(loader, truth, time.time() + args.duration)
+    train(loader, truth, time.time() + args.duration, val_loader)
     truth.maybe_write(force=True)
