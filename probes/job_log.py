@@ -200,11 +200,24 @@ class _Shape:
 
 @dataclass(frozen=True, slots=True)
 class StepLine:
-    """Where a log's step count is: the shape, which integer, and its label."""
+    """Where a log's step count is: the shape, which integer, and its label.
+
+    ``lap``: for an ``n/N`` progress that starts again each epoch, the slot of
+    the epoch the same line prints (``Epoch 3:  45%|...| 72/160``); the count is
+    then ``epoch * N + n``, which carries on across epochs: a bar read at 160/160
+    and again at the next epoch's 160/160 is a whole epoch on, not none.
+    """
 
     shape: str
     slot: int
     label: str
+    lap: int | None = None
+
+    @property
+    def name(self) -> str:
+        """What its readings are called."""
+        return (f"epoch x N + {self.label} (job log)" if self.lap is not None
+                else f"{self.label} (job log)")
 
 
 class StepLineFinder:
@@ -235,7 +248,7 @@ class StepLineFinder:
     def step_line(self) -> StepLine | None:
         """The best-labelled rising integer over every shape seen, if any; among
         equals, the one in the shape written last (a log that changed format)."""
-        best: tuple[tuple[int, int], StepLine] | None = None
+        best: tuple[tuple[int, bool, int], StepLine] | None = None
         for recency, (shape, entry) in enumerate(self._shapes.items()):
             if len(entry.lines) < MIN_LINES:
                 continue
@@ -249,14 +262,25 @@ class StepLineFinder:
                 score = 2 if label in STEP_WORDS else 1 if progress else 0
                 if score == 0:
                     continue
-                key = (score, recency)
+                lap = _epoch_slot(shape, slot) if progress else None
+                key = (score, lap is not None, recency)
                 if best is None or key > best[0]:
-                    best = (key, StepLine(shape, slot, label or "step"))
+                    best = (key, StepLine(shape, slot, label or "step", lap))
         return best[1] if best else None
 
     def newest(self, where: StepLine) -> int | None:
         entry = self._shapes.get(where.shape)
-        return entry.lines[-1][where.slot] if entry and entry.lines else None
+        if not entry or not entry.lines:
+            return None
+        values = entry.lines[-1]
+        if where.lap is None:
+            return values[where.slot]
+        return values[where.lap] * values[where.slot + 1] + values[where.slot]
+
+
+def _epoch_slot(shape: str, slot: int) -> int | None:
+    """The slot of an integer labelled ``epoch`` before ``slot`` in ``shape``, if any."""
+    return next((k for k in range(slot) if _label(shape, k)[0] in ("epoch", "epochs")), None)
 
 
 def _rises(values: Sequence[int]) -> int | None:
@@ -399,8 +423,7 @@ class JobLog:
         if value is None:
             return None
         self._stamped = mtime
-        return StepCounterSample(mtime, f"{where.label} (job log)", value,
-                                 frame=self.name, source=LOG_SOURCE)
+        return StepCounterSample(mtime, where.name, value, frame=self.name, source=LOG_SOURCE)
 
     def take_events(self) -> list[LogEvent]:
         """The events the reads since the last call found, oldest first."""

@@ -284,7 +284,10 @@ class Session:
             steps, windows = self.steps.items(), self.stacks.items()
         else:
             steps, windows = self.steps.window(lo, hi), self.stacks.window(lo, hi)
-        return choose_step_readings([*steps, *cycle_readings(windows)])
+        read = [w for w in windows if w.error is None]
+        total = sum(w.total_samples for w in read)
+        evaluating = sum(w.phase_counts.get("eval", 0) for w in read) / total if total else 0.0
+        return choose_step_readings([*steps, *cycle_readings(windows)], evaluating)
 
     def probe_text(self, name: str, default: str) -> str:
         """A probe's status as a person reads it, or ``default`` before it has one."""

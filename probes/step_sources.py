@@ -15,11 +15,13 @@ Four sources count steps without instrumenting the job, in this order:
    ahead by the prefetch depth and restarts each epoch. It is never shown where
    the workers of more than one loader counted (a training and an evaluation
    loader: each worker says which dataset it loads); otherwise only where it
-   agrees with the log or the stacks, or, with neither, where its own
-   readings hold together: each tick reads it twice a moment apart, and if the
-   index moves much faster between those than from one tick to the next, the
-   epochs turn over between ticks (the count is seen modulo the epoch's length)
-   and the differencing cannot be trusted.
+   agrees with the log or the stacks, or, with neither, where the job spends
+   little time evaluating (an evaluation loader's workers fetch while the
+   training loader's sit on full queues) and its own readings hold together:
+   each tick reads it twice a moment apart, and if the index moves much faster
+   between those than from one tick to the next, the epochs turn over between
+   ticks (the count is seen modulo the epoch's length) and the differencing
+   cannot be trusted.
 4. **Step cycles** (``probes.step_cycles``): counted from the order of stack
    samples, only where 10 Hz sampling resolves every cycle (slow steps).
 """
@@ -56,6 +58,11 @@ AGREE = 1.25
 TURNOVER = 1.6
 #: Paired readings needed to judge the workers' index by itself.
 MIN_PAIRS = 2
+#: The share of the training thread's samples in evaluation from which the
+#: workers' index, with no log or cycles to agree with, is no step count: an
+#: evaluation pass's own loader keeps its workers fetching while the training
+#: loader's sit on full queues, so the index read is mostly the evaluation's.
+EVALUATING_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +149,9 @@ def loaders_in_turn(readings: Sequence[StepCounterSample]) -> list[str] | None:
 
 
 def workers_problem(readings: Sequence[StepCounterSample], rate: float,
-                    rates: Mapping[str, float | None]) -> str | None:
-    """Why the workers' index is not shown, or None where it holds."""
+                    rates: Mapping[str, float | None], evaluating: float = 0.0) -> str | None:
+    """Why the workers' index is not shown, or None where it holds; ``evaluating``:
+    the share of the training thread's samples in evaluation meanwhile."""
     if loaders := loaders_in_turn(readings):
         return (f"its workers load {len(loaders)} datasets in turn ({', '.join(loaders)}): "
                 "the index counts each loader's batches (training and evaluation alike), "
@@ -154,6 +162,10 @@ def workers_problem(readings: Sequence[StepCounterSample], rate: float,
         if _agree(rate, other):
             return None
         return f"read {rate:.3g}/s where the {LABELS[source]} give {other:.3g}/s"
+    if evaluating >= EVALUATING_SHARE:
+        return (f"the job evaluates {evaluating:.0%} of the time, and an evaluation loader's "
+                "workers fetch while the training loader's wait on full queues: the index "
+                "read is the evaluation's as much as the steps'")
     intervals = counter_increments(readings)
     paired = [(p, c, n) for p, c, n in intervals if c.paired]
     across = [(p, c, n) for p, c, n in intervals if not c.paired]
@@ -170,8 +182,11 @@ def workers_problem(readings: Sequence[StepCounterSample], rate: float,
     return None
 
 
-def choose_step_readings(readings: Sequence[StepCounterSample]) -> StepReadings:
-    """The best source's readings, and why each other source did not serve."""
+def choose_step_readings(readings: Sequence[StepCounterSample],
+                         evaluating: float = 0.0) -> StepReadings:
+    """The best source's readings, and why each other source did not serve;
+    ``evaluating``: the share of the training thread's samples in evaluation
+    over the readings' time (``workers_problem``)."""
     by = split_sources(readings)
     rates: dict[str, float | None] = {s: steps_per_second(by[s]) for s in SOURCES}
     why: dict[str, str] = {}
@@ -182,7 +197,8 @@ def choose_step_readings(readings: Sequence[StepCounterSample]) -> StepReadings:
     if counted is not None and (rejected := _counter_too_fast(by[LOOP], counted, by, rates)):
         why[LOOP], rates[LOOP] = f"set aside: {rejected}", None
     workers = rates[WORKERS]
-    if workers is not None and (problem := workers_problem(by[WORKERS], workers, rates)):
+    if workers is not None and (problem := workers_problem(by[WORKERS], workers, rates,
+                                                            evaluating)):
         why[WORKERS], rates[WORKERS] = f"set aside: {problem}", None
     chosen = next((s for s in SOURCES if rates[s] is not None), None)
     tried = tuple(

@@ -75,7 +75,7 @@ def test_a_counter_that_strides_is_set_aside_for_the_printed_step(tmp_path: Path
     report = report_then_stop(job, "--export", str(session))
     source = report["steps_source"]
     print(f"steps/s {report['steps_per_s']}; {source['rejected']}")
-    assert source["counter"] == "batches (job log)"
+    assert source["counter"] == "epoch x N + batches (job log)"  # its batches restart each epoch
     assert source["rejected"] is not None and source["rejected"].startswith("`i` advanced")
     # `i` steps by 35 a batch. Its rate is checked against the job's own over the
     # counter's readings, not against the log's rate over the log's: the two spans

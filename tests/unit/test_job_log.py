@@ -52,7 +52,8 @@ def step_line(lines: list[str]) -> tuple[str, int] | None:
 
 @pytest.mark.parametrize(("lines", "expected"), [
     (NANOGPT, ("iter", 90)),
-    (WORD_LM, ("batches", 1000)),
+    # Its batch count starts again each epoch: the epoch it prints carries it on.
+    (WORD_LM, ("batches", 1 * 2983 + 1000)),
     (TQDM, ("it", 450)),
     # Ticks that rise with the steps but count something else stay out.
     ([f"step {i} tokens {i * 4096} lr 3e-4" for i in range(1, 8)], ("step", 7)),
@@ -114,6 +115,40 @@ def test_a_progress_bar_rewritten_with_carriage_returns_is_read(tmp_path: Path) 
     log.write_text("\r".join(TQDM) + "\r")
     reading = JobLog(log, str(log)).read()
     assert reading is not None and reading.value == 450
+
+
+def bar(epoch: int, n: int, total: int = 160) -> str:
+    """A tqdm bar's line as a custom loop's ``tqdm(loader, desc=f"epoch {epoch}")`` writes it."""
+    return (f"epoch {epoch}:  {100 * n // total}%|{'█' * (10 * n // total):10s}| {n}/{total} "
+            f"[00:03<00:03, 21.5it/s, loss=2.303]")
+
+
+def test_a_bar_that_starts_again_each_epoch_counts_on_across_epochs(tmp_path: Path) -> None:
+    """Read as an unseen Trainer.fit() was: during each epoch's validation the bar
+    stands at 160/160, so two reads a validation apart saw 160 and 160 with a whole
+    epoch between them, and ``n`` alone read no steps there."""
+    log = tmp_path / "stderr.log"
+    reader = JobLog(log, str(log))
+    readings = []
+    # 24 training batches/s, 160 an epoch (6.67 s), then 3.5 s of validation.
+    shown = (3, 0)
+    for t, (epoch, n) in ((1000.0, (3, 160)), (1010.2, (4, 160)), (1013.6, (5, 33)),
+                          (1016.8, (5, 110))):
+        # Every bar since the last read, each epoch's from 0, a refresh every 8 steps.
+        written = [bar(e, k) for e in range(shown[0], epoch + 1)
+                   for k in range(shown[1] if e == shown[0] else 0,
+                                  (n if e == epoch else 160) + 1, 8)]
+        shown = (epoch, n)
+        with log.open("a") as fh:
+            fh.write("\r".join([*written, bar(epoch, n)]) + "\r")
+        os.utime(log, (t, t))
+        reading = reader.read()
+        assert reading is not None
+        readings.append(reading)
+    assert [r.value for r in readings] == [4 * 160, 5 * 160, 5 * 160 + 33, 5 * 160 + 110]
+    assert readings[0].name == "epoch x N + it (job log)"
+    # 270 training steps in 16.8 s (validation included: steps per second of the job).
+    assert steps_per_second(readings) == pytest.approx(270 / 16.8, rel=0.01)
 
 
 def test_a_log_cut_short_by_rotation_is_read_again_from_its_start(tmp_path: Path) -> None:

@@ -86,6 +86,35 @@ def test_workers_of_a_training_and_an_evaluation_loader_count_no_steps() -> None
     assert choose_step_readings(both).source is None
 
 
+def test_a_job_that_evaluates_has_no_step_count_from_its_workers_alone() -> None:
+    """Workers of one dataset seen (the evaluation loader's: the training loader's
+    sit on full queues while the step runs), in a job that evaluates 30 % of the
+    time: the index is set aside unless the log or the cycles agree with it."""
+    readings = from_loaders(worker_readings(19.0, epoch=400), "<Images at 0x2>")
+    chosen = choose_step_readings(readings, evaluating=0.3)
+    assert chosen.source is None, chosen
+    assert chosen.tried[2].startswith(
+        "DataLoader workers' batch index: set aside: the job evaluates 30% of the time"), chosen
+    assert choose_step_readings(readings, evaluating=0.02).source == "workers"
+    agreed = choose_step_readings([*readings, *cycle_readings(19.0)], evaluating=0.3)
+    assert agreed.source == "workers", agreed.tried
+
+
+def test_the_session_hands_over_its_windows_share_of_evaluation() -> None:
+    from aitop.probes.samples import StackWindow
+    from aitop.probes.session import Session
+
+    session = Session(1)
+    for k in range(3):
+        session.add(StackWindow(1000.0 + 6 * k, 1006.0 + 6 * k, "MainThread", "1", 60,
+                                {"forward": 20, "backward": 22, "eval": 18}))
+    for reading in from_loaders(worker_readings(19.0, epoch=400), "<Images at 0x2>"):
+        session.add(reading)
+    chosen = session.step_readings()
+    assert chosen.source is None
+    assert any("the job evaluates 30% of the time" in line for line in chosen.tried), chosen
+
+
 def test_a_new_dataset_each_epoch_still_counts() -> None:
     """A loader built anew each epoch over a new dataset object: one loader after
     another, never back to an earlier one."""
