@@ -35,6 +35,7 @@ from .compile_frames import compile_sightings
 from .job_log import JobLogs
 from .phases import shorten_path
 from .pyspy import PySpyError, require_pyspy, run_dump
+from .redact import redact_text
 from .samples import LogEvent, StepCounterSample
 from .step_rate import (
     OUTLIER_FACTOR,
@@ -141,8 +142,11 @@ def read_counter_frame(
 #: The worker frame and the local that numbers the batches it fetches.
 WORKER_FRAME = "_worker_loop"
 WORKER_INDEX = "idx"
-#: The worker frame's argument that names the dataset it loads.
+#: The worker frame's argument that names the dataset it loads, and the most of
+#: it kept (py-spy shows an object as its class and address; a plain list as
+#: its first items).
 WORKER_DATASET = "dataset"
+WORKER_DATASET_CHARS = 80
 #: The counter name a reading from DataLoader workers carries.
 WORKER_COUNTER = "worker batch index"
 
@@ -178,7 +182,7 @@ def read_worker_dataset(dump: Sequence[dict[str, Any]]) -> str | None:
     """
     found = _worker_locals(dump)
     value = found.get(WORKER_DATASET) if found else None
-    return str(value) if value is not None else None
+    return redact_text(str(value)[:WORKER_DATASET_CHARS]) if value is not None else None
 
 
 #: A loop counter that moves this many steps or fewer between readings is slow:
