@@ -192,7 +192,7 @@ CONFIGS: dict[str, Config] = {
     # A server batching up to 32 text requests and encoding each in Python on
     # its serving thread before one forward pass (demo/serve_jobs.py).
     "serving_preprocess": Config(
-        width=64, depth=1, batch_size=1, num_workers=0, decode_ms=0.0,
+        width=256, depth=2, batch_size=1, num_workers=0, decode_ms=0.0,
         checkpoint_every=0, threads=1, loop="serve_texts", serve_batch=32,
     ),
     # Hundreds of small layers (302 Linear, 604 parameter tensors of at most

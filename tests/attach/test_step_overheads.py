@@ -175,13 +175,12 @@ def test_workers_started_again_every_epoch_are_named_with_persistent_workers(
 def test_a_server_bound_by_its_preprocessing_is_told_to_move_it_off_the_serving_thread(
         tmp_path: Path) -> None:
     # One after the other: the fixed variant's worker processes would take the
-    # core the base job's finding rests on. The server's model takes 8 % of its
-    # thread by its own clock, and py-spy's non-blocking samples see it in 2-5 %
-    # (blocking ones in 8-12 %): the third forward sample, which tells a server
-    # from a job still loading (probes/session.py), came after the first 16 s in
-    # 2 of 5 watches here and in one CI run. 40 s holds a 36-s window end, by
-    # which, at the rates measured, under one watch in a hundred would not have
-    # it (docs/diagnosis.md).
+    # core the base job's finding rests on. A server is told from a job still
+    # loading by SERVING_MIN_FORWARD_SAMPLES (8) forward samples with no backward
+    # (knowledge/metrics/step_phases.py), and py-spy's non-blocking samples see
+    # the model at a quarter to a half of its own share: with a model taking 8-10 %
+    # of the thread (width 64) the eighth sample came after the 40-s watch in two
+    # CI runs of three (runs 79, 80). Its model now takes about 20 % (width 256).
     report, truth, fixed = watch_one_then_the_other("serving_preprocess",
                                                     "serving_preprocess_pool", tmp_path,
                                                     40, 16)
