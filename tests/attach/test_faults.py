@@ -167,8 +167,13 @@ def test_a_signalled_headless_run_reports_and_leaves_nothing(sig: int) -> None:
         deadline = time.monotonic() + 20
         while not workdirs_of(aitop.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(4)  # a py-spy window is running now
-        children = [c.pid for c in psutil.Process(aitop.pid).children(recursive=True)]
+        # Past the first window, a py-spy window is running: waited for, not slept
+        # for, as on a loaded box the next window may start a moment after the last.
+        time.sleep(4)
+        children: list[int] = []
+        while not children and time.monotonic() < deadline + 10:
+            children = [c.pid for c in psutil.Process(aitop.pid).children(recursive=True)]
+            time.sleep(0 if children else 0.1)
         assert children, "py-spy should be running under aitop"
         aitop.send_signal(sig)
         started = time.monotonic()
