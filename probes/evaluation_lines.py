@@ -77,8 +77,7 @@ def _own_frames_beneath(sample: PhasedSample) -> Sequence[Frame]:
     return own
 
 
-def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
-                               read: SourceReader) -> bool:
+def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader) -> bool:
     """Whether the job's own frames beneath the loop run in a loop of their own
     over data (or a comprehension over data) with gradients off around the call
     or in them."""
@@ -88,7 +87,7 @@ def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
     repeats = False
     for frame in _own_frames_beneath(sample):
         if frame.short_function in COMPREHENSIONS:
-            text = read(frame.file, frame.line)
+            text = blocks.text(frame.file, frame.line)
             repeats = repeats or (text is not None and iterates_over_data(text))
             continue
         if frame.short_function == "<lambda>":
@@ -100,10 +99,7 @@ def _repeats_without_gradients(sample: PhasedSample, blocks: BlockReader,
     return repeats and gradients_off
 
 
-def _evaluation_calls(
-    samples: Sequence[PhasedSample], blocks: BlockReader | None,
-    read: SourceReader | None,
-) -> set[int]:
+def _evaluation_calls(samples: Sequence[PhasedSample], blocks: BlockReader | None) -> set[int]:
     """Loop lines that call into the job's own evaluation (readings 1 and 2)."""
     by_line: defaultdict[int, Counter[str]] = defaultdict(Counter)
     repeated: set[int] = set()
@@ -113,8 +109,7 @@ def _evaluation_calls(
             continue
         line = frames[s.loop_index].line
         by_line[line][s.phase] += s.stack.count
-        if (blocks is not None and read is not None and line not in repeated
-                and _repeats_without_gradients(s, blocks, read)):
+        if blocks is not None and line not in repeated and _repeats_without_gradients(s, blocks):
             repeated.add(line)
     return {
         line for line, phases in by_line.items()
@@ -170,7 +165,7 @@ def mark_evaluation(
     if "eval" not in classifier.phases:
         return
     blocks = BlockReader(source) if source is not None else None
-    calls = _evaluation_calls(samples, blocks, source)
+    calls = _evaluation_calls(samples, blocks)
     inline = _inline_evaluation_loops(samples, blocks) if blocks is not None else set()
     if not calls and not inline:
         return

@@ -224,6 +224,19 @@ RING_KINDS: tuple[str, ...] = ("processes", "host", "gpu", "stacks", "steps", "s
                                "events")
 
 
+def summed_phase_counts(windows: Sequence[StackWindow]) -> tuple[dict[str, int], int]:
+    """Each phase's samples over the stack windows py-spy read, and all their samples."""
+    counts = dict.fromkeys(PHASES, 0)
+    total = 0
+    for w in windows:
+        if w.error is not None:
+            continue
+        for phase, n in w.phase_counts.items():
+            counts[phase] = counts.get(phase, 0) + n
+        total += w.total_samples
+    return counts, total
+
+
 class Session:
     """Everything measured about one target, bounded in memory.
 
@@ -284,9 +297,8 @@ class Session:
             steps, windows = self.steps.items(), self.stacks.items()
         else:
             steps, windows = self.steps.window(lo, hi), self.stacks.window(lo, hi)
-        read = [w for w in windows if w.error is None]
-        total = sum(w.total_samples for w in read)
-        evaluating = sum(w.phase_counts.get("eval", 0) for w in read) / total if total else 0.0
+        counts, total = summed_phase_counts(windows)
+        evaluating = counts["eval"] / total if total else 0.0
         return choose_step_readings([*steps, *cycle_readings(windows)], evaluating)
 
     def probe_text(self, name: str, default: str) -> str:
@@ -367,15 +379,7 @@ class Session:
 
     def phase_counts(self, now: float, window_s: float) -> tuple[dict[str, int], int]:
         """Summed phase sample counts of the stack windows ending in the window."""
-        counts = dict.fromkeys(PHASES, 0)
-        total = 0
-        for w in self.stacks.window(now - window_s, now):
-            if w.error is not None:
-                continue
-            for phase, n in w.phase_counts.items():
-                counts[phase] = counts.get(phase, 0) + n
-            total += w.total_samples
-        return counts, total
+        return summed_phase_counts(self.stacks.window(now - window_s, now))
 
     def phase_fractions(self, now: float, window_s: float) -> dict[str, float] | None:
         """Fraction of the training thread's time in each phase; sums to 1."""

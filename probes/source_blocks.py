@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .source_lines import SourceReader
+from .source_lines import SourceReader, without_comment
 
 #: Lines above a frame's line that are read at most (a long module-level script
 #: still finds its loop; a generated file is not read to its top).
@@ -63,10 +63,6 @@ def iterates_over_data(code: str) -> bool:
     return any(not _COUNTER.search(iterable) for iterable in _FOR_CLAUSE.findall(code))
 
 
-def _code(text: str) -> str:
-    return text.split("#", 1)[0].rstrip()
-
-
 def _indent(text: str) -> int:
     return len(text) - len(text.lstrip(" \t"))
 
@@ -78,7 +74,7 @@ def _decorated_without_gradients(read: SourceReader, file: str, def_line: int) -
         text = read(file, n)
         if text is None:
             return False
-        code = _code(text).strip()
+        code = without_comment(text).strip()
         if not code.startswith("@"):
             return False
         if _NO_GRAD.search(code):
@@ -92,7 +88,7 @@ def enclosing_blocks(read: SourceReader, file: str, line: int) -> Blocks | None:
     text = read(file, line)
     if text is None:
         return None
-    own = _code(text).strip()
+    own = without_comment(text).strip()
     loops: list[int] = [line] if _LOOP.match(own) else []
     data_loops = {line} if loops and iterates_over_data(own) else set()
     gradients_off = bool(_WITH.match(own) and _NO_GRAD.search(own))
@@ -102,7 +98,7 @@ def enclosing_blocks(read: SourceReader, file: str, line: int) -> Blocks | None:
         above = read(file, n)
         if above is None:
             break
-        code = _code(above).strip()
+        code = without_comment(above).strip()
         if code and _indent(above) < indent and _COMPOUND.match(code):
             indent = _indent(above)
             if _LOOP.match(code):
@@ -126,6 +122,10 @@ class BlockReader:
     def __init__(self, read: SourceReader) -> None:
         self._read = read
         self._seen: dict[tuple[str, int], Blocks | None] = {}
+
+    def text(self, file: str, line: int) -> str | None:
+        """Line ``line`` of ``file`` itself, through the same reader."""
+        return self._read(file, line)
 
     def __call__(self, file: str, line: int) -> Blocks | None:
         key = (file, line)

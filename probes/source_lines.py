@@ -53,16 +53,21 @@ _HOST_SYNC = re.compile(
 )
 
 
+def without_comment(text: str) -> str:
+    """A source line's code, its ``#`` comment cut off."""
+    return text.split("#", 1)[0]
+
+
 def is_fetch_line(text: str) -> bool:
     """A ``for ... in ...:`` header, an explicit ``next(...)`` or an assignment from
     a call named for producing a batch (``get_batch(...)``): the next batch."""
-    code = text.split("#", 1)[0]
+    code = without_comment(text)
     return bool(_FETCH.search(code) or _BATCH_CALL.search(code))
 
 
 def is_host_sync_line(text: str) -> bool:
     """A call that copies a device value to the host or waits for the device."""
-    code = text.split("#", 1)[0]
+    code = without_comment(text)
     return bool(_HOST_SYNC.search(code))
 
 
@@ -77,7 +82,7 @@ _DURABLE_WRITE = re.compile(
 def is_durable_write_line(text: str) -> bool:
     """``os.fsync(f.fileno())``, ``f.flush()``, ``os.replace(tmp, path)``...: the
     part of saving a file that runs after the serializer has returned."""
-    code = text.split("#", 1)[0]
+    code = without_comment(text)
     return bool(_DURABLE_WRITE.search(code))
 
 

@@ -300,7 +300,8 @@ class StepProbe:
             read = self._one_worker_index(pid)
             if read is not None:
                 found.append((read[0], time.time()))
-                loaders.update([read[1]] if read[1] else [])
+                if read[1] is not None:
+                    loaders.add(read[1])
         if not found:
             return None
         value, t = max(found)
