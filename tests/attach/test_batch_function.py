@@ -10,13 +10,12 @@ prediction must come true when get_batch runs in one DataLoader worker
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from support.jobs import read_truth, run_aitop, start_workload, stop_job, truth_between
+from support.jobs import headless_report, read_truth, start_workload, stop_job, truth_between
 from support.sampling import share_tolerance
 from support.speedups import RatePair, assert_comes_true
 
@@ -36,12 +35,9 @@ def watch(truth: Path) -> dict:
     """The job as it is, watched headless."""
     job = start(truth, 0)
     try:
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                           str(WATCH_S), timeout=WATCH_S + 90)
+        return headless_report(job.pid, WATCH_S)
     finally:
         stop_job(job)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def own_rate(truth: Path, seconds: float, workers: int) -> float:

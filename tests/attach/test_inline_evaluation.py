@@ -10,11 +10,10 @@ say to validate less often.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from support.jobs import run_aitop, start_workload, stop_job, truth_between
+from support.jobs import headless_report, start_workload, stop_job, truth_between
 from support.sampling import share_tolerance
 
 pytestmark = pytest.mark.attach
@@ -29,12 +28,9 @@ def test_an_evaluation_written_inline_is_evaluation_as_the_job_times_it(
     truth = tmp_path / f"{style}.jsonl"
     job = start_workload(INLINE_EVAL, truth, "--style", style)
     try:
-        result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                           str(WATCH_S), timeout=WATCH_S + 90)
+        report = headless_report(job.pid, WATCH_S)
     finally:
         stop_job(job)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
     own = truth_between(truth, *report["phase_span"])
     phases = report["phases"]
     ids = [f["id"] for f in report["findings"]]

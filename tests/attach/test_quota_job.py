@@ -11,12 +11,11 @@ periods throttled from the group's own counters, and predict for a named quota.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from support.cgroups import cpu_cgroup
-from support.jobs import run_aitop, start_job, stop_job, truth_between
+from support.jobs import headless_report, start_job, stop_job, truth_between
 
 from benchmarks.predictions import apply_lead
 
@@ -33,12 +32,9 @@ def test_a_job_its_quota_throttles_is_told_so_first(tmp_path: Path) -> None:
     with cpu_cgroup(1.0) as group:
         job = start_job("quota", truth, cgroup=group.directory)
         try:
-            result = run_aitop("--pid", str(job.pid), "--headless", "--json", "--duration",
-                               str(WATCH_S), timeout=WATCH_S + 90)
+            report = headless_report(job.pid, WATCH_S)
         finally:
             stop_job(job)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
     m = report["metrics"]
     ids = [f["id"] for f in report["findings"]]
     lead = report["findings"][0]

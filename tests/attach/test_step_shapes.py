@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.step_shapes import Shape, aitop_report, start, true_rate
+from support.jobs import headless_report
+from support.step_shapes import Shape, start, true_rate
 
 pytestmark = pytest.mark.attach
 
@@ -72,7 +73,7 @@ def test_steps_per_second_of_a_loop_within_a_tenth_of_its_own(
         shape: Shape, watch_s: float, source: str, tmp_path: Path) -> None:
     run = start(shape, tmp_path)
     try:
-        report = aitop_report(run.job.pid, watch_s)
+        report = headless_report(run.job.pid, watch_s)
     finally:
         run.stop()
     steps = report["steps_source"] or {}
@@ -98,7 +99,7 @@ def test_the_workers_index_of_a_training_and_a_validation_loader_is_no_step_coun
                       ("--workers", "2", "--batches", "120", "--val-batches", "80",
                        "--read-ms", "3")), tmp_path)
     try:
-        report = aitop_report(run.job.pid, 20)
+        report = headless_report(run.job.pid, 20)
     finally:
         run.stop()
     steps = report["steps_source"] or {}
@@ -119,7 +120,7 @@ def test_a_loop_with_no_source_says_why_for_each(tmp_path: Path) -> None:
     no counter, no log, no workers' index, steps too fast for the samples."""
     run = start(Shape("noindex_inline", "noindex_loader.py"), tmp_path)
     try:
-        report = aitop_report(run.job.pid, 15)
+        report = headless_report(run.job.pid, 15)
     finally:
         run.stop()
     assert report["steps_per_s"] is None

@@ -32,6 +32,7 @@ __all__ = [
     "WATCH_S_OF",
     "Watched",
     "WatchedRun",
+    "headless_report",
     "rank_of",
     "read_truth",
     "run_aitop",
@@ -83,6 +84,14 @@ def run_aitop(*args: str, timeout: float = 120.0, user: str | None = None,
                    *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=env, stdin=subprocess.DEVNULL)
+
+
+def headless_report(pid: int, seconds: float, *extra: str) -> dict[str, Any]:
+    """aitop's headless JSON report of ``pid`` over ``seconds``, from the real CLI."""
+    result = run_aitop("--pid", str(pid), "--headless", "--json", "--duration", str(seconds),
+                       *extra, timeout=seconds + 90)
+    assert result.returncode == 0, result.stderr
+    return cast(dict[str, Any], json.loads(result.stdout))
 
 
 def session_path(workdir: Path, scenario: str) -> Path:

@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,13 +142,3 @@ def true_rate(truth: Path, t0: float, t1: float) -> float:
     first, last = records[0], records[-1]
     assert last["t"] - first["t"] > 1.0, "the truth covers less than a second"
     return (last["steps"] - first["steps"]) / (last["t"] - first["t"])
-
-
-def aitop_report(pid: int, duration_s: float, extra: Sequence[str] = ()) -> dict:
-    """aitop's headless JSON report of ``pid`` over ``duration_s``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "aitop.tui", "--pid", str(pid), "--headless", "--json",
-         "--duration", str(duration_s), *extra],
-        capture_output=True, text=True, timeout=duration_s + 90, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
