@@ -21,6 +21,10 @@ studies turned off (``before``):
   or two readings, not the first, replaced by a value below them (an int read
   after it was freed and reused), and the same counts with epochs as in
   ``unseen``. Turned off: the misread lows (``_dips``).
+* ``shift``: counts whose pace changes once inside the watch, 3-8x up or down
+  (a neighbour's load that comes or goes), with epochs as in ``unseen`` or
+  none; right is the steps over the readings' span. Turned off: the outlier
+  rule's neighbourhood (``OUTLIER_NEIGHBOURS``: the whole watch's median).
 
 For each: rates shown more than 10 % off, no rate, and rates within 10 %. The
 figures in docs/step-rates.md ("Epochs shorter than the readings") come from
@@ -53,7 +57,7 @@ class Count:
     pace: float
     readings: list[StepCounterSample]
     unseen: bool
-    #: A count that never starts again (``low``).
+    #: A count that never starts again (``low``, ``shift``).
     never: bool = False
 
 
@@ -62,25 +66,34 @@ NEVER = 10**12
 
 
 def simulate(rng: random.Random, pace_jitter: float, stamp_jitter: float,
-             beyond: bool, low: bool = False) -> Count:
+             beyond: bool, low: bool = False, shift: bool = False) -> Count:
     """A count read as aitop reads it; with ``beyond``, one reading misread past its
     epoch; with ``low``, one or two misread below, half of them in counts that
-    never start again."""
-    never = low and rng.random() < 0.5
+    never start again; with ``shift``, its pace changed once, half of them in
+    counts that never start again."""
+    never = (low or shift) and rng.random() < 0.5
     while True:
         pace = 10 ** rng.uniform(0, 3.5)
         epoch = NEVER if never else rng.randint(20, 20_000)
         every = rng.uniform(0.5, 6.0)
-        unseen = pace * every * 1.3 >= epoch
+        unseen = pace * every * 1.3 * (8 if shift else 1) >= epoch
         if not (beyond and unseen):
             break
     t, count, readings = 100.0, rng.uniform(0, epoch), []
-    for _ in range(rng.randint(4, 25)):
+    n = rng.randint(4, 25)
+    shift_at = rng.randrange(1, n - 1) if shift else n
+    factor = 10 ** rng.uniform(0.477, 0.903) * rng.choice((1, -1)) if shift else 1.0
+    first = (t, count)
+    for i in range(n):
         readings.append(StepCounterSample(t + rng.uniform(0, stamp_jitter), "batch_idx",
                                           int(count) % epoch))
+        last = (t, count)
         gap = every * rng.uniform(0.7, 1.3)
         t += gap
-        count += pace * gap * rng.uniform(1 - pace_jitter, 1 + pace_jitter)
+        now = pace if i < shift_at else pace * factor if factor > 0 else pace / -factor
+        count += now * gap * rng.uniform(1 - pace_jitter, 1 + pace_jitter)
+    if shift:
+        pace = (last[1] - first[1]) / (last[0] - first[0])
     if beyond:
         at = rng.randrange(len(readings))
         readings[at] = StepCounterSample(readings[at].t, "batch_idx",
@@ -107,6 +120,7 @@ CHECKS: dict[str, tuple[str, object]] = {
     "unseen": ("RISE_MAX_SPREAD", float("inf")),
     "beyond": ("_beyond_the_epoch", lambda same: set()),
     "low": ("_dips", lambda same: set()),
+    "shift": ("OUTLIER_NEIGHBOURS", 10**9),
 }
 
 
@@ -126,7 +140,7 @@ def study(name: str, counts: int, seed: int, pace_jitter: float,
                                           "never": Counter()}
         for _ in range(counts):
             count = simulate(rng, pace_jitter, stamp_jitter, beyond=name == "beyond",
-                             low=name == "low")
+                             low=name == "low", shift=name == "shift")
             if version == "before":
                 with check_off(name):
                     verdict = judged(count)
@@ -146,7 +160,7 @@ def main() -> None:
     print("| study | pace jitter | stamps late by | intervals | version | >10 % off | "
           "no rate | within 10 % |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in ("unseen", "beyond", "low"):
+    for name in ("unseen", "beyond", "low", "shift"):
         for pace_jitter, stamp_jitter in ((0.05, 0.0), (0.15, 0.3)):
             result = study(name, args.counts, args.seed, pace_jitter, stamp_jitter)
             for regime in ("unseen", "seen", "never"):

@@ -31,6 +31,8 @@ Interval = tuple[StepCounterSample, StepCounterSample, int]
 #: An interval this many times faster than the median is a misreading (a
 #: counter that jumped, a reset mistaken for progress), not the job's pace.
 OUTLIER_FACTOR = 3.0
+#: The intervals on each side of one that its median is taken over.
+OUTLIER_NEIGHBOURS = 2
 #: A rate needs this much time between its readings, and this many steps.
 MIN_SPAN_S = 2.0
 MIN_STEPS = 2
@@ -409,14 +411,25 @@ def step_rates(samples: Sequence[StepCounterSample]) -> list[tuple[float, float]
 
 
 def usual_intervals(intervals: Sequence[T], rate: Callable[[T], float]) -> list[T]:
-    """The intervals whose rate is at most ``OUTLIER_FACTOR`` times the median's
-    (all of them when there are fewer than three to take a median of)."""
+    """The intervals whose rate is at most ``OUTLIER_FACTOR`` times the median of
+    the intervals around it (``OUTLIER_NEIGHBOURS`` on each side, itself among
+    them); all of them when there are fewer than three.
+
+    A misreading is one interval out of line with those beside it. A job whose
+    pace changes (a neighbour's load that comes or goes) is fast over a run of
+    intervals: judged against the whole watch's median, that run would be left
+    out and the rate read as the slow part's (docs/step-rates.md, "A pace that
+    changes inside the watch").
+    """
     if len(intervals) < 3:
         return list(intervals)
-    rates = sorted(rate(i) for i in intervals)
-    half = len(rates) // 2
-    median = rates[half] if len(rates) % 2 else (rates[half - 1] + rates[half]) / 2
-    return [i for i in intervals if rate(i) <= OUTLIER_FACTOR * max(median, 1e-9)]
+    rates = [rate(i) for i in intervals]
+    kept = []
+    for at, interval in enumerate(intervals):
+        around = rates[max(0, at - OUTLIER_NEIGHBOURS):at + OUTLIER_NEIGHBOURS + 1]
+        if rates[at] <= OUTLIER_FACTOR * max(statistics.median(around), 1e-9):
+            kept.append(interval)
+    return kept
 
 
 def steps_per_second(samples: Sequence[StepCounterSample]) -> float | None:

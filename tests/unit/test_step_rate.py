@@ -137,6 +137,24 @@ def test_one_wild_reading_does_not_multiply_the_rate() -> None:
     assert steps_per_second(wild) == pytest.approx(10.0)
 
 
+
+def test_a_pace_that_rises_inside_the_watch_is_the_jobs_pace_not_a_misreading() -> None:
+    # A printed step, each line stamped as written: 0.3 steps/s while a neighbour
+    # held the cores, then 1.8 once it left (a CI run read 0.399 for 0.534 when the
+    # fast part was judged against the whole watch's median and left out).
+    times = [100.0 + i / 0.3 for i in range(9)]
+    times += [times[-1] + (i + 1) / 1.8 for i in range(3)]
+    printed = [StepCounterSample(t, "iter", i) for i, t in enumerate(times)]
+    assert steps_per_second(printed) == pytest.approx(11 / (times[-1] - times[0]))
+    # Its mirror: fast, then slow.
+    back = [StepCounterSample(200.0 - t, "iter", 11 - i)
+            for i, t in reversed(list(enumerate(times)))]
+    assert steps_per_second(back) == pytest.approx(11 / (times[-1] - times[0]))
+    # A misreading is one interval out of line with those beside it, at either end too.
+    assert steps_per_second(readings([0, 50, 100, 150, 200, 1200])) == pytest.approx(10.0)
+    assert steps_per_second(readings([0, 1000, 1050, 1100, 1150, 1200])) == pytest.approx(10.0)
+
+
 #: A CI run's workers' index (noindex_workers, persistent workers, 2 s apart in
 #: pairs): it ends 349, 420, 401, the 420 some 30 batches past where the pace puts
 #: it. The job's own count over these readings: 25.45 steps/s.
