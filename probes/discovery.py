@@ -48,7 +48,7 @@ from .kernel.procfs import (
     read_maps,
     read_stat,
 )
-from .process_tree import is_forkserver, is_spawn_child
+from .process_tree import is_forkserver, is_spawn_child, tree_edges
 from .ranks import read_rank_env
 
 #: Why a torch process cannot be watched, as ``aitop_job_info`` and the node view say
@@ -249,4 +249,29 @@ def _is_python(command: tuple[str, ...], proc_root: str, pid: int) -> bool:
     exe = read_link(pid, "exe", proc_root=proc_root) or (command[0] if command else "")
     name = os.path.basename(exe.removesuffix(" (deleted)"))
     return name.startswith(("python", "pypy")) or (
-        not name and os.path.basename(command[0]).startswith("python"))
+        not name and bool(command) and os.path.basename(command[0]).startswith("python"))
+
+
+def is_python_process(pid: int, proc_root: str = PROC) -> bool:
+    """Whether ``pid`` runs a Python interpreter (``_is_python``)."""
+    return _is_python(read_cmdline(pid, proc_root), proc_root, pid)
+
+
+def python_beneath(pid: int, proc_root: str = PROC) -> tuple[int, ...]:
+    """The topmost Python processes under ``pid``, a process that is not Python
+    itself: the job a shell script, ``nohup``, ``time``, ``srun`` or a
+    container's init runs. Each is the first Python process on its branch (a
+    launcher such as torchrun, whose ranks are beneath it, counts once)."""
+    parent_of = dict(tree_edges(pid, proc_root=proc_root))
+    python = {p for p in parent_of if p != pid and is_python_process(p, proc_root)}
+
+    def under_python(p: int) -> bool:
+        up = parent_of.get(p)
+        while up is not None and up != pid:
+            if up in python:
+                return True
+            up = parent_of.get(up)
+        return False
+
+    return tuple(sorted(p for p in python if not under_python(p)))
+

@@ -21,8 +21,10 @@ from aitop.engine.live.attach import (
     LiveJob,
     attach,
     await_launcher_ranks,
+    through_wrapper,
 )
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes import cadence
 from aitop.probes.collector import CollectorConfig
@@ -73,11 +75,25 @@ def start_source(
 ) -> LiveJob:
     """Attach to ``pid`` (and the PIDs ``also`` named as the same job); an expected
     failure becomes one ``CliError`` line."""
-    job = await_launcher_ranks(
-        pid, notify=lambda line: print(f"aitop: {line}", file=sys.stderr))
+    def notify(line: str) -> None:
+        print(f"aitop: {line}", file=sys.stderr)
+
     try:
-        return attach(pid, options, popen=popen, also=also, job=job)
+        pid, followed = through_wrapper(pid)
+    except AttachError as exc:
+        try:  # a bad rule file is said first, as it is for any other target
+            if options.knowledge is None:
+                load_knowledge_base(options.rule_files)
+        except KnowledgeError as bad:
+            raise CliError(f"bad rule file: {bad}", EXIT_USAGE) from bad
+        raise CliError(str(exc)) from exc
+    job = await_launcher_ranks(pid, notify=notify)
+    try:
+        live = attach(pid, options, popen=popen, also=also, job=job)
     except AttachError as exc:
         raise CliError(str(exc)) from exc
     except KnowledgeError as exc:
         raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
+    if followed:
+        notify(followed)
+    return live

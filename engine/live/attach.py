@@ -28,7 +28,7 @@ from aitop.knowledge.metrics.straggler import JobJudgement, RankView
 from aitop.knowledge.reading.loader import KnowledgeBase, load_knowledge_base
 from aitop.probes import cadence
 from aitop.probes.collector import Collector, CollectorConfig
-from aitop.probes.discovery import is_launcher
+from aitop.probes.discovery import is_launcher, is_python_process, python_beneath
 from aitop.probes.environment import EnvironmentProbe
 from aitop.probes.gpu import GpuProbe
 from aitop.probes.host import HostProbe
@@ -37,6 +37,7 @@ from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.ranks import Job, find_job, joined_job
+from aitop.probes.redact import redact_argv
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
@@ -44,8 +45,8 @@ from aitop.probes.steps import StepProbe
 from aitop.probes.storage import StorageProbe
 
 __all__ = ["AttachError", "AttachOptions", "LiveJob", "LiveSource", "attach",
-           "await_launcher_ranks", "job_notice",
-           "options_for_peers", "peer_config", "self_cpu_seconds", "self_rss_bytes"]
+           "await_launcher_ranks", "job_notice", "options_for_peers", "peer_config",
+           "self_cpu_seconds", "self_rss_bytes", "through_wrapper"]
 
 #: Dumps tried before attaching (a job between imports can fail one); ~1 s at most.
 PREFLIGHT_TRIES = 3
@@ -148,6 +149,37 @@ def job_notice(job: Job) -> str | None:
              else "the first-started rank")  # mp.spawn ranks carry no numbers
     return (f"{job.describe()}: watching {which} (PID {watched}); give another rank's PID "
             "to watch that rank")
+
+
+def through_wrapper(pid: int) -> tuple[int, str | None]:
+    """The PID to watch for ``pid``, and what to tell the user of it: ``pid`` itself,
+    or, where it is not Python (``bash run.sh``, ``nohup``, ``srun``, a
+    container's init), the one Python process beneath it (``python_beneath``).
+    A wrapper of several is an AttachError naming them; one of none is watched
+    as it is (no stacks: the degraded mode)."""
+    if not process_alive(pid) or is_python_process(pid):
+        return pid, None
+    beneath = python_beneath(pid)
+    if not beneath:
+        return pid, None
+    what = _command(pid)
+    if len(beneath) > 1:
+        listed = ", ".join(f"{p} ({_command(p)})" for p in beneath[:4])
+        more = f" and {len(beneath) - 4} more" if len(beneath) > 4 else ""
+        raise AttachError(f"PID {pid} ({what}) is not Python and runs {len(beneath)} Python "
+                          f"processes: {listed}{more}; give one of them with --pid")
+    return beneath[0], (f"PID {pid} ({what}) is not Python: watching the Python process it "
+                        f"runs, PID {beneath[0]} ({_command(beneath[0])})")
+
+
+#: Characters of a command line a message quotes.
+COMMAND_CHARS = 60
+
+
+def _command(pid: int) -> str:
+    """``pid``'s command line, redacted and cut short, for a one-line message."""
+    text = " ".join(" ".join(redact_argv(read_cmdline(pid))).split()) or "?"
+    return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
 
 
 def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,

@@ -108,6 +108,62 @@ def test_non_python_target_runs_without_stacks() -> None:
     assert report["probes"]["process"].startswith("every")
 
 
+#: A Python loop that keeps its thread busy, as a wrapper's job.
+BUSY = "while True: sum(range(10000))"
+
+
+def wrapper(tmp_path: Path, *commands: str) -> subprocess.Popen[bytes]:
+    """``bash run.sh`` running ``commands`` in the background and waiting for them, as
+    a job script does; started once each of them runs."""
+    script = tmp_path / "run.sh"
+    lines = [f"{sys.executable} -c '{c}' &" for c in commands]
+    script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\nwait\n")
+    shell = subprocess.Popen(["bash", str(script)], start_new_session=True)
+    deadline = time.time() + 20
+    while len(subprocess.run(["pgrep", "-P", str(shell.pid)], capture_output=True,
+                             text=True).stdout.split()) < len(commands):
+        assert time.time() < deadline, "the script started no Python processes"
+        time.sleep(0.1)
+    return shell
+
+
+def stop_group(shell: subprocess.Popen[bytes]) -> None:
+    os.killpg(shell.pid, 9)
+    shell.wait()
+
+
+@pytest.mark.attach
+def test_a_shell_script_is_followed_to_the_python_job_it_runs(tmp_path: Path) -> None:
+    """``aitop --pid`` of ``bash run.sh`` (what ``pgrep -f run`` finds, what a job
+    scheduler shows) watches the one Python process beneath it and says so."""
+    shell = wrapper(tmp_path, BUSY)
+    try:
+        result = run_aitop("--pid", str(shell.pid), "--headless", "--json", "--duration", "3")
+        child = subprocess.run(["pgrep", "-P", str(shell.pid)], capture_output=True,
+                               text=True).stdout.split()
+    finally:
+        stop_group(shell)
+    assert result.returncode == 0, result.stderr
+    assert f"aitop: PID {shell.pid} (bash /" in result.stderr
+    assert f") is not Python: watching the Python process it runs, PID {child[0]} (" \
+        in result.stderr
+    report = json.loads(result.stdout)
+    assert report["probe_states"]["stacks"]["state"] == "ok", report["probe_states"]
+    assert report["phases"] is not None
+
+
+@pytest.mark.attach
+def test_a_shell_script_running_two_python_jobs_is_one_line_naming_them(
+        tmp_path: Path) -> None:
+    shell = wrapper(tmp_path, BUSY, BUSY)
+    try:
+        result = run_aitop("--pid", str(shell.pid), "--headless", "--duration", "3")
+    finally:
+        stop_group(shell)
+    assert_one_line_error(result, f"PID {shell.pid}", "runs 2 Python processes",
+                          "give one of them with --pid")
+
+
 @pytest.mark.attach
 def test_permission_denied_is_a_degraded_mode_with_the_fitting_hint(tmp_path: Path) -> None:
     """Without ptrace rights the other probes still run; the reason says what helps."""

@@ -19,6 +19,8 @@ from aitop.probes.discovery import (
     is_launcher,
     job_groups,
     other_user,
+    is_python_process,
+    python_beneath,
     unreadable_reason,
     user_name,
 )
@@ -310,3 +312,43 @@ def test_an_elastic_agent_whose_rank_0_has_not_started_is_no_rank(proc: Path) ->
         task.mkdir(parents=True)
         (task / "children").write_text(kids)
     assert [r.pid for r in find_job(600, str(proc)).ranks] == [600, 602]
+
+
+def children(proc: Path, pid: int, *kids: int) -> None:
+    """``/proc/PID/task/PID/children``: what the process forked."""
+    task = proc / str(pid) / "task" / str(pid)
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "children").write_text("".join(f"{k} " for k in kids))
+
+
+def test_the_python_job_a_wrapper_runs_is_found_beneath_it(proc: Path) -> None:
+    """``bash run.sh`` -> ``time`` -> ``python train.py`` (with a worker) and ``tee``:
+    the job is the topmost Python process; torchrun under a shell counts once."""
+    process(proc, 10, 1, ["/bin/bash", "run.sh"], maps=PLAIN_MAPS, exe="/usr/bin/bash")
+    process(proc, 11, 10, ["/usr/bin/time", "python", "train.py"], maps=PLAIN_MAPS,
+            exe="/usr/bin/time")
+    process(proc, 12, 11, [PYTHON, "train.py"], maps=TORCH_MAPS)
+    process(proc, 13, 12, [PYTHON, "train.py"], maps=TORCH_MAPS)  # a DataLoader worker
+    process(proc, 14, 10, ["tee", "log"], maps=PLAIN_MAPS, exe="/usr/bin/tee")
+    for pid, kids in {10: (11, 14), 11: (12,), 12: (13,), 13: (), 14: ()}.items():
+        children(proc, pid, *kids)
+    assert python_beneath(10, str(proc)) == (12,)
+    assert is_python_process(12, str(proc)) and not is_python_process(10, str(proc))
+    process(proc, 20, 1, ["/bin/sh", "-c", "torchrun ddp.py & python eval.py"],
+            maps=PLAIN_MAPS, exe="/usr/bin/dash")
+    process(proc, 21, 20, [PYTHON, "/usr/bin/torchrun", "ddp.py"], maps=TORCH_MAPS)
+    process(proc, 22, 21, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS)
+    process(proc, 23, 20, [PYTHON, "eval.py"], maps=TORCH_MAPS)
+    for pid, kids in {20: (21, 23), 21: (22,), 22: (), 23: ()}.items():
+        children(proc, pid, *kids)
+    assert python_beneath(20, str(proc)) == (21, 23)
+    # A process that is no wrapper (it runs nothing) has none: it is watched as it is.
+    process(proc, 400, 1, ["sleep", "60"], maps=PLAIN_MAPS, exe="/usr/bin/sleep")
+    children(proc, 400)
+    assert python_beneath(400, str(proc)) == ()
+    # A child that exits while it is looked at (no command line, no exe) is no Python.
+    (proc / "401").mkdir()
+    (proc / "401" / "cmdline").write_bytes(b"")
+    children(proc, 400, 401)
+    assert python_beneath(400, str(proc)) == ()
+
