@@ -94,6 +94,7 @@ def start_source(
         raise CliError(str(exc)) from exc
     except KnowledgeError as exc:
         raise CliError(f"bad rule file: {exc}", EXIT_USAGE) from exc
-    if followed:
+    if followed:  # on stderr at once, and in the report and the UI with the job's notices
         notify(followed)
+        live.warnings.append(followed)
     return live

@@ -150,6 +150,8 @@ def test_a_shell_script_is_followed_to_the_python_job_it_runs(tmp_path: Path) ->
     report = json.loads(result.stdout)
     assert report["probe_states"]["stacks"]["state"] == "ok", report["probe_states"]
     assert report["phases"] is not None
+    assert any(f"watching the Python process it runs, PID {child[0]}" in w
+               for w in report["warnings"]), report["warnings"]
 
 
 @pytest.mark.attach
