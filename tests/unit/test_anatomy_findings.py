@@ -32,11 +32,12 @@ def test_a_for_loop_optimizer_leads_more_threads_with_a_prediction() -> None:
                                  "parameters (_single_tensor_adam (torch/optim/adam.py))")
     assert lead.actions[0].startswith("Create the optimizer with fused=True")
     assert "fused=True" in (lead.snippet or "")
-    # Predicted: 70-100 % of the loop's 44 % gone, the share read 3 points lower for
-    # the low end and 3 higher for the high end.
+    # Predicted: 35-100 % of the loop's 44 % gone, the share read 3 points lower for
+    # the low end and 3 higher for the high end; the range held to x1.5 wide.
     assert lead.gain.method == "predicted"
-    assert lead.gain.low == pytest.approx(1 / (1 - 0.41 * 0.7))
     assert lead.gain.high == pytest.approx(1 / (1 - 0.47))
+    assert lead.gain.low == pytest.approx(
+        max(1 / (1 - 0.41 * 0.35), lead.gain.high / 1.5 * 1.001))
     # The threads' ceiling is over the compute they can widen: 95 % less the loop.
     threads = next(f for f in d.findings if f.id == "cpu_compute_underthreaded")
     assert d.metrics["phase_parallel_compute"] == pytest.approx(0.95 - 0.44)
