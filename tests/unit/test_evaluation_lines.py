@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from aitop.knowledge.reading.loader import load_knowledge_base
-from aitop.probes.phases import PhaseClassifier, parse_raw
+from aitop.probes.phases import Frame, PhaseClassifier, parse_frame, parse_raw
 from aitop.probes.source_blocks import enclosing_blocks
 from aitop.probes.source_lines import SourceLines
 from aitop.probes.stack_window import summarize_window
@@ -126,6 +126,11 @@ def serve(model, requests):
 @pytest.fixture(scope="module")
 def classifier() -> PhaseClassifier:
     return load_knowledge_base().phases.classifier()
+
+
+def frames_of(stack: str) -> list[Frame]:
+    """``f (a.py:1);g (b.py:2)``, root first, as frames."""
+    return [parse_frame(text) for text in stack.split(";")]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -284,6 +289,28 @@ def test_a_policys_distribution_is_its_forward_pass(
     counts = read(classifier, text)
     assert counts["forward"] == 35 and counts["other"] == 0 and counts["eval"] == 0
 
+
+
+def test_a_forward_pass_recomputed_by_activation_checkpointing_is_backward(
+    classifier: PhaseClassifier,
+) -> None:
+    """torch.utils.checkpoint runs each block's forward again inside backward: an
+    unseen job read forward 35-46 % against its own 22.5 %, the recompute's 19 %
+    among them. The checkpointed forward pass itself is still forward."""
+    ckpt = f"{SITE}/torch/utils/checkpoint.py"
+    module = f"Module._call_impl ({MODULE}:1789)"
+    engine = (f"Tensor.backward ({SITE}/torch/_tensor.py:623);"
+              f"_engine_run_backward ({SITE}/torch/autograd/graph.py:829)")
+    loop = "train (/job/ckpt.py:60)"
+    recomputed = [f"{loop};{engine};_checkpoint_hook.__init__.<locals>.unpack_hook "
+                  f"({ckpt}:1180);_checkpoint_hook.__init__.<locals>.recompute_fn "
+                  f"({ckpt}:1657);{module};Linear.forward ({SITE}/torch/nn/modules/"
+                  "linear.py:134)",
+                  f"{loop};{engine};CheckpointFunction.backward ({ckpt}:300);{module}"]
+    checkpointed = f"{loop};{module};checkpoint ({ckpt}:495);{module}"
+    for stack in recomputed:
+        assert classifier.classify(frames_of(stack)).phase == "backward", stack
+    assert classifier.classify(frames_of(checkpointed)).phase == "forward"
 
 def test_which_loops_take_their_items_from_data() -> None:
     from aitop.probes.source_blocks import iterates_over_data
