@@ -72,7 +72,7 @@ def test_a_throttled_job_leads_with_its_quota_not_its_data_wait() -> None:
     ids = [f.id for f in d.findings]
     assert "data_wait_dominant" not in ids and "host_cpu_saturated" not in ids
     # The symptoms it explains are carried as its evidence.
-    assert any(s.startswith("The training loop waits for data") for s in d.top.explains)
+    assert any(s.startswith("The loop waits for data") for s in d.top.explains)
     assert d.top.actions[0].startswith("Raise the job's CPU limit to 2 CPUs")
     assert d.top.actions[1].startswith("Size the job to its quota, not to the machine: "
                                        "torch.set_num_threads(1) and at most 1 DataLoader")

@@ -1153,7 +1153,7 @@ def test_data_starvation_is_data_loading_with_amdahl_gain() -> None:
     assert d.category == "data_loading"
     assert d.compute_device == "gpu"
     assert d.top is not None and d.top.id == "data_wait_dominant"
-    assert d.summary == "The training loop waits for data 64% of the time"
+    assert d.summary == "The loop waits for data 64% of the time"
     gain = d.top.gain
     assert gain.method == "amdahl"
     # 1 / (1 - 0.64) = 1 / 0.36 = 2.777...
@@ -1811,7 +1811,7 @@ def test_the_culprit_leads_and_carries_the_symptom() -> None:
     assert ids[0] == "workers_cpu_bound"
     assert "data_wait_dominant" not in ids
     assert d.top is not None
-    assert d.top.explains == ("The training loop waits for data 40% of the time",)
+    assert d.top.explains == ("The loop waits for data 40% of the time",)
     assert d.category == "data_loading"
 
 
