@@ -24,7 +24,6 @@ from aitop.engine.live.attach import (
     through_wrapper,
 )
 from aitop.engine.records.snapshot import SnapshotError, check_export_path
-from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.knowledge.reading.yamlio import KnowledgeError
 from aitop.probes import cadence
 from aitop.probes.collector import CollectorConfig
@@ -79,16 +78,8 @@ def start_source(
         print(f"aitop: {line}", file=sys.stderr)
 
     try:
-        pid, followed = through_wrapper(pid)
-    except AttachError as exc:
-        try:  # a bad rule file is said first, as it is for any other target
-            if options.knowledge is None:
-                load_knowledge_base(options.rule_files)
-        except KnowledgeError as bad:
-            raise CliError(f"bad rule file: {bad}", EXIT_USAGE) from bad
-        raise CliError(str(exc)) from exc
-    job = await_launcher_ranks(pid, notify=notify)
-    try:
+        pid, followed = through_wrapper(pid, options)
+        job = await_launcher_ranks(pid, notify=notify)
         live = attach(pid, options, popen=popen, also=also, job=job)
     except AttachError as exc:
         raise CliError(str(exc)) from exc

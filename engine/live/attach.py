@@ -151,12 +151,13 @@ def job_notice(job: Job) -> str | None:
             "to watch that rank")
 
 
-def through_wrapper(pid: int) -> tuple[int, str | None]:
+def through_wrapper(pid: int, options: AttachOptions) -> tuple[int, str | None]:
     """The PID to watch for ``pid``, and what to tell the user of it: ``pid`` itself,
     or, where it is not Python (``bash run.sh``, ``nohup``, ``srun``, a
     container's init), the one Python process beneath it (``python_beneath``).
-    A wrapper of several is an AttachError naming them; one of none is watched
-    as it is (no stacks: the degraded mode)."""
+    A wrapper of several is an AttachError naming them, once the run's rule
+    files are known good (a bad one is the error said first, whatever the
+    target); one of none is watched as it is (no stacks: the degraded mode)."""
     if not process_alive(pid) or is_python_process(pid):
         return pid, None
     beneath = python_beneath(pid)
@@ -164,6 +165,8 @@ def through_wrapper(pid: int) -> tuple[int, str | None]:
         return pid, None
     what = _command(pid)
     if len(beneath) > 1:
+        if options.knowledge is None:
+            load_knowledge_base(options.rule_files)  # raises KnowledgeError on a bad file
         listed = ", ".join(f"{p} ({_command(p)})" for p in beneath[:4])
         more = f" and {len(beneath) - 4} more" if len(beneath) > 4 else ""
         raise AttachError(f"PID {pid} ({what}) is not Python and runs {len(beneath)} Python "

@@ -158,12 +158,18 @@ def test_a_shell_script_is_followed_to_the_python_job_it_runs(tmp_path: Path) ->
 def test_a_shell_script_running_two_python_jobs_is_one_line_naming_them(
         tmp_path: Path) -> None:
     shell = wrapper(tmp_path, BUSY, BUSY)
+    rules = tmp_path / "bad.yaml"
+    rules.write_text(THREE_MISTAKES, encoding="utf-8")
     try:
         result = run_aitop("--pid", str(shell.pid), "--headless", "--duration", "3")
+        # A bad rule file is still the error said first.
+        with_rules = run_aitop("--pid", str(shell.pid), "--headless", "--rules", str(rules))
     finally:
         stop_group(shell)
     assert_one_line_error(result, f"PID {shell.pid}", "runs 2 Python processes",
                           "give one of them with --pid")
+    assert with_rules.returncode == 2, with_rules.stderr
+    assert with_rules.stderr.startswith(f"aitop: bad rule file: {rules}:3: ")
 
 
 @pytest.mark.attach
