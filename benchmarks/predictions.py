@@ -52,7 +52,7 @@ class Applied:
 
 #: The jobs the calibration constants were fitted on (knowledge/judging/gains.py): the
 #: base jobs of the fixed variants. Their rounds check the fit, not the model.
-FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop")
+FITTING_SET = ("data", "checkpoint", "compute", "optimizer_loop", "recompute")
 #: Jobs of other shapes, whose fixes are the same mechanical changes, never used
 #: to fit a constant: an out-of-sample check (a generator-wrapped loader; saves
 #: flushed, fsync'ed and renamed; slower decode; smaller matrix products; another
@@ -72,6 +72,7 @@ VARIANT_FIXES = {
     "compile_recurs": "torch.compile(model, dynamic=True)",
     "workers_restart_each_epoch": "persistent_workers=True",
     "serving_bound_by_preprocessing": "encode in 2 worker processes, a batch ahead",
+    "activation_recompute": "no activation checkpointing",
 }
 
 

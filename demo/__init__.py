@@ -13,6 +13,7 @@ SCENARIOS: tuple[str, ...] = (
     "serving_preprocess", "serving_preprocess_pool", "recompile_dynamic",
     "optimizer_loop", "optimizer_loop_fixed", "optimizer_loop_sgd", "optimizer_loop_sgd_fixed",
     "quota", "quota_raised", "quota_sized", "fit_loop", "fit_loop_fixed", "fit_loop_waits",
+    "recompute", "recompute_fixed",
 )
 
 #: Each scenario whose fix is mechanical -> the scenario with that fix applied
@@ -29,6 +30,7 @@ FIXED_VARIANTS: dict[str, str] = {
     "optimizer_loop_sgd": "optimizer_loop_sgd_fixed",
     "quota": "quota_raised",
     "fit_loop": "fit_loop_fixed",
+    "recompute": "recompute_fixed",
 }
 
 #: Scenarios whose point is what comes before the first step (torch.compile

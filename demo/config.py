@@ -55,6 +55,9 @@ class Config:
     # into place: the save is only done once it is on the disk.
     durable_checkpoints: bool = False
     compile_model: bool = False  # torch.compile the model (inductor compiles on the first call)
+    # Each hidden layer through torch.utils.checkpoint (non-reentrant): its forward
+    # runs again inside backward, as activation checkpointing does.
+    checkpoint_activations: bool = False
     # What the loop keeps of every step for an end-of-run metric: "outputs" (the
     # logits, autograd graph and all: memory grows with the steps), "numbers"
     # (loss.item(), a float), or nothing.
@@ -245,6 +248,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # batches of 16.
     "optimizer_loop_sgd": ("optimizer_loop", {"optimizer": "sgd", "width": 48, "depth": 250,
                                               "batch_size": 16}),
+    # compute's loop with every hidden layer checkpointed (activation
+    # checkpointing, with far more memory free than it saves), the fused update
+    # and a torch thread per core: the recompute is what there is to take out.
+    "recompute": ("compute", {"checkpoint_activations": True, "optimizer_impl": "fused",
+                              "threads": USABLE_CORES, "width": 768, "depth": 8}),
     # quota with its torch threads and workers sized to its 1-CPU quota.
     "quota_sized": ("quota", {"threads": 1, "num_workers": 1}),
     # fit_loop whose one worker waits for each sample instead of computing it.
@@ -271,6 +279,7 @@ FIXES: dict[str, tuple[str, dict[str, Any]]] = {
 #: Variants that fix a variant (its base is itself in VARIANTS).
 FIXES_OF_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "optimizer_loop_sgd_fixed": ("optimizer_loop_sgd", {"optimizer_impl": "fused"}),
+    "recompute_fixed": ("recompute", {"checkpoint_activations": False}),
 }
 for _name, (_base, _change) in (VARIANTS | FIXES | FIXES_OF_VARIANTS).items():
     CONFIGS[_name] = dataclasses.replace(CONFIGS[_base], **_change)

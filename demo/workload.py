@@ -119,15 +119,30 @@ from aitop.demo.fit_loop import fit
 from aitop.demo.memory_jobs import train_records
 from aitop.demo.truth import Truth
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, Dataset
 
 
-def make_model(width: int, depth: int) -> nn.Module:
+def make_model(width: int, depth: int, checkpointed: bool = False) -> nn.Module:
     layers: list[nn.Module] = [nn.Linear(INPUT_FEATURES, width), nn.ReLU()]
     for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
+        hidden = nn.Sequential(nn.Linear(width, width), nn.ReLU())
+        layers.append(Checkpointed(hidden) if checkpointed else hidden)
     layers.append(nn.Linear(width, 10))
     return nn.Sequential(*layers)
+
+
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in backward (torch.utils.checkpoint)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return cast(torch.Tensor, self.block(x))
+        return cast(torch.Tensor, checkpoint(self.block, x, use_reentrant=False))
 
 
 @dataclasses.dataclass
@@ -156,7 +171,7 @@ def set_up(cfg: Config) -> Setup:
         # A GPU finishes the CPU-sized model in microseconds and would sit idle
         # between kernel launches; scale the arithmetic up so it is busy.
         cfg = dataclasses.replace(cfg, width=cfg.width * 4, batch_size=cfg.batch_size * 16)
-    model = make_model(cfg.width, cfg.depth).to(device)
+    model = make_model(cfg.width, cfg.depth, cfg.checkpoint_activations).to(device)
     if cfg.compile_model:
         # Compiled on its first call: the loop's first steps wait for inductor.
         model = cast(nn.Module, torch.compile(model))

@@ -191,6 +191,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("phase_optimizer_loop", "fraction",
      "share of the training thread's time in an optimizer's for-loop update "
      "(_single_tensor_adam, _single_tensor_sgd ...: one parameter tensor at a time)"),
+    ("phase_recompute", "fraction",
+     "share of the training thread's time in activation checkpointing's second forward "
+     "pass, run inside backward (torch.utils.checkpoint)"),
     ("phase_parallel_compute", "fraction",
      "forward + backward + optimizer less the optimizer's for-loop update: the compute "
      "that more intra-op threads could run wider (the for-loop dispatches op by op on one "

@@ -1,6 +1,7 @@
-"""The step's anatomy: which optimizer implementation runs, and backward passes per step.
+"""The step's anatomy: which optimizer implementation runs, what is computed twice,
+and backward passes per step.
 
-Two readings of the training thread's samples beyond the phase shares:
+Three readings of the training thread's samples beyond the phase shares:
 
 * **The optimizer's implementation.** The phases' frames say the optimizer
   runs; the function that runs it says how (phases.yaml ``techniques_seen``):
@@ -9,6 +10,8 @@ Two readings of the training thread's samples beyond the phase shares:
   costs a few ops of dispatch per tensor, on one core whatever the intra-op
   threads: ``phase_optimizer_loop`` is its share of the time, and
   ``phase_parallel_compute`` the compute that more threads could widen.
+* **Activation checkpointing's recompute**: the share of the time its
+  second forward pass takes inside backward (``phase_recompute``).
 * **Backward passes per optimizer step**, from the samples' order
   (``StackWindow.step_shapes``: the passes seen between two runs of optimizer
   samples), read against the rate of the loop's counter. Passes shorter than
@@ -38,8 +41,9 @@ from .step_phases import read_stacks
 from .units import Metrics, Values, flag
 
 #: Technique ids of phases.yaml's ``techniques_seen`` read here.
-FOR_LOOP, FOREACH, FUSED, FUSABLE = (
-    "optimizer_for_loop", "optimizer_foreach", "optimizer_fused", "optimizer_fusable")
+FOR_LOOP, FOREACH, FUSED, FUSABLE, RECOMPUTE = (
+    "optimizer_for_loop", "optimizer_foreach", "optimizer_fused", "optimizer_fusable",
+    "activation_recompute")
 #: Whole optimizer steps the window must show before their passes are counted.
 MIN_STEPS = 4
 #: Share of those steps that must show the same number of backward passes.
@@ -89,6 +93,7 @@ def anatomy_metrics(session: Session, now: float, window_s: float, known: Metric
                                    known.get("steps_per_s"))
     return {
         "phase_optimizer_loop": loop,
+        "phase_recompute": share(RECOMPUTE),
         "phase_parallel_compute": (None if compute is None or loop is None
                                    else max(0.0, compute - loop)),
         "uses_fused_optimizer": seen(FUSED),

@@ -31,9 +31,11 @@ FIXED_SETTING = {"data": "num_workers", "checkpoint": "checkpoint_every", "compu
                  "recompile": "dynamic_shapes", "epoch_workers": "persistent_workers",
                  "serving_preprocess": "preprocess_workers",
                  "optimizer_loop": "optimizer_impl", "optimizer_loop_sgd": "optimizer_impl",
-                 "quota": "cpu_quota", "fit_loop": "num_workers"}
+                 "quota": "cpu_quota", "fit_loop": "num_workers",
+                 "recompute": "checkpoint_activations"}
 #: The fixed value of each setting; the first three can be given on the command line.
-FIXED_VALUE = {"recompile": True, "epoch_workers": True, "serving_preprocess": 2}
+FIXED_VALUE = {"recompile": True, "epoch_workers": True, "serving_preprocess": 2,
+               "recompute": False}
 
 
 def test_storage_data_is_on_a_real_disk_and_removed_on_sigterm(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def test_a_rule_file_redefines_a_condition_for_every_rule_that_uses_it(tmp_path:
     path = _write(tmp_path, "conditions:\n  enough_samples: phase_samples >= 100\n", "mine.yaml")
     kb = load_knowledge_base([path])
     users = [r for r in kb.rules.rules if "enough_samples" in r.condition.written]
-    assert len(users) == 41
+    assert len(users) == 42
     assert all("phase_samples >= 100" in r.condition.expr for r in users)
     rule = next(r for r in kb.rules.rules if r.id == "data_wait_dominant")
     assert rule.condition.evaluate({"phase_data_wait": 0.5, "phase_samples": 50.0}) is False

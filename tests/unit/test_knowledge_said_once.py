@@ -243,7 +243,7 @@ def test_the_shared_numbers_appear_once_in_the_rule_file() -> None:
     text = RULES_YAML.read_text(encoding="utf-8")
     assert text.count("phase_samples >= 20") == 1
     assert text.count("0.75") == 1
-    assert sum("enough_samples" in expr for _, expr in written_conditions(KB.rules)) == 41
+    assert sum("enough_samples" in expr for _, expr in written_conditions(KB.rules)) == 42
 
 
 def test_the_rules_on_gpu_utilisation_name_the_documents_bands() -> None:

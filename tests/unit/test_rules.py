@@ -22,7 +22,7 @@ from aitop.knowledge.base.catalogue import CATALOGUE
 from aitop.knowledge.base.rules import GainSpec, Rule, RuleEngine, RuleSet
 from aitop.knowledge.judging.diagnosis import Diagnoser, Facts, estimate_gain
 from aitop.knowledge.judging.gains import MAX_WIDTH
-from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE, FUSED
+from aitop.knowledge.metrics.anatomy import FOR_LOOP, FUSABLE, FUSED, RECOMPUTE
 from aitop.knowledge.metrics.growth import memory_growth
 from aitop.knowledge.reading.loader import load_knowledge_base, rules_in_document
 from aitop.knowledge.reading.yamlio import KnowledgeError, load_yaml_file
@@ -833,6 +833,21 @@ RULE_CASES: dict[str, Cases] = {
         misses=(k(technique_shares={FOR_LOOP: 0.149}, phases=mix(optimizer=0.2)),
                 k(technique_shares={FOR_LOOP: 0.3, FUSED: 0.01}, phases=mix(optimizer=0.4)),
                 k(technique_shares={FUSED: 0.3}, phases=mix(optimizer=0.4))),
+    ),
+    # Activation checkpointing's second forward a tenth of the time or more, with
+    # memory to spare: RAM free beyond what the job holds, or half a GPU's.
+    "activation_recompute": Cases(
+        fires=(k(technique_shares={RECOMPUTE: 0.19}, phases=mix(backward=0.6, forward=0.2),
+                 **CPU_ONLY),
+               k(technique_shares={RECOMPUTE: 0.10}, phases=mix(backward=0.5),
+                 gpu_mem_used=50.0)),
+        misses=(k(technique_shares={RECOMPUTE: 0.099}, phases=mix(backward=0.5), **CPU_ONLY),
+                # The GPU's memory over half used: the memory it saves is needed.
+                k(technique_shares={RECOMPUTE: 0.3}, phases=mix(backward=0.6),
+                  gpu_mem_used=51.0),
+                # RAM nearly full: less free than the job holds.
+                k(technique_shares={RECOMPUTE: 0.3}, phases=mix(backward=0.6),
+                  ram_used=97.0, **CPU_ONLY)),
     ),
     # Rank 0 of two on two cores, waiting 52 % of its time, four backward passes
     # of about the same length per optimizer step.
