@@ -274,4 +274,3 @@ def python_beneath(pid: int, proc_root: str = PROC) -> tuple[int, ...]:
         return False
 
     return tuple(sorted(p for p in python if not under_python(p)))
-

@@ -28,8 +28,9 @@ from .samples import StepCounterSample
 #: One interval between two readings of the same count, and the steps in it.
 Interval = tuple[StepCounterSample, StepCounterSample, int]
 
-#: An interval this many times faster than the median is a misreading (a
-#: counter that jumped, a reset mistaken for progress), not the job's pace.
+#: An interval this many times faster than the median of those around it is a
+#: misreading (a counter that jumped, a reset mistaken for progress), not the
+#: job's pace.
 OUTLIER_FACTOR = 3.0
 #: The intervals on each side of one that its median is taken over.
 OUTLIER_NEIGHBOURS = 2
@@ -424,7 +425,7 @@ def usual_intervals(intervals: Sequence[T], rate: Callable[[T], float]) -> list[
     if len(intervals) < 3:
         return list(intervals)
     rates = [rate(i) for i in intervals]
-    kept = []
+    kept: list[T] = []
     for at, interval in enumerate(intervals):
         around = rates[max(0, at - OUTLIER_NEIGHBOURS):at + OUTLIER_NEIGHBOURS + 1]
         if rates[at] <= OUTLIER_FACTOR * max(statistics.median(around), 1e-9):
