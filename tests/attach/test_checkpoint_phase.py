@@ -26,7 +26,10 @@ def test_the_fsync_after_a_save_counts_as_checkpoint(watched_run: WatchedRun) ->
     phases, samples = report["phases"], report["metrics"]["phase_samples"]
     print(f"checkpoint aitop {phases['checkpoint']:.3f} truth {true['checkpoint']:.3f}; "
           f"other {phases['other']:.3f}; {samples:.0f} samples; truth {true}")
-    assert true["checkpoint"] >= 0.2, f"the job's own checkpoint share {true['checkpoint']:.2f}"
+    # The premise: saves a share that reading fsync as 'other' would visibly move.
+    # The job times them at 0.2-0.6 alone; 0.17 under the parallel pass's load,
+    # where its compute slows more than its writes (CI run 87).
+    assert true["checkpoint"] >= 0.1, f"the job's own checkpoint share {true['checkpoint']:.2f}"
     share = true["checkpoint"]
     allowed = share_tolerance(share, samples)
     assert abs(phases["checkpoint"] - share) <= allowed, (phases, true)
