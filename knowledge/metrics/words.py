@@ -117,21 +117,32 @@ def _warmup_work(windows: Sequence[StackWindow]) -> str:
 
 
 def _hottest_other_frame(windows: Sequence[StackWindow]) -> str:
-    """Where the training thread's 'other' time goes: its hottest innermost function,
-    at its hottest line.
+    """Where the training thread's 'other' time goes: the loop's line that leads to
+    most of it, and beneath it the hottest innermost function, at its hottest line.
 
     A share of the loop "outside the recognised phases" says nothing to fix;
     naming the frame (``log_metrics (train.py:9)``) says what to change. The
-    samples are summed per function first: a Python function's time spreads over
-    its lines, while its caller's one line that waits in C (``torch.tensor(...)``
-    of the rows it built) holds all of its own, and would otherwise be named.
+    samples are summed per line of the loop that leads to them first: a
+    Python environment stepped from one line spends its time in its own lines
+    and in NumPy's functions alike, while the loop's own lines (a loss computed
+    in loose tensor ops) each hold only theirs, and would otherwise be named
+    together as the loop's function. Beneath that line they are summed per
+    function: a Python function's time spreads over its lines, while its
+    caller's one line that waits in C (``torch.tensor(...)`` of the rows it
+    built) holds all of its own, and would otherwise be named.
     """
     other = [(key, n) for key, n in hot_frame_counts(windows) if key[0] == "other"]
     if not other:
         return "code outside the recognised phases"
+    per_caller: Counter[str] = Counter()
+    for key, n in other:
+        per_caller[key[3] or key[2]] += n  # no loop line known: each frame its own
+    leading = per_caller.most_common(1)[0][0]
     per_function: Counter[tuple[str, str]] = Counter()
     hottest_line: dict[tuple[str, str], tuple[str, str, str, str]] = {}
     for key, n in other:  # hottest first: a function's first entry is its hottest line
+        if (key[3] or key[2]) != leading:
+            continue
         function_in_file = (key[1], key[2].rsplit(":", 1)[0])
         per_function[function_in_file] += n
         hottest_line.setdefault(function_in_file, key)

@@ -41,3 +41,30 @@ def test_the_hottest_function_is_named_at_its_hottest_line() -> None:
                          ("encode", "/job/train.py:30", 45))
     words = compute_words(session, T0 + 6, 6)
     assert words["other_frame"] == "log_metrics (train.py:12), called from serve.py:131"
+
+
+def test_the_loop_line_that_leads_to_most_of_it_is_named_before_the_function() -> None:
+    """An environment stepped from one loop line spends its time in its own lines
+    and in NumPy's; the loop's loss lines (loose tensor ops, no frame below) each
+    hold their own. Summed per function the loop's would win (37 against the
+    environment's 25); the environment's line leads to 40, and is named."""
+    loop = env = "/job/rl.py"
+    numpy = "numpy/core/fromnumeric.py"
+    frames = [("FieldEnv.step", f"{env}:30", 10, f"{loop}:61"),
+              ("FieldEnv.step", f"{env}:31", 8, f"{loop}:61"),
+              ("FieldEnv.step", f"{env}:33", 7, f"{loop}:61"),
+              ("clip", f"{numpy}:2169", 9, f"{loop}:61"),
+              ("sum", f"{numpy}:2313", 6, f"{loop}:61"),
+              ("train", f"{loop}:88", 12, f"{loop}:88"),
+              ("train", f"{loop}:90", 11, f"{loop}:90"),
+              ("train", f"{loop}:92", 14, f"{loop}:92")]
+    session = Session(PID)
+    total = sum(n for _f, _loc, n, _c in frames)
+    for i in range(3):
+        session.add(StackWindow(
+            t_start=T0 + 2 * i, t_end=T0 + 2 * i + 2, thread_name="MainThread",
+            thread_id=str(PID), total_samples=total, phase_counts={"other": total},
+            hot_frames=tuple(HotFrame("other", f, loc, n, c) for f, loc, n, c in frames)))
+    words = compute_words(session, T0 + 6, 6)
+    assert words["other_frame"] == "FieldEnv.step (rl.py:30), called from rl.py:61"
+
