@@ -34,6 +34,7 @@ this.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from collections import Counter
 from contextlib import AbstractContextManager
@@ -82,7 +83,9 @@ def simulate(rng: random.Random, pace_jitter: float, stamp_jitter: float,
     t, count, readings = 100.0, rng.uniform(0, epoch), []
     n = rng.randint(4, 25)
     shift_at = rng.randrange(1, n - 1) if shift else n
-    factor = 10 ** rng.uniform(0.477, 0.903) * rng.choice((1, -1)) if shift else 1.0
+    # 3-8x, up or down (a negative factor divides the pace).
+    factor = (10 ** rng.uniform(math.log10(3), math.log10(8)) * rng.choice((1, -1))
+              if shift else 1.0)
     first = (t, count)
     for i in range(n):
         readings.append(StepCounterSample(t + rng.uniform(0, stamp_jitter), "batch_idx",
