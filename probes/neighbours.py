@@ -33,7 +33,7 @@ import psutil
 
 from .kernel.procfs import list_pids, read_environ, read_stat
 from .pipes import READ, WRITE, pipe_ends
-from .redact import redact_argv
+from .redact import command_line
 from .samples import OtherProcess
 
 #: Seconds between scans (each reads every process's stat file).
@@ -121,7 +121,7 @@ def _command(proc: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
         argv = proc.cmdline()
         if argv:
-            return " ".join(redact_argv(argv))[:MAX_COMMAND_CHARS]
+            return command_line(argv, MAX_COMMAND_CHARS)
     with contextlib.suppress(psutil.Error):
         return proc.name()[:MAX_COMMAND_CHARS]
     return "?"

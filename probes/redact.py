@@ -161,6 +161,15 @@ def _looks_like_option(arg: str) -> bool:
     return not re.fullmatch(r"-\d[\d.eE+\-]*", arg)
 
 
+def command_line(argv: Iterable[str], max_chars: int) -> str:
+    """A command line as one short line: redacted, runs of whitespace (a ``python -c``
+    program's newlines) made one space, and cut to ``max_chars`` with "…" where cut.
+    Every place that names a process by its command (messages, neighbours, the
+    exporter's labels) says it this way, so none shows a secret another hides."""
+    text = " ".join(" ".join(redact_argv(argv)).split())
+    return text if len(text) <= max_chars else text[:max_chars - 1] + "…"
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """Return a copy of a command line with secret arguments replaced by ``***``.
 

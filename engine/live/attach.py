@@ -37,7 +37,7 @@ from aitop.probes.private_memory import PrivateMemoryReader
 from aitop.probes.process_tree import ProcessTreeProbe, TargetNotFound, torch_names_workers
 from aitop.probes.pyspy import PySpyError, find_pyspy, missing_pyspy_reason, run_dump
 from aitop.probes.ranks import Job, find_job, joined_job
-from aitop.probes.redact import redact_argv
+from aitop.probes.redact import command_line
 from aitop.probes.session import Session
 from aitop.probes.stacks import StackProbe
 from aitop.probes.status import ProbeStatus
@@ -181,8 +181,7 @@ COMMAND_CHARS = 60
 
 def _command(pid: int) -> str:
     """``pid``'s command line, redacted and cut short, for a one-line message."""
-    text = " ".join(" ".join(redact_argv(read_cmdline(pid))).split()) or "?"
-    return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
+    return command_line(read_cmdline(pid), COMMAND_CHARS) or "?"
 
 
 def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,

@@ -38,7 +38,7 @@ from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.metrics.progress import STEPS_WINDOW_S
 from aitop.probes.job_identity import node_name
 from aitop.probes.own_version import aitop_version
-from aitop.probes.redact import redact_argv, redact_text
+from aitop.probes.redact import command_line, redact_text
 from aitop.probes.samples import EnvironmentInfo, GpuDevice, GpuSample, StepCounterSample
 from aitop.probes.session import PHASES, Session
 from aitop.probes.status import PROBE_STATES, ProbeStatus
@@ -345,7 +345,7 @@ class AitopCollector(Collector):
         if "rank" not in known:
             info["rank"] = (self._rank(env) if env else None) or ""
         if env is not None:
-            info["command"] = " ".join(redact_argv(env.cmdline))[:MAX_COMMAND_CHARS]
+            info["command"] = command_line(env.cmdline, MAX_COMMAND_CHARS)
             info["python_version"] = env.python_version or ""
             info["torch_version"] = env.torch_version or ""
         families.add(GaugeMetricFamily, "aitop_target_info",
@@ -460,7 +460,7 @@ class AitopCollector(Collector):
 
     def _job_info(self, families: _Families, infos: Iterable[WatchInfo]) -> None:
         for info in infos:
-            command = " ".join(redact_argv(info.command))[:MAX_COMMAND_CHARS]
+            command = command_line(info.command, MAX_COMMAND_CHARS)
             families.add(GaugeMetricFamily, "aitop_job_info",
                          "every PyTorch job the node agent found: status watched, attaching, "
                          "waiting or not_watched, with the reason (secrets redacted)",

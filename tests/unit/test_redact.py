@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from aitop.probes.redact import (
     REDACTED,
+    command_line,
     is_sensitive_name,
     redact_argv,
     redact_env,
@@ -180,3 +181,12 @@ def test_redact_text_leaves_harmless_text(text: str) -> None:
 
 
 
+
+
+def test_a_command_line_is_one_redacted_line_cut_where_it_is_long() -> None:
+    argv = ["python", "-c", "import os\nprint(1)", "--hub-token", "hf_abcdefghijklmnop", "x" * 80]
+    line = command_line(argv, 60)
+    assert "hf_abc" not in line and "\n" not in line
+    assert line.startswith("python -c import os print(1) --hub-token *** xx")
+    assert len(line) == 60 and line.endswith("…")
+    assert command_line(["python", "train.py"], 40) == "python train.py"
