@@ -224,6 +224,8 @@ class Collector:
         self.stop_event = threading.Event()
         self.loops: list[PeriodicTask] = []
         self._stacks = stacks
+        #: One step reading, run here and now (``read_steps_now``); None without steps.
+        self._read_steps: Callable[[], None] | None = None
         cfg = config
         for name, sampler, interval in (
             ("process", process.sample if process else None, cfg.interval_s),
@@ -335,7 +337,22 @@ class Collector:
                 else ProbeStatus("partial", missing or "no step counter found")
             )
 
-        task.work = work
+        lock = threading.Lock()
+
+        def guarded() -> None:
+            with lock:  # the loop's thread and a last reading never read at once
+                work()
+
+        def last() -> None:
+            if readings:  # a counter that was never found is not looked for again
+                guarded()
+            if steps.log_name is not None:
+                logged = steps.read_log()
+                if logged is not None:
+                    session.add(logged)
+
+        task.work = guarded
+        self._read_steps = last
         self.loops.append(task)
         if steps.log_name is not None:
             self._add_log(steps)
@@ -354,6 +371,16 @@ class Collector:
                 self.session.add(event)
 
         self.loops.append(PeriodicTask("log", work, self.config.interval_s, {}, self.stop_event))
+
+    def read_steps_now(self) -> None:
+        """One more step reading, here and now: a headless report's last, so that its
+        rate spans the whole watch. Its cadence (``probes.cadence``) reads the counter
+        a few times quickly, then at a steady interval longer than a short report:
+        without this, a pace that changed after the quick readings would not be in
+        the report's rate."""
+        if self._read_steps is not None and not self.stop_event.is_set():
+            with contextlib.suppress(Exception):
+                self._read_steps()
 
     def set_pace(self, pace: float) -> None:
         """Sample ``pace`` times less often than the config says (1 = as configured).

@@ -57,6 +57,8 @@ def run_headless(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if source.session.target_exited_at is None:
+        source.read_steps_now()  # the rate spans the whole watch
     elapsed = time.time() - attached_at
     cpu = source.cpu_percent()
     source.close()  # py-spy flushes its last, partial window on the way out

@@ -124,6 +124,10 @@ class LiveJob:
         """The lead's last look at ``now`` (once the target exited: its last live verdict)."""
         return self.lead.conclude(now)
 
+    def read_steps_now(self) -> None:
+        """The lead's last step reading (its counter is the job's pace)."""
+        self.lead.read_steps_now()
+
     def cpu_percent(self) -> float:
         """aitop's own CPU use since attach, as % of one core (py-spy included)."""
         elapsed = max(time.time() - self.started_at, 1e-6)

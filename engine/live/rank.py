@@ -161,6 +161,11 @@ class LiveSource:
         self.collector.set_pace(pace)
         self._eval_loop.pace = max(1.0, pace)
 
+    def read_steps_now(self) -> None:
+        """One more step reading before a headless report (``Collector.read_steps_now``)."""
+        if not self._closed:
+            self.collector.read_steps_now()
+
     def close(self) -> None:
         if self._closed:
             return

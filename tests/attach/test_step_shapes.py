@@ -137,3 +137,25 @@ def test_a_loop_with_no_source_says_why_for_each(tmp_path: Path) -> None:
     assert tried["job log"].startswith("no rising step count in the lines of"), tried
     assert tried["DataLoader workers' batch index"] == "the job has no DataLoader workers"
     assert tried["step cycles in the stacks"] not in ("", "not read"), tried
+
+
+def test_a_pace_that_changes_late_in_the_watch_is_in_the_rate(tmp_path: Path) -> None:
+    """``for step in range(...)`` at ~8 steps/s, twice as fast from 20 s after its
+    start, watched 25 s: the counter's quick readings end about 14 s in, and the
+    steady ones come every 15 s; the report's last reading, at its end, puts the
+    faster seconds in the rate (a helper's unseen job read 11 % low without it)."""
+    shape = Shape("faster", "slow_steps.py", ("--step-s", "0.12", "--faster-after", "20"))
+    run = start(shape, tmp_path)
+    try:
+        report = headless_report(run.job.pid, 25)
+    finally:
+        run.stop()
+    steps = report["steps_source"] or {}
+    span = report["steps_span"]
+    assert report["steps_per_s"] is not None and span is not None, steps
+    watched = (report["attached_at"], report["evaluated_at"])
+    whole = true_rate(run.truth, *watched)
+    print(f"| faster | {whole:.3f} over the watch | {report['steps_per_s']:.3f} | "
+          f"span {span[0] - watched[0]:.1f}-{span[1] - watched[0]:.1f} s |")
+    assert span[1] >= watched[1] - 2.0, (span, watched)
+    assert report["steps_per_s"] == pytest.approx(whole, rel=TOLERANCE), steps
