@@ -32,7 +32,7 @@ from aitop.engine.live.source import (
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.base.rules import Rule
 from aitop.knowledge.evaluator import Evaluator
-from aitop.knowledge.metrics.straggler import rank_view
+from aitop.knowledge.metrics.straggler import RankView, rank_view
 from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.ranks import Job
 from aitop.probes.session import Session
@@ -223,6 +223,10 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
     scores = judgement.scores if judgement is not None else {}
     straggler = judgement.straggler if judgement is not None else None
     flagged = straggler is not None and judgement is not None and judgement.flagged
+    # The straggler's cause as the job's judgement says it (what it does beyond
+    # the others), where no finding of its own names one.
+    straggler_cause = judgement.words().get("straggler_cause") if judgement is not None else None
+    straggler_pid = straggler.pid if straggler is not None else None
     rows = []
     for label, pid, status, d, session in ranks:
         # An exited rank keeps its last diagnosis for its own view, not for the job's.
@@ -239,9 +243,15 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
             straggler_score=scores.get(pid),
             straggler=flagged and straggler is not None and pid == straggler.pid,
             lead_finding=view.cause.id if view.cause is not None else None,
-            cause=view.cause.title if view.cause is not None else view.top_phase,
+            cause=_cause(view, straggler_cause if flagged and pid == straggler_pid else None),
         ))
     return rows
+
+
+def _cause(view: RankView, as_judged: str | None) -> str | None:
+    """A rank's own cause: its lead finding's title, else (the straggler) what the
+    job's judgement says it does beyond the others, else its top phase."""
+    return view.cause.title if view.cause is not None else as_judged or view.top_phase
 
 
 def _gpus_used(session: Session | None) -> str:

@@ -172,11 +172,15 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
     how = (f"loading is {p:.0%} of the time and moves to a worker on the core one of the "
            f"{t} compute threads leaves; the step then takes the longer of loading ({p:.0%}) "
            f"and compute ({1 - p:.0%}, up to {slower:.2g}x slower on {t - 1} thread(s))")
+    if figure(low) == figure(high):
+        bound = (f"loading is the longer either way: at most x{figure(high)}, less what "
+                 "handing each batch over from the worker costs")
+    else:
+        bound = (f"from x{figure(low)} where the compute scaled perfectly over its threads "
+                 f"to at most x{figure(high)} where it did not scale at all, which aitop "
+                 "cannot see")
     return Gain(speedup=high, low=low, high=high, method="amdahl", ceiling=high,
-                explanation=(f"{how}: from x{figure(low)} where the compute scaled "
-                             f"perfectly over its threads to at most x{figure(high)} where "
-                             "it did not scale at all, which aitop cannot see; a ceiling, "
-                             "not a prediction"))
+                explanation=f"{how}: {bound}; a ceiling, not a prediction")
 
 
 def _offload(spec: GainSpec, metrics: Metrics) -> Gain:

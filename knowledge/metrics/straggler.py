@@ -131,6 +131,8 @@ class RankView:
     cause: Finding | None
     #: Its top non-compute phase, when it has no finding ("data wait 47%").
     top_phase: str | None
+    #: Shares of its time in each kind of its own work (``own_phases``).
+    own: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def own_work(self) -> float | None:
@@ -144,19 +146,71 @@ def rank_view(label: str, pid: int, diagnosis: Diagnosis | None) -> RankView:
         return RankView(label, pid, None, None, None, None)
     m = diagnosis.metrics
     cause = next((f for f in diagnosis.findings if f.category not in WAITING_CATEGORIES), None)
-    return RankView(label, pid, m.get("comm_share"), m.get("steps_per_s"), cause, _top_phase(m))
+    own = own_phases(m)
+    return RankView(label, pid, m.get("comm_share"), m.get("steps_per_s"), cause,
+                    _top_phase(own), own)
 
 
-def _top_phase(metrics: Metrics) -> str | None:
+def own_phases(metrics: Metrics) -> dict[str, float]:
+    """Shares of a rank's wall time in its own work, by kind: the phases that are
+    not waiting for the others, its compute less the wait hidden inside it."""
     shares = {p: metrics.get(f"phase_{p}") or 0.0
               for p in ("data_wait", "eval", "checkpoint", "sync", "other")}
     compute = metrics.get("phase_compute")
     if compute is not None:
         shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
-    phase, share = max(shares.items(), key=lambda kv: kv[1])
+    return shares
+
+
+def _top_phase(own: Mapping[str, float]) -> str | None:
+    if not own:
+        return None
+    phase, share = max(own.items(), key=lambda kv: kv[1])
     if share <= 0.0:
         return None
-    return f"{phase.replace('_', ' ')} {share:.0%}"
+    return f"{_phase_words(phase)} {share:.0%}"
+
+
+def _phase_words(phase: str) -> str:
+    return "own Python work" if phase == "other" else phase.replace("_", " ")
+
+
+#: A share of its time a straggler spends on one kind of work beyond the other
+#: ranks' mean for it, below which that difference is not named as the cause.
+MIN_EXCESS = 0.05
+
+#: What to change in a straggler whose extra time is of this kind, and no
+#: finding of its own says more. ``{rank}``, ``{pid}``: the straggler's. Each
+#: fits a word's length (``MAX_WORD_CHARS``) with a long rank label.
+EXCESS_ACTIONS: Mapping[str, str] = {
+    "data_wait": "give {rank} the loading the other ranks have (num_workers, its own shard), "
+                 "or more DataLoader workers",
+    "eval": "evaluate on every rank, each on its shard, or less often, not on {rank} alone",
+    "checkpoint": "save from {rank} less often or asynchronously "
+                  "(torch.distributed.checkpoint.async_save)",
+    "sync": "take {rank}'s host syncs (.item(), .cpu(), printed tensors) out of the step",
+    "other": "move what {rank} does beyond the others (logging, metrics) out of "
+             "the step; `aitop --pid {pid}` shows where",
+    "compute": "give {rank} the compute of the other ranks: equal shards and batch sizes, "
+               "cores of its own",
+}
+
+
+def excess_work(straggler: RankView, others: Sequence[RankView]) -> tuple[str, float, float] | None:
+    """The kind of work the straggler spends most more time on than the other ranks
+    (their mean), with its share and theirs; None where no kind stands out by
+    ``MIN_EXCESS``. The ranks step in lockstep, so shares of their wall time
+    compare as times per step: what one rank does beyond the others is what
+    makes it slower, whatever its largest phase is."""
+    rivals = [r.own for r in others if r.own]
+    if not straggler.own or not rivals:
+        return None
+    excess = {p: (share, sum(r.get(p, 0.0) for r in rivals) / len(rivals))
+              for p, share in straggler.own.items()}
+    phase, (share, theirs) = max(excess.items(), key=lambda kv: kv[1][0] - kv[1][1])
+    if share - theirs < MIN_EXCESS:
+        return None
+    return phase, share, theirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,18 +257,27 @@ class JobJudgement:
         view of its wait names what it waits for."""
         s = self.straggler
         waits = self.flagged and s is not None and s.pid != pid
-        return {"waits_for_straggler": float(waits),
-                "straggler_excess": self.metrics()["straggler_excess"] if waits else None}
+        heard: dict[str, float | None] = {"waits_for_straggler": float(waits)}
+        if waits:
+            heard["straggler_excess"] = self.metrics()["straggler_excess"]
+        return heard
 
     def words(self) -> dict[str, str]:
         s = self.straggler
         if s is None:
             return {}
+        extra = excess_work(s, [r for r in self.ranks if r.pid != s.pid])
         if s.cause is not None:
             cause = s.cause.title
             action = s.cause.actions[0] if s.cause.actions else "see its findings"
+        elif extra is not None:
+            phase, share, theirs = extra
+            cause = (f"its {_phase_words(phase)} {share:.0%} of its time, against "
+                     f"{theirs:.0%} on the other ranks")
+            action = EXCESS_ACTIONS[phase].format(rank=s.label, pid=s.pid)
         else:
-            cause = f"its own {s.top_phase}" if s.top_phase else "not yet known"
+            top = s.top_phase or _top_phase(s.own)
+            cause = f"its own {top}" if top else "not yet known"
             action = f"watch it alone (`aitop --pid {s.pid}`) for its own bottleneck"
         return {"straggler": f"{s.label} (PID {s.pid})", "straggler_cause": cause,
                 "straggler_action": action}

@@ -7,7 +7,14 @@ these pin the rules of the reading on numbers small enough to check by hand.
 from __future__ import annotations
 
 import pytest
-from aitop.knowledge.metrics.straggler import RankView, hidden_comm, judge_ranks
+from aitop.knowledge.base.expressions import MAX_WORD_CHARS
+from aitop.knowledge.metrics.straggler import (
+    EXCESS_ACTIONS,
+    RankView,
+    hidden_comm,
+    judge_ranks,
+    own_phases,
+)
 from support.knowledge import HOLDS_BACK
 
 
@@ -75,3 +82,45 @@ def test_ranks_that_wait_alike_have_no_flagged_straggler() -> None:
 def test_ranks_without_a_reading_are_not_judged() -> None:
     judgement = judge_ranks([view("rank 0", 0.5), view("rank 1", None)], HOLDS_BACK)
     assert judgement.straggler is None and judgement.metrics()["straggler_score"] is None
+
+
+def rank_with(label: str, pid: int, comm: float, **phases: float) -> RankView:
+    metrics = {f"phase_{p}": share for p, share in phases.items()}
+    metrics["phase_compute"] = sum(phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+    own = own_phases(metrics)
+    return RankView(label, pid, comm, None, None, None, own)
+
+
+def test_the_straggler_is_said_to_do_what_the_others_do_not_not_its_largest_phase() -> None:
+    """A torchrun job whose rank 0 alone builds a Python histogram each step (a
+    helper's unseen job): its compute is its largest share, as on rank 1, and
+    what it does beyond rank 1 is its own Python work. Removing that measured
+    x1.23, the ranks' wait beyond rank 0's own."""
+    slow = rank_with("rank 0", 1, 0.38, forward=0.11, backward=0.32, optimizer=0.02, other=0.16)
+    fast = rank_with("rank 1", 2, 0.57, forward=0.10, backward=0.30, optimizer=0.01, other=0.01)
+    judgement = judge_ranks([slow, fast], HOLDS_BACK)
+    assert judgement.straggler == slow and judgement.flagged
+    words = judgement.words()
+    assert words["straggler_cause"] == ("its own Python work 16% of its time, against 1% on the "
+                                        "other ranks")
+    assert words["straggler_action"].startswith("move what rank 0 does beyond the others")
+    # The straggler judging the job keeps what the others wait beyond it: the ceiling.
+    assert "straggler_excess" not in judgement.seen_from(slow.pid)
+    assert judgement.metrics()["straggler_excess"] == pytest.approx(0.19)
+    assert judgement.seen_from(fast.pid)["straggler_excess"] == pytest.approx(0.19)
+
+
+def test_a_straggler_that_does_the_same_work_slower_keeps_its_largest_phase() -> None:
+    slow = rank_with("rank 0", 1, 0.10, forward=0.30, backward=0.55, other=0.02)
+    fast = rank_with("rank 1", 2, 0.40, forward=0.20, backward=0.37, other=0.02)
+    words = judge_ranks([slow, fast], HOLDS_BACK).words()
+    assert words["straggler_cause"].startswith("its compute 85% of its time, against 57%")
+    even = rank_with("rank 1", 2, 0.40, forward=0.29, backward=0.53, other=0.02)
+    words = judge_ranks([slow, even], HOLDS_BACK).words()
+    assert words["straggler_cause"] == "its own compute 85%"
+
+
+def test_every_straggler_action_fits_a_word_with_a_long_rank_label() -> None:
+    for phase, action in EXCESS_ACTIONS.items():
+        text = action.format(rank="node-a17 rank 15", pid=4_194_304)
+        assert len(text) <= MAX_WORD_CHARS, (phase, len(text))
