@@ -177,7 +177,7 @@ class Evaluator:
         return dataclasses.replace(
             diagnosis,
             category=UNKNOWN if diagnosis.category == COLLECTING else diagnosis.category,
-            summary=f"No step phases (stacks off: {stacks.detail}); "
+            summary=f"No step phases: {stacks.detail}. "
             "GPU, CPU, memory and I/O are still watched",
         )
 

@@ -172,7 +172,7 @@ def _top_phase(own: Mapping[str, float]) -> str | None:
 
 
 def _phase_words(phase: str) -> str:
-    return "own Python work" if phase == "other" else phase.replace("_", " ")
+    return "Python work" if phase == "other" else phase.replace("_", " ")
 
 
 #: A share of its time a straggler spends on one kind of work beyond the other
@@ -272,7 +272,7 @@ class JobJudgement:
             action = s.cause.actions[0] if s.cause.actions else "see its findings"
         elif extra is not None:
             phase, share, theirs = extra
-            cause = (f"its {_phase_words(phase)} {share:.0%} of its time, against "
+            cause = (f"its own {_phase_words(phase)} {share:.0%} of its time, against "
                      f"{theirs:.0%} on the other ranks")
             action = EXCESS_ACTIONS[phase].format(rank=s.label, pid=s.pid)
         else:

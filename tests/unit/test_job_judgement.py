@@ -114,7 +114,7 @@ def test_a_straggler_that_does_the_same_work_slower_keeps_its_largest_phase() ->
     slow = rank_with("rank 0", 1, 0.10, forward=0.30, backward=0.55, other=0.02)
     fast = rank_with("rank 1", 2, 0.40, forward=0.20, backward=0.37, other=0.02)
     words = judge_ranks([slow, fast], HOLDS_BACK).words()
-    assert words["straggler_cause"].startswith("its compute 85% of its time, against 57%")
+    assert words["straggler_cause"].startswith("its own compute 85% of its time, against 57%")
     even = rank_with("rank 1", 2, 0.40, forward=0.29, backward=0.53, other=0.02)
     words = judge_ranks([slow, even], HOLDS_BACK).words()
     assert words["straggler_cause"] == "its own compute 85%"
