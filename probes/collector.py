@@ -33,6 +33,8 @@ MAX_RETRY_S = 30.0
 #: The lowest py-spy rate a paced-down collector samples at (``Collector.set_pace``):
 #: the peer rank's floor in ``probes.cadence.TABLE``.
 MIN_PACED_RATE_HZ = 2
+#: The longest a headless report's last step reading waits for one in progress.
+LAST_READING_WAIT_S = 5.0
 #: The step counter is read at moments ``1 ± this`` of its cadence apart: a
 #: count that starts again each epoch, read on one beat, can advance by the
 #: same leftover of an epoch at every reading and look like a slow steady
@@ -295,8 +297,11 @@ class Collector:
         #: Whether the loop's counter has ever moved (a constant is no slow counter).
         moved = False
 
-        def work() -> None:
-            nonlocal readings, previous, moved
+        lock = threading.Lock()  # the loop's thread and a last reading never read at once
+
+        def read() -> tuple[Sequence[StepCounterSample], StepCounterSample | None]:
+            """One reading into the session (``lock`` held): its samples, and the
+            first that counted."""
             window = session.stacks.last()
             tree = session.processes.last()
             workers = tuple(p.pid for p in tree.workers) if tree is not None else ()
@@ -310,7 +315,12 @@ class Collector:
                 session.add(event)
             for sample in samples:
                 session.add(sample)
-            counted = next((s for s in samples if s.value is not None), None)
+            return samples, next((s for s in samples if s.value is not None), None)
+
+        def work() -> None:
+            nonlocal readings, previous, moved
+            with lock:
+                samples, counted = read()
             readings += counted is not None
             # Read often until a rate is well established, then settle; a slow
             # counter is read more often still, so that its few moves are timed.
@@ -337,21 +347,16 @@ class Collector:
                 else ProbeStatus("partial", missing or "no step counter found")
             )
 
-        lock = threading.Lock()
-
-        def guarded() -> None:
-            with lock:  # the loop's thread and a last reading never read at once
-                work()
-
         def last() -> None:
-            if readings:  # a counter that was never found is not looked for again
-                guarded()
-            if steps.log_name is not None:
-                logged = steps.read_log()
-                if logged is not None:
-                    session.add(logged)
+            # Only a counter already found is read again, and only the session
+            # hears of it: the cadence and the probe's status stay the loop's.
+            if readings and lock.acquire(timeout=LAST_READING_WAIT_S):
+                try:
+                    read()
+                finally:
+                    lock.release()
 
-        task.work = guarded
+        task.work = work
         self._read_steps = last
         self.loops.append(task)
         if steps.log_name is not None:
@@ -375,9 +380,10 @@ class Collector:
     def read_steps_now(self) -> None:
         """One more step reading, here and now: a headless report's last, so that its
         rate spans the whole watch. Its cadence (``probes.cadence``) reads the counter
-        a few times quickly, then at a steady interval longer than a short report:
-        without this, a pace that changed after the quick readings would not be in
-        the report's rate."""
+        a few times quickly, then at a steady interval that can outlast what is left
+        of a short report: without this, a pace that changed after the quick
+        readings would not be in the report's rate. The job's log needs none: it is
+        read every tick."""
         if self._read_steps is not None and not self.stop_event.is_set():
             with contextlib.suppress(Exception):
                 self._read_steps()

@@ -108,8 +108,7 @@ def classify_failure(pid: int, stderr: str) -> PySpyError:
     if "failed to find python version" in text or "not a python" in text:
         return PySpyError(
             f"PID {pid} does not look like a Python process (py-spy: "
-            f"{first.removeprefix('Error: ')}): give --pid the job's Python process "
-            "(pgrep -af python)",
+            f"{first.removeprefix('Error: ')}); the Python processes here: pgrep -af python",
             kind="not_python",
         )
     if "no such file" in text or "no such process" in text or "check that the process" in text:

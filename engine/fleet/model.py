@@ -45,7 +45,7 @@ from aitop.probes.discovery import (
 )
 from aitop.probes.job_identity import Identity, identify
 from aitop.probes.ranks import Job, find_job
-from aitop.probes.redact import redact_argv
+from aitop.probes.redact import command_line, redact_argv
 
 #: How often /proc is scanned for jobs that started or ended.
 SCAN_EVERY_S = 2.0
@@ -59,6 +59,9 @@ BUDGET_RELAX_BELOW = 0.6
 MAX_BUDGET_PACE = 8.0
 #: Launchers whose ranks have not started yet are looked at again next scan.
 WAITING = "a launcher whose ranks have not started"
+
+#: Characters of a job's command line that a message about it quotes.
+SAID_COMMAND_CHARS = 60
 
 
 def say_on_stderr(line: str) -> None:
@@ -197,8 +200,8 @@ class Fleet:
                       started_at=_started(root), command=tuple(redact_argv(root.command)))
         if root.unwatchable is not None:
             watch.status, watch.reason = "not_watched", root.unwatchable
-            self._say(f"found PID {root.pid} ({_short(root.command)}), not watching it: "
-                      f"{root.unwatchable}")
+            said = command_line(root.command, SAID_COMMAND_CHARS)
+            self._say(f"found PID {root.pid} ({said}), not watching it: {root.unwatchable}")
             return watch
         self._attach_when_ready(watch)
         return watch
@@ -245,8 +248,8 @@ class Fleet:
             return
         self._apply_pace()
         rank = f", rank {watch.identity.rank}" if watch.identity.rank else ""
-        self._say(f"watching PID {root.pid} ({_short(root.command)}) as job_id="
-                  f"{watch.identity.job_id}{rank}")
+        said = command_line(root.command, SAID_COMMAND_CHARS)
+        self._say(f"watching PID {root.pid} ({said}) as job_id={watch.identity.job_id}{rank}")
 
     def _drop(self, watch: Watch) -> None:
         if watch.job is not None:
@@ -353,6 +356,3 @@ def _started(root: Found) -> float | None:
         return None
 
 
-def _short(command: tuple[str, ...], limit: int = 60) -> str:
-    text = " ".join(redact_argv(command))
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -52,13 +52,13 @@ def run_headless(
                 break
             stop.wait(min(EXIT_POLL_S, max(0.0, deadline - time.time())))
         interrupted = stop.is_set()
+        if not interrupted and source.session.target_exited_at is None:
+            source.read_steps_now()  # the rate spans the whole watch
     except KeyboardInterrupt:
         interrupted = True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if source.session.target_exited_at is None:
-        source.read_steps_now()  # the rate spans the whole watch
     elapsed = time.time() - attached_at
     cpu = source.cpu_percent()
     source.close()  # py-spy flushes its last, partial window on the way out

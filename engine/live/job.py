@@ -225,7 +225,7 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
     flagged = straggler is not None and judgement is not None and judgement.flagged
     # The straggler's cause as the job's judgement says it (what it does beyond
     # the others), where no finding of its own names one.
-    straggler_cause = judgement.words().get("straggler_cause") if judgement is not None else None
+    excess = judgement.excess_row() if judgement is not None and flagged else None
     straggler_pid = straggler.pid if straggler is not None else None
     rows = []
     for label, pid, status, d, session in ranks:
@@ -243,7 +243,7 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
             straggler_score=scores.get(pid),
             straggler=flagged and straggler is not None and pid == straggler.pid,
             lead_finding=view.cause.id if view.cause is not None else None,
-            cause=_cause(view, straggler_cause if flagged and pid == straggler_pid else None),
+            cause=_cause(view, excess if pid == straggler_pid else None),
         ))
     return rows
 

@@ -172,7 +172,7 @@ def _worker_core(spec: GainSpec, metrics: Metrics) -> Gain:
     how = (f"loading is {p:.0%} of the time and moves to a worker on the core one of the "
            f"{t} compute threads leaves; the step then takes the longer of loading ({p:.0%}) "
            f"and compute ({1 - p:.0%}, up to {slower:.2g}x slower on {t - 1} thread(s))")
-    if figure(low) == figure(high):
+    if p >= (1.0 - p) * slower:
         bound = (f"loading is the longer either way: at most x{figure(high)}, less what "
                  "handing each batch over from the worker costs")
     else:

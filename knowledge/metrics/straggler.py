@@ -129,9 +129,10 @@ class RankView:
     steps_per_s: float | None
     #: The rank's own lead finding that is not itself a wait for the others.
     cause: Finding | None
-    #: Its top non-compute phase, when it has no finding ("data wait 47%").
+    #: Its largest kind of own work, for a rank with no finding ("data wait 47%").
     top_phase: str | None
-    #: Shares of its time in each kind of its own work (``own_phases``).
+    #: Shares of its time in each kind of its own work (``own_phases``; empty
+    #: before its phases are known).
     own: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
@@ -153,12 +154,14 @@ def rank_view(label: str, pid: int, diagnosis: Diagnosis | None) -> RankView:
 
 def own_phases(metrics: Metrics) -> dict[str, float]:
     """Shares of a rank's wall time in its own work, by kind: the phases that are
-    not waiting for the others, its compute less the wait hidden inside it."""
+    not waiting for the others, its compute less the wait hidden inside it.
+    Empty while its phases are unknown (no stack window read yet)."""
+    compute = metrics.get("phase_compute")
+    if compute is None:
+        return {}
     shares = {p: metrics.get(f"phase_{p}") or 0.0
               for p in ("data_wait", "eval", "checkpoint", "sync", "other")}
-    compute = metrics.get("phase_compute")
-    if compute is not None:
-        shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
+    shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
     return shares
 
 
@@ -168,11 +171,15 @@ def _top_phase(own: Mapping[str, float]) -> str | None:
     phase, share = max(own.items(), key=lambda kv: kv[1])
     if share <= 0.0:
         return None
-    return f"{_phase_words(phase)} {share:.0%}"
+    return f"{phase.replace('_', ' ')} {share:.0%}"
 
 
-def _phase_words(phase: str) -> str:
-    return "Python work" if phase == "other" else phase.replace("_", " ")
+#: The kinds of own work in a sentence (the phase bar's labels say "other").
+KIND_WORDS: Mapping[str, str] = {
+    "data_wait": "data wait", "eval": "evaluation", "checkpoint": "checkpointing",
+    "sync": "host syncs", "other": "own code outside the step's phases (other)",
+    "compute": "compute",
+}
 
 
 #: A share of its time a straggler spends on one kind of work beyond the other
@@ -185,24 +192,25 @@ MIN_EXCESS = 0.05
 EXCESS_ACTIONS: Mapping[str, str] = {
     "data_wait": "give {rank} the loading the other ranks have (num_workers, its own shard), "
                  "or more DataLoader workers",
-    "eval": "evaluate on every rank, each on its shard, or less often, not on {rank} alone",
+    "eval": "evaluate less often, or on every rank with each its own shard, not on {rank} "
+            "alone",
     "checkpoint": "save from {rank} less often or asynchronously "
                   "(torch.distributed.checkpoint.async_save)",
     "sync": "take {rank}'s host syncs (.item(), .cpu(), printed tensors) out of the step",
     "other": "move what {rank} does beyond the others (logging, metrics) out of "
              "the step; `aitop --pid {pid}` shows where",
-    "compute": "give {rank} the compute of the other ranks: equal shards and batch sizes, "
-               "cores of its own",
+    "compute": "give {rank} no more compute than each other rank: equal shards and batch "
+               "sizes, cores of its own",
 }
 
 
 def excess_work(straggler: RankView, others: Sequence[RankView]) -> tuple[str, float, float] | None:
-    """The kind of work the straggler spends most more time on than the other ranks
-    (their mean), with its share and theirs; None where no kind stands out by
-    ``MIN_EXCESS``. The ranks step in lockstep, so shares of their wall time
-    compare as times per step: what one rank does beyond the others is what
-    makes it slower, whatever its largest phase is."""
-    rivals = [r.own for r in others if r.own]
+    """The kind of work whose share of the straggler's time most exceeds the other
+    ranks' mean share, with both; None where none exceeds it by ``MIN_EXCESS``.
+    The ranks step in lockstep, so shares of their wall time compare as times per
+    step: what one rank does beyond the others is what makes it slower, whatever
+    its largest phase is. Ranks whose phases or wait are unknown are left out."""
+    rivals = [r.own for r in others if r.own and r.comm_share is not None]
     if not straggler.own or not rivals:
         return None
     excess = {p: (share, sum(r.get(p, 0.0) for r in rivals) / len(rivals))
@@ -257,27 +265,39 @@ class JobJudgement:
         view of its wait names what it waits for."""
         s = self.straggler
         waits = self.flagged and s is not None and s.pid != pid
-        heard: dict[str, float | None] = {"waits_for_straggler": float(waits)}
-        if waits:
-            heard["straggler_excess"] = self.metrics()["straggler_excess"]
-        return heard
+        # The straggler itself keeps it too: judging the job, its ceiling is what
+        # the others would get back.
+        excess = self.metrics()["straggler_excess"] if self.flagged else None
+        return {"waits_for_straggler": float(waits), "straggler_excess": excess}
+
+    def excess(self) -> tuple[str, float, float] | None:
+        """What the straggler does beyond the other ranks (``excess_work``)."""
+        s = self.straggler
+        return None if s is None else excess_work(s, [r for r in self.ranks if r.pid != s.pid])
+
+    def excess_row(self) -> str | None:
+        """The straggler's excess as a ranks-table cell: "other 16% (others 1%)"."""
+        extra = self.excess()
+        if extra is None:
+            return None
+        phase, share, theirs = extra
+        return f"{phase.replace('_', ' ')} {share:.0%} (others {theirs:.0%})"
 
     def words(self) -> dict[str, str]:
         s = self.straggler
         if s is None:
             return {}
-        extra = excess_work(s, [r for r in self.ranks if r.pid != s.pid])
+        extra = self.excess()
         if s.cause is not None:
             cause = s.cause.title
             action = s.cause.actions[0] if s.cause.actions else "see its findings"
         elif extra is not None:
             phase, share, theirs = extra
-            cause = (f"its own {_phase_words(phase)} {share:.0%} of its time, against "
+            cause = (f"its {KIND_WORDS[phase]} {share:.0%} of its time, against "
                      f"{theirs:.0%} on the other ranks")
             action = EXCESS_ACTIONS[phase].format(rank=s.label, pid=s.pid)
         else:
-            top = s.top_phase or _top_phase(s.own)
-            cause = f"its own {top}" if top else "not yet known"
+            cause = f"its own {s.top_phase}" if s.top_phase else "not yet known"
             action = f"watch it alone (`aitop --pid {s.pid}`) for its own bottleneck"
         return {"straggler": f"{s.label} (PID {s.pid})", "straggler_cause": cause,
                 "straggler_action": action}

@@ -143,7 +143,7 @@ def test_a_pace_that_changes_late_in_the_watch_is_in_the_rate(tmp_path: Path) ->
     """``for step in range(...)`` at ~8 steps/s, twice as fast from 20 s after its
     start, watched 25 s: the counter's quick readings end about 14 s in, and the
     steady ones come every 15 s; the report's last reading, at its end, puts the
-    faster seconds in the rate (a helper's unseen job read 11 % low without it)."""
+    faster seconds in the rate (docs/step-rates.md, "The report's last reading")."""
     shape = Shape("faster", "slow_steps.py", ("--step-s", "0.12", "--faster-after", "20"))
     run = start(shape, tmp_path)
     try:

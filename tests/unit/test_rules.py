@@ -1317,8 +1317,9 @@ def test_loading_beside_compute_threads_offers_a_ceiling_not_a_range() -> None:
 
 def test_loading_longer_than_compute_either_way_gives_one_bound() -> None:
     """Loading 70 % beside 2 compute threads: max(0.7, 0.3 x 2) = 0.7 however the
-    compute scales, so the two ends meet (x1.43). A helper's unseen job of this
-    shape measured x1.27: the bound held, and the hand-over is what it leaves out."""
+    compute scales, so the two ends meet (x1.43). An unseen job of this shape
+    (docs/diagnosis.md) measured x1.27: the bound held, and the hand-over is what
+    it leaves out."""
     d = diagnose_job(RULESET, workers=0, cpu_count=2, host_cpu=72.0, main_cpu=139.0,
                      busy_threads=2, thread_cpu=(99.0, 40.0), data_source="own code",
                      phases=mix(data_wait=0.7), **CPU_ONLY)
