@@ -156,12 +156,14 @@ def own_phases(metrics: Metrics) -> dict[str, float]:
     """Shares of a rank's wall time in its own work, by kind: the phases that are
     not waiting for the others, its compute less the wait hidden inside it.
     Empty while its phases are unknown (no stack window read yet)."""
+    read = {p: metrics.get(f"phase_{p}") for p in ("data_wait", "eval", "checkpoint", "sync",
+                                                    "other")}
     compute = metrics.get("phase_compute")
-    if compute is None:
+    if compute is None and all(v is None for v in read.values()):
         return {}
-    shares = {p: metrics.get(f"phase_{p}") or 0.0
-              for p in ("data_wait", "eval", "checkpoint", "sync", "other")}
-    shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
+    shares = {p: v or 0.0 for p, v in read.items()}
+    if compute is not None:
+        shares["compute"] = max(0.0, compute - (metrics.get("comm_hidden") or 0.0))
     return shares
 
 
