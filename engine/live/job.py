@@ -241,7 +241,7 @@ def rank_rows(source: DataSource, conclusion: Conclusion,
             gpu_util_percent=m.get("gpu_util_mean"),
             gpus=_gpus_used(session) or None,
             straggler_score=scores.get(pid),
-            straggler=flagged and straggler is not None and pid == straggler.pid,
+            straggler=flagged and pid == straggler_pid,
             lead_finding=view.cause.id if view.cause is not None else None,
             cause=_cause(view, excess if pid == straggler_pid else None),
         ))
