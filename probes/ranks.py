@@ -38,7 +38,8 @@ from .process_tree import WORKER_NAME, direct_children, is_spawn_child
 #: ``single`` (no ranks: a one-process job).
 JobKind = Literal["env", "lightning", "spawn", "single"]
 #: Environment variables that describe a rank, as the launchers set them.
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+             "TORCHELASTIC_RUN_ID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class RankProcess:
     world_size: int | None
     group_rank: int | None = None
     run_id: str | None = None
+    #: The ranks its launcher starts on this machine (``LOCAL_WORLD_SIZE``).
+    local_world_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +76,15 @@ class Job:
 
     @property
     def starting(self) -> bool:
-        """An elastic agent's ranks started so far lack its local rank 0 (a restart
-        or a rendezvous under way): the rank to lead with is not up yet."""
-        return (self.kind == "env" and self.launcher_pid == self.given_pid
-                and bool(self.ranks) and not any(r.local_rank == 0 for r in self.ranks))
+        """An elastic agent has started some of its ranks, not all: its local rank 0
+        (the rank to lead with) is not up yet, or fewer ranks than the
+        ``LOCAL_WORLD_SIZE`` they carry (the agent starts them one by one, a few
+        milliseconds apart, longer on a busy machine: a job read in between would be
+        taken for a one-rank job and judged without the others)."""
+        if self.kind != "env" or self.launcher_pid != self.given_pid or not self.ranks:
+            return False
+        expected = max(r.local_world_size or 0 for r in self.ranks)
+        return not any(r.local_rank == 0 for r in self.ranks) or len(self.ranks) < expected
 
     def training_pid(self) -> int:
         """The PID to watch: the given one, unless it is a launcher (then rank 0)."""
@@ -145,6 +153,7 @@ def rank_from_env(pid: int, env: dict[str, str]) -> RankProcess | None:
         world_size=_int(env.get("WORLD_SIZE")),
         group_rank=_int(env.get("GROUP_RANK")),
         run_id=env.get("TORCHELASTIC_RUN_ID"),
+        local_world_size=_int(env.get("LOCAL_WORLD_SIZE")),
     )
 
 

@@ -28,7 +28,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from aitop.engine.live.attach import AttachError, AttachOptions, LiveJob, attach
+from aitop.engine.live.attach import (
+    LAUNCHER_RANKS_WAIT_S,
+    AttachError,
+    AttachOptions,
+    LiveJob,
+    attach,
+)
 from aitop.engine.live.node import NodeJob, WatchStatus
 from aitop.engine.live.rank import self_cpu_seconds
 from aitop.engine.live.source import Timeline
@@ -169,7 +175,7 @@ class Fleet:
                 else:
                     known.group = group
                     if known.status == "waiting":
-                        self._attach_when_ready(known)
+                        self._attach_when_ready(known, now)
         for watch in ended:
             self._drop(watch)
         self._keep_budget(now)
@@ -203,15 +209,16 @@ class Fleet:
             said = command_line(root.command, SAID_COMMAND_CHARS)
             self._say(f"found PID {root.pid} ({said}), not watching it: {root.unwatchable}")
             return watch
-        self._attach_when_ready(watch)
+        self._attach_when_ready(watch, now)
         return watch
 
-    def _attach_when_ready(self, watch: Watch) -> None:
+    def _attach_when_ready(self, watch: Watch, now: float) -> None:
         """Attach on a thread of its own; a launcher whose ranks have not started yet
-        (a rendezvous waiting for the other nodes), or not its local rank 0 (ranks
-        start one by one), is looked at again next scan."""
+        (a rendezvous waiting for the other nodes), or not all of them (ranks start
+        one by one), is looked at again next scan."""
         root = watch.root
-        if is_launcher(root.command) and not _ranks_up(find_job(root.pid)):
+        waited = now - watch.found_at
+        if is_launcher(root.command) and not _ranks_up(find_job(root.pid), waited):
             watch.status, watch.reason = "waiting", WAITING
             return
         watch.status, watch.reason = "attaching", ""
@@ -343,10 +350,16 @@ class Fleet:
             self._scanner.join(timeout=10.0)
 
 
-def _ranks_up(job: Job) -> bool:
-    """Whether a launcher's job can be attached: its ranks started, local rank 0 among
-    them (the rank that leads; attached without it, the job is one rank, unfollowed)."""
-    return bool(job.ranks) and not job.starting
+def _ranks_up(job: Job, waited_s: float = 0.0) -> bool:
+    """Whether a launcher's job can be attached: its ranks started, every one (attached
+    with some, the job would be judged without the others), or, after the wait a
+    user's ``--pid`` gets (``LAUNCHER_RANKS_WAIT_S``: a rank that exited early never
+    comes back), local rank 0, which leads; the others are added as they start."""
+    if not job.ranks:
+        return False
+    if waited_s >= LAUNCHER_RANKS_WAIT_S:
+        return any(r.local_rank == 0 for r in job.ranks)
+    return not job.starting
 
 
 def _started(root: Found) -> float | None:

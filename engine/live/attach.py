@@ -189,15 +189,16 @@ def await_launcher_ranks(pid: int, timeout_s: float = LAUNCHER_RANKS_WAIT_S,
     """The job around ``pid``, waiting up to ``timeout_s`` for its ranks when ``pid``
     is a launcher that has none yet (attached in the gap of an elastic restart, the
     launcher alone would be watched for the whole run); ``notify`` is told once why
-    it waits. So it does while the ranks started lack local rank 0 (``Job.starting``),
-    which is the one to lead with. Other PIDs, and a launcher that never starts
-    ranks, return at once or at the deadline with what ``find_job`` sees."""
+    it waits. So it does while only some of its ranks have started (``Job.starting``):
+    read with one rank, the job would be judged as a one-rank job. Other PIDs, and a
+    launcher that never starts ranks, return at once or at the deadline with what
+    ``find_job`` sees."""
     job = find_job(pid)
     if (job.ranks and not job.starting) or not is_launcher(read_cmdline(pid)):
         return job
     if notify is not None:
-        notify(f"PID {pid} is a launcher whose ranks have not started yet (a restart or a "
-               f"rendezvous): waiting up to {timeout_s:g} s for them")
+        notify(f"PID {pid} is a launcher whose ranks have not all started yet (a restart or "
+               f"a rendezvous): waiting up to {timeout_s:g} s for them")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process_alive(pid):
         time.sleep(LAUNCHER_POLL_S)
@@ -249,7 +250,7 @@ def attach(
     # the new ones import torch): watched itself until its ranks start, then
     # followed, as a restart is.
     launcher_alone = not job.ranks and not also and is_launcher(read_cmdline(pid))
-    # So is one whose local rank 0 has not started yet (``Job.starting``): its first
+    # So is one whose ranks have not all started yet (``Job.starting``): its first
     # rank leads, and the follower adds the others as they start.
     if not job.multi_rank and not launcher_alone and not job.starting:
         lead = _build(pid, job, options, knowledge, popen=popen, facts=facts,

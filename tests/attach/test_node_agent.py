@@ -33,13 +33,21 @@ pytestmark = pytest.mark.attach
 Samples = dict[str, list[dict[str, str]]]
 
 
-def check_dashboard(prometheus: PrometheusServer, timeout: float = 60.0) -> None:
+#: What the agent exports about a job's ranks, quoted when a panel stays empty.
+RANK_SERIES = ("aitop_comm_share_ratio", "aitop_straggler_score", "aitop_ranks_watched",
+               "aitop_probe_state")
+
+
+def check_dashboard(prometheus: PrometheusServer, address: str, timeout: float = 60.0) -> None:
     """Every query is valid (the API accepts it, else this raises) and every panel shows
     data (one of its queries has some: a job's own GPU memory needs it on the GPU)."""
     panels = dashboard_panels()
     results = panel_results(prometheus, panels, timeout)
     pending = {title: panels[title] for title, series in results.items() if not series}
-    assert not pending, f"panels without data: {pending}"
+    if pending:
+        samples = scrape(address)
+        seen = {name: samples.get(name) for name in RANK_SERIES}
+        pytest.fail(f"panels without data: {pending}; the agent exports: {seen}")
 
 
 def scrape(address: str) -> Samples:
@@ -109,7 +117,7 @@ def test_jobs_are_watched_as_they_start_and_dropped_as_they_end(tmp_path: Path) 
             assert 0 < float(rate[0]["value"][1]) < 1 / 0.03, rate
             # The dashboard: every query valid, every panel with data (the straggler
             # score once the torchrun job's peer has been judged).
-            check_dashboard(prometheus)
+            check_dashboard(prometheus, address)
         # The torchrun job ended: its series left the scrape, and Prometheus saw them go.
         assert wait_until(lambda: job_ids(scrape(address)) == {single_id}, timeout=20), \
             scrape(address).get("aitop_up")

@@ -30,6 +30,8 @@ from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.knowledge import PACKAGED
 from support.processes import free_port, started, wait_until
 
+from benchmarks.jobs import LIGHT_JOB
+
 
 def wait_for(find: Callable[[], Job], ranks: int, timeout: float = 90.0) -> Job:
     deadline = time.monotonic() + timeout
@@ -70,6 +72,45 @@ def test_rank_variables_from_the_environment() -> None:
     assert rank_from_env(7, {"WORLD_SIZE": "8"}) is None
     odd = rank_from_env(7, {"LOCAL_RANK": "x"})
     assert odd is not None and odd.local_rank is None
+
+
+#: A launcher (named ``torchrun``, as aitop recognises one) that starts two ranks of
+#: ``python -c JOB`` with torchrun's variables, the second ``DELAY`` s after the first:
+#: the gap torchrun leaves between its ranks, stretched (milliseconds, longer on a
+#: busy machine).
+LATE_LAUNCHER = """
+import os, subprocess, sys, time
+job, delay = sys.argv[1], float(sys.argv[2])
+ranks = []
+for rank in (0, 1):
+    time.sleep(delay if rank else 0.0)
+    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+           "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "late-rank"}
+    ranks.append(subprocess.Popen([sys.executable, "-c", job], env=env))
+for process in ranks:
+    process.wait()
+"""
+
+
+@pytest.mark.attach
+def test_a_launcher_read_between_its_ranks_starts_is_watched_with_both(tmp_path: Path) -> None:
+    """Pointed at a launcher whose rank 0 is up and rank 1 not yet, aitop waits for
+    rank 1 and watches both (read in between, the job was taken for one rank and
+    judged without its straggler, for good: a node agent's CI run showed no score)."""
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LATE_LAUNCHER)
+    with started([sys.executable, str(launcher), LIGHT_JOB, "5"]) as process:
+        half = wait_for(lambda: find_job(process.pid), 1, timeout=30)
+        assert half.starting, half
+        result = run_aitop("--pid", str(process.pid), "--headless", "--json", "--duration",
+                           "4", timeout=90)
+        ranks = [r.pid for r in find_job(process.pid).ranks]
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    assert report["job"] is not None, report
+    assert [r["pid"] for r in report["job"]["ranks"]] == ranks and len(ranks) == 2, report["job"]
+    assert {r["pid"] for r in report["ranks"]} == set(ranks), report["ranks"]
+    assert "have not all started yet" in result.stderr, result.stderr
 
 
 @pytest.mark.attach

@@ -314,6 +314,46 @@ def test_an_elastic_agent_whose_rank_0_has_not_started_is_no_rank(proc: Path) ->
     assert [r.pid for r in find_job(600, str(proc)).ranks] == [600, 602]
 
 
+def test_a_launcher_read_between_starting_two_ranks_is_still_starting(proc: Path) -> None:
+    """torchrun starts its ranks one by one, milliseconds apart: read in between, with
+    local rank 0 up and rank 1 not, the job is starting (``LOCAL_WORLD_SIZE`` says two),
+    not a one-rank job (a node agent judged such a job without its straggler). The
+    fleet attaches it once all are up, or with rank 0 after the launcher wait."""
+    from aitop.engine.fleet.model import _ranks_up
+    from aitop.engine.live.attach import LAUNCHER_RANKS_WAIT_S
+    from aitop.probes.ranks import find_job
+
+    process(proc, 700, 1, [PYTHON, "/usr/bin/torchrun", "--nproc_per_node=2", "ddp.py"],
+            maps=TORCH_MAPS)
+    rank_env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r7"}
+    process(proc, 701, 700, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS,
+            env={"RANK": "0", "LOCAL_RANK": "0", **rank_env})
+    children(proc, 700, 701)
+    children(proc, 701)
+    half = find_job(700, str(proc))
+    assert [r.pid for r in half.ranks] == [701] and half.starting, half
+    assert not _ranks_up(half) and not _ranks_up(half, LAUNCHER_RANKS_WAIT_S / 2)
+    # A rank that never comes (it exited early): rank 0 leads once the wait is over.
+    assert _ranks_up(half, LAUNCHER_RANKS_WAIT_S)
+    # From rank 0 itself, the job is what it is: no launcher was given.
+    assert not find_job(701, str(proc)).starting
+    process(proc, 702, 700, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS,
+            env={"RANK": "1", "LOCAL_RANK": "1", **rank_env})
+    children(proc, 700, 701, 702)
+    children(proc, 702)
+    whole = find_job(700, str(proc))
+    assert [r.pid for r in whole.ranks] == [701, 702] and not whole.starting, whole
+    assert _ranks_up(whole)
+    # Without LOCAL_WORLD_SIZE (older launchers), rank 0 up is as far as it can tell.
+    process(proc, 800, 1, [PYTHON, "/usr/bin/torchrun", "--nproc_per_node=2", "ddp.py"],
+            maps=TORCH_MAPS)
+    process(proc, 801, 800, [PYTHON, "-u", "ddp.py"], maps=TORCH_MAPS, env={
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r8"})
+    children(proc, 800, 801)
+    children(proc, 801)
+    assert not find_job(800, str(proc)).starting
+
+
 def children(proc: Path, pid: int, *kids: int) -> None:
     """``/proc/PID/task/PID/children``: what the process forked."""
     task = proc / str(pid) / "task" / str(pid)
