@@ -17,7 +17,7 @@ evaluation window, so a full window always holds the same share of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from aitop.knowledge.base.findings import Citation, Diagnosis, Finding, Gain
@@ -618,11 +618,14 @@ def run(
     evaluate_from: int = int(WINDOW_S),
     window_s: float = WINDOW_S,
     session: Session | None = None,
+    only_at: Collection[int] | None = None,
 ) -> tuple[Session, list[Tick]]:
     """Play a timeline live: each ``(job, last_tick)`` runs from the previous segment's
     end (tick 1 for the first) to ``last_tick``; after each tick's samples are added,
     the evaluator runs at ``T0 + tick`` from ``evaluate_from`` on (by default once the
-    window is full), so ``now`` is always the newest sample's time.
+    window is full), so ``now`` is always the newest sample's time. ``only_at``: the
+    ticks to evaluate at, where not every one is needed (a rule's hold is timed by
+    ``now``, not by the ticks seen).
     """
     session = session if session is not None else Session(PID)
     out: list[Tick] = []
@@ -630,7 +633,7 @@ def run(
     for job, last in segments:
         for i in range(tick, last + 1):
             extend(session, job, i, i)
-            if i >= evaluate_from:
+            if i >= evaluate_from and (only_at is None or i in only_at):
                 out.append(evaluate(session, evaluator, T0 + i, window_s))
         tick = last + 1
     return session, out

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 from aitop.probes.job_log import JobLogs, find_logs
 from aitop.probes.pipes import follow_pipe, written_files
 
@@ -43,12 +44,28 @@ def pipeline(*readers: Sequence[str], job: str = PRINTS,
             upstream.close()  # the reader holds the read end, as a shell leaves it
             upstream = proc.stdout
             procs.append(proc)
-        time.sleep(0.5)
+        # Ready once the job's first lines reached the files the readers write (a
+        # step count needs a few to rise), or, where none does, once the job wrote.
+        files = [Path(a) for argv in readers if argv[0] == "tee" for a in argv[1:]]
+        files += [last_out] if last_out else []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _written(first.pid, files):
+            time.sleep(0.02)
         yield first
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+#: Lines in a reader's file before a test reads it.
+LINES_READY = 4
+
+
+def _written(pid: int, files: Sequence[Path]) -> bool:
+    if files:
+        return all(f.exists() and f.read_bytes().count(b"\n") >= LINES_READY for f in files)
+    return psutil.Process(pid).io_counters().write_chars > 0
 
 
 def test_the_file_tee_writes_is_the_jobs_log(tmp_path: Path) -> None:

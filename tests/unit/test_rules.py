@@ -927,12 +927,23 @@ def test_every_packaged_state_has_cases() -> None:
 # ----------------------------------------------------------- rules, both ways
 
 
+def held(rule: Rule) -> set[int]:
+    """The ticks a rule's case is judged at: the first, the two either side of where
+    its hold ends, and two after, with one halfway through a long hold. Every tick
+    between plays the same steady job; a hold broken by a false tick is
+    ``test_false_tick_while_pending_restarts_for``'s (each evaluation costs a
+    ``compute_metrics``: every tick of the ~300 cases made most of the unit layer's time)."""
+    end = FIRST + int(rule.for_s)
+    return {FIRST, (FIRST + end) // 2, end - 1, end, end + 2}
+
+
 @pytest.mark.parametrize(("rule_id", "knobs"), _params(RULE_CASES, "fires"))
 def test_packaged_rule_fires(rule_id: str, knobs: Knobs) -> None:
     rule = RULES[rule_id]
     engine = RuleEngine(RULESET)
     fired_at = T0 + FIRST + rule.for_s
-    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2))  # type: ignore[arg-type]
+    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2),  # type: ignore[arg-type]
+                           only_at=held(rule))
     assert result[-1].now > fired_at
     for tick in result:
         assert engine.state[rule_id].last_value is True, (
@@ -949,7 +960,8 @@ def test_packaged_rule_fires(rule_id: str, knobs: Knobs) -> None:
 def test_packaged_rule_near_miss(rule_id: str, knobs: Knobs) -> None:
     rule = RULES[rule_id]
     engine = RuleEngine(RULESET)
-    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2))  # type: ignore[arg-type]
+    _session, result = run(engine, (Job(**knobs), FIRST + int(rule.for_s) + 2),  # type: ignore[arg-type]
+                           only_at=held(rule))
     for tick in result:
         assert rule_id not in tick.firing
         # Evaluated and false, not merely unknown: the near miss is a real "no".
@@ -1256,8 +1268,10 @@ def test_a_rare_checkpoint_does_not_look_like_a_stall() -> None:
     """A 2 s save once in five minutes fills 10 % of a 20 s window, not of the job."""
     quiet = k(phases=mix(forward=0.5, backward=0.5))
     engine = RuleEngine(RULESET)
+    # Judged over the last 30 s only: the hold of any rule fits in it.
     _session, result = run(
-        engine, (Job(**quiet), 280), (Job(phases=mix(checkpoint=0.10)), 300)  # type: ignore[arg-type]
+        engine, (Job(**quiet), 280), (Job(phases=mix(checkpoint=0.10)), 300),  # type: ignore[arg-type]
+        only_at=range(270, 301),
     )
     last = result[-1]
     assert last.metrics["phase_checkpoint"] == pytest.approx(0.10, abs=0.01)
