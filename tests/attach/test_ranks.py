@@ -30,8 +30,6 @@ from support.jobs import STRAGGLER_OWN_CAUSES, run_aitop
 from support.knowledge import PACKAGED
 from support.processes import free_port, started, wait_until
 
-from benchmarks.jobs import LIGHT_JOB
-
 
 def wait_for(find: Callable[[], Job], ranks: int, timeout: float = 90.0) -> Job:
     deadline = time.monotonic() + timeout
@@ -72,45 +70,6 @@ def test_rank_variables_from_the_environment() -> None:
     assert rank_from_env(7, {"WORLD_SIZE": "8"}) is None
     odd = rank_from_env(7, {"LOCAL_RANK": "x"})
     assert odd is not None and odd.local_rank is None
-
-
-#: A launcher (named ``torchrun``, as aitop recognises one) that starts two ranks of
-#: ``python -c JOB`` with torchrun's variables, the second ``DELAY`` s after the first:
-#: the gap torchrun leaves between its ranks, stretched (milliseconds, longer on a
-#: busy machine).
-LATE_LAUNCHER = """
-import os, subprocess, sys, time
-job, delay = sys.argv[1], float(sys.argv[2])
-ranks = []
-for rank in (0, 1):
-    time.sleep(delay if rank else 0.0)
-    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-           "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "late-rank"}
-    ranks.append(subprocess.Popen([sys.executable, "-c", job], env=env))
-for process in ranks:
-    process.wait()
-"""
-
-
-@pytest.mark.attach
-def test_a_launcher_read_between_its_ranks_starts_is_watched_with_both(tmp_path: Path) -> None:
-    """Pointed at a launcher whose rank 0 is up and rank 1 not yet, aitop waits for
-    rank 1 and watches both (read in between, the job was taken for one rank and
-    judged without its straggler, for good: a node agent's CI run showed no score)."""
-    launcher = tmp_path / "torchrun"
-    launcher.write_text(LATE_LAUNCHER)
-    with started([sys.executable, str(launcher), LIGHT_JOB, "5"]) as process:
-        half = wait_for(lambda: find_job(process.pid), 1, timeout=30)
-        assert half.starting, half
-        result = run_aitop("--pid", str(process.pid), "--headless", "--json", "--duration",
-                           "4", timeout=90)
-        ranks = [r.pid for r in find_job(process.pid).ranks]
-    assert result.returncode in (0, 3), result.stderr
-    report = json.loads(result.stdout)
-    assert report["job"] is not None, report
-    assert [r["pid"] for r in report["job"]["ranks"]] == ranks and len(ranks) == 2, report["job"]
-    assert {r["pid"] for r in report["ranks"]} == set(ranks), report["ranks"]
-    assert "have not all started yet" in result.stderr, result.stderr
 
 
 @pytest.mark.attach
@@ -229,22 +188,23 @@ def test_a_launcher_still_without_ranks_is_followed_once_they_start(tmp_path: Pa
             live.close()
 
 
-def staggered_launcher(workdir: Path, zero_after_s: float) -> Path:
-    """torchrun by its script's name in an elastic restart's first seconds: it starts
-    local rank 1 (torchrun's variables and run id) at once and local rank 0
-    ``zero_after_s`` later, as an agent's new ranks come up one by one."""
+def staggered_launcher(workdir: Path, second_after_s: float, first: int = 1) -> Path:
+    """torchrun by its script's name starting its two ranks (torchrun's variables and
+    run id) ``second_after_s`` apart, local rank ``first`` first: an elastic restart's
+    first seconds (rank 1 first), or the gap torchrun leaves between its ranks at
+    any start, milliseconds, stretched (rank 0 first)."""
     launcher = workdir / "torchrun"
     launcher.write_text(
         "import os, subprocess, sys, time\n"
         "import torch\n"
         "def start(rank):\n"
         "    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',\n"
-        "               TORCHELASTIC_RUN_ID='restart')\n"
+        "               LOCAL_WORLD_SIZE='2', TORCHELASTIC_RUN_ID='restart')\n"
         "    subprocess.Popen([sys.executable, '-c', 'import time, torch; time.sleep(60)'],\n"
         "                     env=env)\n"
-        "start(1)\n"
-        f"time.sleep({zero_after_s})\n"
-        "start(0)\n"
+        f"start({first})\n"
+        f"time.sleep({second_after_s})\n"
+        f"start({1 - first})\n"
         "time.sleep(60)\n")
     return launcher
 
@@ -259,7 +219,7 @@ def test_an_agent_whose_rank_0_starts_late_is_no_rank_and_its_ranks_are_followed
     """Attached while only local rank 1 is up (CI listed torchrun's own PID among the
     ranks after a restart): the agent is never a rank; its first rank leads and
     local rank 0 joins as it starts."""
-    launcher = staggered_launcher(tmp_path, zero_after_s=6)
+    launcher = staggered_launcher(tmp_path, second_after_s=6)
     with started([sys.executable, str(launcher)]) as proc:
         one = wait_for(lambda: find_job(proc.pid), 1, timeout=30)
         assert one.starting and proc.pid not in {r.pid for r in one.ranks}, one
@@ -282,7 +242,7 @@ def test_the_node_agent_waits_for_local_rank_0_before_it_attaches(tmp_path: Path
     starts, both ranks watched and the agent not among them."""
     fleet = Fleet(AttachOptions(knowledge=PACKAGED), match=(str(tmp_path),),
                   say=lambda line: None)
-    launcher = staggered_launcher(tmp_path, zero_after_s=8)
+    launcher = staggered_launcher(tmp_path, second_after_s=8)
     try:
         with started([sys.executable, str(launcher)]) as proc:
             wait_for(lambda: find_job(proc.pid), 1, timeout=30)
@@ -299,6 +259,66 @@ def test_the_node_agent_waits_for_local_rank_0_before_it_attaches(tmp_path: Path
             ranks = {r.pid for r in both.ranks}
             assert wait_until(lambda: (w := the_watch()) is not None and w.job is not None
                               and watched_pids(w.job) == ranks, 30), the_watch()
+    finally:
+        fleet.close()
+
+
+@pytest.mark.attach
+def test_a_launcher_read_between_its_ranks_starts_is_watched_with_both(tmp_path: Path) -> None:
+    """Pointed at a launcher whose rank 0 is up and rank 1 not yet, aitop waits for
+    rank 1 and watches both (read in between, the job was taken for one rank and
+    judged without its straggler, for good: a node agent's CI run showed no score)."""
+    launcher = staggered_launcher(tmp_path, second_after_s=5, first=0)
+    with started([sys.executable, str(launcher)]) as proc:
+        half = wait_for(lambda: find_job(proc.pid), 1, timeout=30)
+        assert half.starting and half.ranks[0].local_rank == 0, half
+        result = run_aitop("--pid", str(proc.pid), "--headless", "--json", "--duration", "4",
+                           timeout=90)
+        ranks = [r.pid for r in find_job(proc.pid).ranks]
+    assert result.returncode in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    assert report["job"] is not None, report
+    assert [r["pid"] for r in report["job"]["ranks"]] == ranks and len(ranks) == 2, report["job"]
+    assert {r["pid"] for r in report["ranks"]} == set(ranks), report["ranks"]
+    assert "have not all started yet" in result.stderr, result.stderr
+
+
+#: An ``mp.spawn`` job that builds its model (``SECONDS`` s) before it spawns two ranks.
+SPAWNS_LATE = """
+import sys, time
+import torch.multiprocessing as mp
+def rank(index):
+    time.sleep(60)
+if __name__ == "__main__":
+    time.sleep(float(sys.argv[1]))
+    mp.spawn(rank, nprocs=2)
+"""
+
+
+@pytest.mark.attach
+def test_the_node_agent_watches_the_ranks_a_job_spawns_after_it_was_found(
+        tmp_path: Path) -> None:
+    """Found while it built its model, an mp.spawn parent is a one-process job; once
+    it spawns its ranks, the agent watches them (it went on watching the parent,
+    which only waits for its ranks, for good)."""
+    script = tmp_path / "spawns_late.py"
+    script.write_text(SPAWNS_LATE)
+    fleet = Fleet(AttachOptions(knowledge=PACKAGED), match=(str(tmp_path),),
+                  say=lambda line: None)
+    try:
+        with started([sys.executable, str(script), "10"]) as proc:
+
+            def the_watch() -> Any:
+                fleet.poll(time.time())
+                return next((w for w in fleet.watches() if w.root.pid == proc.pid), None)
+
+            assert wait_until(lambda: (w := the_watch()) is not None and w.job is not None, 30)
+            first = the_watch().job
+            # The premise: attached as one process, before the ranks started.
+            assert watched_pids(first) == {proc.pid}, watched_pids(first)
+            ranks = {r.pid for r in wait_for(lambda: find_job(proc.pid), 2, timeout=30).ranks}
+            assert wait_until(lambda: (w := the_watch()) is not None and w.job is not None
+                              and watched_pids(w.job) == ranks, 40), the_watch()
     finally:
         fleet.close()
 
