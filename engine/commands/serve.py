@@ -236,8 +236,7 @@ def _publish_until_done(
     handled = (*STOP_SIGNALS, signal.SIGINT)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     session = source.session
-    launcher = source.follower.launcher_pid if source.follower is not None else None
-    identity = identify(session.target_pid, launcher)
+    identity = identify(session.target_pid, source.launcher_pid)
     publisher = Publisher(source, source.rules, source.started_at, identity.labels())
     collector.publish(publisher.frame(time.time()))  # scrapes from now on see the job
     print(f"aitop: serving Prometheus metrics for PID {session.target_pid} at {url} "

@@ -164,7 +164,6 @@ class Fleet:
             if self._closed:
                 return
             ended = [w for key, w in self._watches.items() if key not in groups]
-            restarted: list[Watch] = []
             for gone in ended:
                 del self._watches[gone.root.key]
                 gone.ended_at = now
@@ -174,16 +173,11 @@ class Fleet:
                 if known is None:
                     self._watches[key] = self._found(group, now)
                 else:
-                    grown = _ranks_started(known, group)
                     known.group = group
                     if known.status == "waiting":
                         self._attach_when_ready(known, now)
-                    elif grown:
-                        restarted.append(known)
         for watch in ended:
             self._drop(watch)
-        for watch in restarted:
-            self._attach_again(watch)
         self._keep_budget(now)
         self._apply_pace()
 
@@ -263,20 +257,6 @@ class Fleet:
         rank = f", rank {watch.identity.rank}" if watch.identity.rank else ""
         said = command_line(root.command, SAID_COMMAND_CHARS)
         self._say(f"watching PID {root.pid} ({said}) as job_id={watch.identity.job_id}{rank}")
-
-    def _attach_again(self, watch: Watch) -> None:
-        """A job attached as one process whose root has started ranks since (an
-        ``mp.spawn`` parent found while it built its model, Lightning's rank 0 before
-        it spawned the others): watched again as the multi-rank job it now is, under
-        its own ``job_id``; until then, its root alone would stay watched."""
-        with self._lock:
-            old, watch.job = watch.job, None
-            watch.status, watch.reason = "attaching", ""
-        if old is not None:
-            threading.Thread(target=old.close, name="aitop-fleet-close", daemon=True).start()
-        self._say(f"PID {watch.root.pid} started its ranks: watching them")
-        threading.Thread(target=self._attach_one, args=(watch,), name="aitop-fleet-attach",
-                         daemon=True).start()
 
     def _drop(self, watch: Watch) -> None:
         if watch.job is not None:
@@ -368,18 +348,6 @@ class Fleet:
             thread.join(timeout=10.0)
         if self._scanner is not None and self._scanner is not threading.current_thread():
             self._scanner.join(timeout=10.0)
-
-
-def _ranks_started(watch: Watch, group: JobGroup) -> bool:
-    """Whether a job watched as one process has started ranks since: its group holds
-    new processes and its root is now the parent of a multi-rank job. A job already
-    watched with its ranks (or followed through its launcher) keeps its watch."""
-    job = watch.job
-    if watch.status != "watched" or job is None or job.peers or job.follower is not None:
-        return False
-    if {m.pid for m in group.members} <= {m.pid for m in watch.group.members}:
-        return False  # nothing new under the root (most scans: no /proc read)
-    return find_job(group.root.pid).multi_rank
 
 
 def _ranks_up(job: Job, waited_s: float = 0.0) -> bool:

@@ -252,13 +252,7 @@ def attach(
     launcher_alone = not job.ranks and not also and is_launcher(read_cmdline(pid))
     # So is one whose ranks have not all started yet (``Job.starting``): its first
     # rank leads, and the follower adds the others as they start.
-    if not job.multi_rank and not launcher_alone and not job.starting:
-        lead = _build(pid, job, options, knowledge, popen=popen, facts=facts,
-                      host=SharedHost(HostProbe(job.launcher_pid or pid)), samples_host=True,
-                      preflight=preflight)
-        return LiveJob(lead, warnings=warnings).start()
-
-    peer_options = options_for_peers(options, max(len(job.ranks), 2))
+    single = not job.multi_rank and not launcher_alone and not job.starting
     live: LiveJob | None = None
 
     def lead_judgement() -> JobJudgement | None:
@@ -283,16 +277,22 @@ def attach(
         assert live is not None
         host = live.lead.host
         assert host is not None  # _build gives every rank its host
-        return _peer(new_pid, new_job, peer_options, knowledge, facts, host, lead_judgement)
+        return _peer(new_pid, new_job, options_for_peers(options, max(len(new_job.ranks), 2)),
+                     knowledge, facts, host, lead_judgement)
 
     host = SharedHost(HostProbe(job.launcher_pid or pid))
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
-                  samples_host=True, judge_peers=judged_peers, preflight=preflight)
-    peers = [_peer(r.pid, job, peer_options, knowledge, facts, host, lead_judgement)
-             for r in job.ranks if r.pid != pid]
+                  samples_host=True, judge_peers=None if single else judged_peers,
+                  preflight=preflight)
+    # A one-process job is followed too, until it starts ranks of its own (an
+    # mp.spawn parent found while it built its model would be watched waiting for
+    # them, for good).
+    peer_options = options_for_peers(options, max(len(job.ranks), 2))
+    peers = [] if single else [_peer(r.pid, job, peer_options, knowledge, facts, host,
+                                     lead_judgement) for r in job.ranks if r.pid != pid]
     live = LiveJob(lead, peers, warnings=warnings,
-                   launcher_pid=pid if launcher_alone else job.launcher_pid,
-                   make_peer=make_peer, rebuild=rebuild)
+                   launcher_pid=pid if launcher_alone or single else job.launcher_pid,
+                   make_peer=make_peer, rebuild=rebuild, until_ranks=single)
     return live.start()
 
 

@@ -49,14 +49,20 @@ class JobFollower:
 
     def __init__(self, lead: Lead, launcher_pid: int,
                  make_peer: Callable[[int, Job], RankPeer],
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, *, until_ranks: bool = False) -> None:
         self.lead = lead
         self.launcher_pid = launcher_pid
         self.make_peer = make_peer
         self.restarts = 0
+        #: A one-process job, followed until it starts ranks of its own (an
+        #: ``mp.spawn`` parent still building its model, Lightning's rank 0 before it
+        #: spawns the others): then it is led as the multi-rank job it became. Until
+        #: then it has no launcher, and its probe list no ranks line.
+        self.until_ranks = until_ranks
         self._stop = stop
-        self._task = PeriodicTask("ranks", self.rescan, RESCAN_S, lead.session.probe_status,
-                                  stop, first_delay_s=RESCAN_S)
+        status = {} if until_ranks else lead.session.probe_status
+        self._task = PeriodicTask("ranks", self.rescan, RESCAN_S, status, stop,
+                                  first_delay_s=RESCAN_S)
 
     def start(self) -> JobFollower:
         self._task.start()
@@ -73,6 +79,8 @@ class JobFollower:
 
     def awaiting_restart(self, now: float | None = None) -> bool:
         """Whether the lead rank exited lately while its launcher lives on."""
+        if self.until_ranks:
+            return False  # a one-process job that exits is not restarted
         exited = self.lead.session.target_exited_at
         now = time.time() if now is None else now
         return exited is not None and now - exited < RESTART_WAIT_S and self.launcher_alive()
@@ -81,6 +89,10 @@ class JobFollower:
         job = find_job(self.launcher_pid)
         if not job.ranks or job.starting:
             return  # read again at the next rescan, once local rank 0 is up
+        if self.until_ranks:
+            if not job.multi_rank:
+                return
+            self._lead_the_ranks(job)
         lead = self.lead
         peers = [_mark_exited(p) for p in lead.peers]
         current = [r.pid for r in job.ranks]  # in rank order
@@ -122,6 +134,20 @@ class JobFollower:
         lead.peers = [*peers, *added]
         lead.session.probe_status["ranks"] = ProbeStatus(
             "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
+
+
+    def _lead_the_ranks(self, job: Job) -> None:
+        """The one-process job started ranks: its rank (Lightning's rank 0 is the
+        process itself) or its lowest one (an mp.spawn parent only waits for them)
+        leads, judging the job; ``rescan`` then watches the others."""
+        self.until_ranks = False
+        current = [r.pid for r in job.ranks]
+        old = self.lead.session.target_pid
+        successor = old if old in current else current[0]
+        self.lead.adopt_lead(successor, job)
+        self.lead.warnings.append(
+            f"PID {self.launcher_pid} started {len(current)} ranks after aitop attached: "
+            f"now leading with {job.label(successor)} (PID {successor})")
 
 
 def _mark_exited(peer: RankPeer) -> RankPeer:

@@ -57,6 +57,7 @@ class LiveJob:
         launcher_pid: int | None = None,
         make_peer: Callable[[int, Job], RankPeer] | None = None,
         rebuild: Callable[[int, Job], LiveSource] | None = None,
+        until_ranks: bool = False,
     ) -> None:
         self.lead = lead
         #: The job's other ranks (the follower swaps the list whole as ranks come and go).
@@ -76,8 +77,10 @@ class LiveJob:
         self._lead_lock = threading.Lock()
         #: How many times slower than its cadence each rank is watched (``set_pace``).
         self.pace = 1.0
-        #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job.
-        self.follower = (JobFollower(self, launcher_pid, make_peer, self.closing)
+        #: Follows the launcher's ranks (exits, elastic restarts) for a multi-rank job,
+        #: and a one-process job (``until_ranks``) until it starts ranks of its own.
+        self.follower = (JobFollower(self, launcher_pid, make_peer, self.closing,
+                                     until_ranks=until_ranks)
                          if launcher_pid is not None and make_peer is not None else None)
 
     # ------------------------------------------------------------ DataSource
@@ -156,6 +159,12 @@ class LiveJob:
             new.start()
             old, self.lead = self.lead, new
         old.close()
+
+    @property
+    def launcher_pid(self) -> int | None:
+        """The launcher whose ranks are followed (None for a one-process job)."""
+        follower = self.follower
+        return None if follower is None or follower.until_ranks else follower.launcher_pid
 
     def awaiting_restart(self) -> bool:
         """Whether the lead rank exited and its launcher may restart it (headless waits)."""
