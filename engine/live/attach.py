@@ -284,12 +284,12 @@ def attach(
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
                   samples_host=True, judge_peers=None if single else judged_peers,
                   preflight=preflight)
-    # A one-process job is followed too, until it starts ranks of its own (an
-    # mp.spawn parent found while it built its model would be watched waiting for
-    # them, for good).
     peer_options = options_for_peers(options, max(len(job.ranks), 2))
     peers = [] if single else [_peer(r.pid, job, peer_options, knowledge, facts, host,
                                      lead_judgement) for r in job.ranks if r.pid != pid]
+    # A one-process job is followed too, until it starts ranks of its own (an
+    # mp.spawn parent found while it built its model would be watched waiting for
+    # them, for good).
     live = LiveJob(lead, peers, warnings=warnings,
                    launcher_pid=pid if launcher_alone or single else job.launcher_pid,
                    make_peer=make_peer, rebuild=rebuild, until_ranks=single)

@@ -6,7 +6,9 @@ blind at the first restart; instead the launcher's children are read again every
 few seconds: ranks that exited are marked so (and leave the job's judgement),
 new ones are watched, and when the lead rank itself was restarted its successor
 (the new rank with the lowest number) becomes the lead. A launcher watched
-itself, attached before its ranks started, hands the lead to its rank 0 so.
+itself, attached before its ranks started, hands the lead to its rank 0 so, and
+a one-process job that starts ranks of its own (``mp.spawn``, Lightning) hands it
+to its rank.
 """
 
 from __future__ import annotations
@@ -134,7 +136,6 @@ class JobFollower:
         lead.peers = [*peers, *added]
         lead.session.probe_status["ranks"] = ProbeStatus(
             "ok", f"{len(job.ranks)} ranks, re-read every {RESCAN_S:g} s")
-
 
     def _lead_the_ranks(self, job: Job) -> None:
         """The one-process job started ranks: its rank (Lightning's rank 0 is the
