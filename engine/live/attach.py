@@ -273,20 +273,25 @@ def attach(
         return _build(new_pid, new_job, options, knowledge, facts=facts, host=host,
                       samples_host=True, judge_peers=judged_peers)
 
+    def peer_options(of: Job) -> AttachOptions:
+        return options_for_peers(options, max(len(of.ranks), 2))
+
     def make_peer(new_pid: int, new_job: Job) -> RankPeer:
         assert live is not None
         host = live.lead.host
         assert host is not None  # _build gives every rank its host
-        return _peer(new_pid, new_job, options_for_peers(options, max(len(new_job.ranks), 2)),
-                     knowledge, facts, host, lead_judgement)
+        return _peer(new_pid, new_job, peer_options(new_job), knowledge, facts, host,
+                     lead_judgement)
 
     host = SharedHost(HostProbe(job.launcher_pid or pid))
     lead = _build(pid, job, options, knowledge, popen=popen, facts=facts, host=host,
                   samples_host=True, judge_peers=None if single else judged_peers,
                   preflight=preflight)
-    peer_options = options_for_peers(options, max(len(job.ranks), 2))
-    peers = [] if single else [_peer(r.pid, job, peer_options, knowledge, facts, host,
-                                     lead_judgement) for r in job.ranks if r.pid != pid]
+    peers: list[RankPeer] = []
+    if not single:
+        ranks_options = peer_options(job)
+        peers = [_peer(r.pid, job, ranks_options, knowledge, facts, host, lead_judgement)
+                 for r in job.ranks if r.pid != pid]
     # A one-process job is followed too, until it starts ranks of its own (an
     # mp.spawn parent found while it built its model would be watched waiting for
     # them, for good).
