@@ -283,7 +283,7 @@ def test_a_launcher_read_between_its_ranks_starts_is_watched_with_both(tmp_path:
     assert "have not all started yet" in result.stderr, result.stderr
 
 
-#: An ``mp.spawn`` job that builds its model (``SECONDS`` s) before it spawns two ranks.
+#: An ``mp.spawn`` job that builds its model (``argv[1]`` s) before it spawns two ranks.
 SPAWNS_LATE = """
 import sys, time
 import torch.multiprocessing as mp
