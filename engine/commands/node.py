@@ -24,7 +24,6 @@ from aitop.engine.fleet.model import Fleet, say_on_stderr
 from aitop.engine.headless.node_export import export_node
 from aitop.engine.headless.node_report import node_report, render_node_text
 from aitop.engine.headless.options import options_from, require_terminal
-from aitop.engine.live.job import LiveJob
 from aitop.engine.live.rank import self_cpu_seconds, self_rss_bytes
 from aitop.engine.live.source import Conclusion, DataSource
 from aitop.engine.reports.schema import report_json
@@ -90,8 +89,8 @@ def run_node_headless(fleet: Fleet, duration_s: float, as_json: bool,
 
 
 def _last_look(source: DataSource, now: float) -> Conclusion:
-    """A live job's last look at ``now`` (its last live verdict once it exited)."""
-    return source.conclude(now) if isinstance(source, LiveJob) else source.latest()
+    """A job's last look at ``now`` (its last live verdict once it exited)."""
+    return source.conclude(now)
 
 
 def _quiet(line: str) -> None:

@@ -28,6 +28,7 @@ from aitop.engine.live.source import (
     Timeline,
     peer_diagnosis,
     rank_label,
+    watched_peers,
 )
 from aitop.knowledge.base.findings import Diagnosis
 from aitop.knowledge.base.rules import Rule
@@ -124,7 +125,16 @@ class LiveJob:
         return self
 
     def conclude(self, now: float) -> Conclusion:
-        """The lead's last look at ``now`` (once the target exited: its last live verdict)."""
+        """The job's last look at ``now`` (once the target exited: its last live verdict).
+
+        Each watched rank first judges the stack window its py-spy flushed on
+        close: a peer evaluates every few seconds, so its newest verdict would
+        leave out up to a whole window of what it sampled. The lead then judges
+        the job beside those verdicts.
+        """
+        for peer in watched_peers(self.peers):
+            if peer.source is not None:
+                peer.source.conclude(now)
         return self.lead.conclude(now)
 
     def read_steps_now(self) -> None:

@@ -90,6 +90,12 @@ class DataSource(Protocol):
         evaluation in progress); a replay, its last recorded diagnosis."""
         ...
 
+    def conclude(self, now: float) -> Conclusion:
+        """The last look, after ``close``: live, one more evaluation at ``now`` with
+        every sample taken (once the target exited, its last live verdict); a
+        replay, its last recorded conclusion."""
+        ...
+
     def at(self, t: float) -> Conclusion:
         """The conclusion made at or before ``t`` (a replay's time cursor)."""
         ...
@@ -224,6 +230,10 @@ class ReplaySource:
                                                      self._knowledge, t))
         self._at = (t, conclusion)
         return conclusion
+
+    def conclude(self, now: float) -> Conclusion:
+        """What was concluded last: a recording is never judged again."""
+        return self.latest()
 
     def latest(self) -> Conclusion:
         """The last recorded diagnosis, judged beside each rank's at the recording's end."""

@@ -475,6 +475,19 @@ def test_a_replayed_snapshot_carries_every_rank(straggler_run: JobRun) -> None:
 
 @pytest.mark.alone
 @pytest.mark.attach
+def test_every_rank_is_judged_on_every_stack_window_it_sampled(straggler_run: JobRun) -> None:
+    # A peer evaluates every 5 s; py-spy flushes its last window when aitop
+    # closes. Judged before that window, a 15-s report showed the peer's first
+    # 5 s alone (23 samples of its 71 in CI run 98).
+    recording = json.loads(straggler_run.snapshot.read_text())
+    for rank in [recording, *recording["ranks"]]:
+        last_window = max(w["t_end"] for w in rank["samples"]["stacks"])
+        last_verdict = max(d["t"] for d in rank["diagnoses"])
+        assert last_verdict >= last_window, (rank.get("label"), last_window, last_verdict)
+
+
+@pytest.mark.alone
+@pytest.mark.attach
 def test_one_ranks_own_checkpoint_is_named_as_what_the_others_wait_for(workdir: Path) -> None:
     """mp.spawn, 2 ranks; rank 0 alone saves a checkpoint every 4 steps."""
     truth = workdir / "rank0-checkpoint-truth"
