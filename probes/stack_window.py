@@ -349,15 +349,30 @@ class SampledSpan:
 
 
 def _cycle_phase(sample: _Sample | None, classifier: PhaseClassifier) -> str:
-    """A sample's phase as a step cycle reads it: anything beneath backward is
-    backward (activation checkpointing runs forward passes there)."""
+    """A sample's phase as a step cycle reads it.
+
+    Anything beneath the optimizer's ``step`` is the optimizer: a closure
+    (``optimizer.step(closure)``: LBFGS, Lightning's automatic optimization)
+    runs forward and backward inside it, once or many times, for one step.
+    Anything else beneath backward is backward (activation checkpointing runs
+    forward passes there).
+    """
     if sample is None:
         return OTHER
-    if sample.phase != "backward" and any(
-            (hit := classifier.frame_phase(f)) is not None and hit[0] == "backward"
-            for f in sample.stack.frames):
-        return "backward"
+    outer = {hit[0] for f in sample.stack.frames
+             if (hit := classifier.frame_phase(f)) is not None
+             and (hit[0] != "optimizer" or _is_step(f))}
+    for phase in ("optimizer", "backward"):
+        if phase in outer:
+            return phase
     return sample.phase
+
+
+def _is_step(frame: Frame) -> bool:
+    """Whether a frame is an optimizer's ``step`` (``LBFGS.step``; bare ``step``
+    before Python 3.11), not the other code of ``torch/optim`` (schedulers,
+    SWA's averaged model, whose forward passes are the model's)."""
+    return frame.function.rsplit(".", 1)[-1] == "step"
 
 
 def _other_threads(

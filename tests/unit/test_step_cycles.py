@@ -99,6 +99,45 @@ def test_a_forward_recomputed_inside_backward_does_not_start_a_cycle() -> None:
     assert window.cycles.count == 5  # six steps: five returns to forward
 
 
+def test_passes_a_closure_makes_inside_the_optimizers_step_are_one_step() -> None:
+    """pytorch/examples' time_sequence_prediction: ``LBFGS.step(closure)`` runs
+    forward and backward up to 20 times per step, then the loop predicts under
+    ``no_grad`` and plots. Counted by its passes, it read 0.69 steps/s for a
+    job that stepped every 27 s."""
+    rules = [
+        PhaseRule("backward", 10, (FrameSignature("backward", "torch/autograd/__init__.py"),)),
+        PhaseRule("forward", 10, (FrameSignature("_call_impl", "torch/nn/modules/module.py"),)),
+        PhaseRule("optimizer", 5, (FrameSignature("*", "torch/optim/*"),)),
+    ]
+    classifier = PhaseClassifier(rules)
+    site = "/venv/lib/python3.11/site-packages/torch"
+    frames = {"train": ("<module>", "/job/train.py", 60),
+              "step": ("LBFGS.step", f"{site}/optim/lbfgs.py", 438),
+              "closure": ("closure", "/job/train.py", 55),
+              "fwd": ("Module._call_impl", f"{site}/nn/modules/module.py", 1789),
+              "bwd": ("backward", f"{site}/autograd/__init__.py", 2),
+              "plot": ("savefig", "/venv/lib/python3.11/site-packages/matplotlib/pyplot.py", 9),
+              "thread": ("thread (1): MainThread", "", 0)}
+    names = list(frames)
+    table = [{"name": n, "file": f, "line": ln} for n, f, ln in frames.values()]
+
+    def stack(*parts: str) -> list[int]:
+        return [names.index(p) for p in ("thread", "train", *parts)]
+
+    one_pass = [stack("step", "closure", "fwd")] * 4 + [stack("step", "closure", "bwd")] * 4
+    one_step = (one_pass * 5 + [stack("step")] * 2 + [stack("fwd")] * 4 + [stack("plot")] * 4)
+    samples = one_step * 6
+    doc = {"shared": {"frames": table},
+           "profiles": [{"type": "sampled", "name": "t", "samples": samples,
+                         "weights": [0.1] * len(samples)}]}
+    ordered = parse_speedscope(json.dumps(doc))
+    window = summarize_window(ordered.stacks, classifier, pid=1, t_start=0.0, t_end=28.8,
+                              order=ordered.order, sampled=SampledSpan(0.0, 28.8, PERIOD),
+                              counter=CycleCounter())
+    assert window.cycles is not None, window.cycles_note
+    assert window.cycles.count == 6  # six steps, each returning to the prediction once
+
+
 def test_a_server_counts_its_forward_passes() -> None:
     serving = (("forward", 0.5), ("other", 0.8))
     rate, notes = counted_rate(serving, [60, 150, 150], seed=5)
