@@ -27,9 +27,10 @@ times is joined with the next: its lowest reading may lie anywhere on its tooth)
 * with fewer, a rise that has not fallen back (the last cycle, still open) is
   read as a steady leak with the least-squares test of :func:`memory_growth`
   (the only floor a memory that never fell has is the memory itself), unless
-  the job has young DataLoader workers (``hold``): a loader that re-creates its
-  workers each epoch is in the middle of a tooth, and its floor is judged once
-  its cycles have been seen;
+  one step between two levels fits it better (``STEP_FIT_SHARE``: it rose once
+  and stands level), or the job has young DataLoader workers (``hold``): a
+  loader that re-creates its workers each epoch is in the middle of a tooth,
+  and its floor is judged once its cycles have been seen;
 * a last cycle that has already lasted ``OUTLASTS`` times the longest cycle
   seen is no cycle any more: it is read as a steady rise too.
 
@@ -53,6 +54,12 @@ GROWTH_MIN_SPAN_S = 15.0
 GROWTH_MIN_T = 4.0
 GROWTH_EARLY_SPAN_S = 10.0
 GROWTH_EARLY_T = 8.0
+#: A rise that one step between two levels fits this much better than the line
+#: (its squared residuals under this share of the line's) went to a new level
+#: once and stands there: a first step's buffers, an optimizer's state filled
+#: once. A leak, however it swings, keeps rising: the line fits it better
+#: (docs/diagnosis.md, ``host_memory_grows``).
+STEP_FIT_SHARE = 0.6
 #: Readings a growth is read from at least, where each comes every second (RSS);
 #: private memory, read less often, names its own (``PRIVATE_MIN_POINTS``).
 GROWTH_MIN_POINTS = 5
@@ -106,7 +113,9 @@ def memory_growth(points: Sequence[Point],
     taking back tens of MB every few seconds; pytorch/examples'
     word_language_model swings 369-479 MB with no trend) as growing at
     100+ MB/min over any 20 s that happens to end on a high: its t statistic
-    there stays under 3.1, a steady leak's climbs with the span.
+    there stays under 3.1, a steady leak's climbs with the span. A rise that
+    one step between two levels fits better than the line (``STEP_FIT_SHARE``)
+    rose once and stands level: 0.
     """
     span = points[-1][0] - points[0][0] if points else 0.0
     if len(points) < max(min_points, 3) or span < GROWTH_EARLY_SPAN_S:
@@ -122,7 +131,26 @@ def memory_growth(points: Sequence[Point],
     significant = slope > 0 and (error == 0 or slope / error >= needed)
     if span < GROWTH_MIN_SPAN_S and not significant:
         return None  # not yet clear either way
+    if significant and best_step_residual(vs) < STEP_FIT_SHARE * residual:
+        return 0.0  # one rise to a new level, not a growth
     return slope * 60.0 if significant else 0.0
+
+
+def best_step_residual(values: Sequence[float]) -> float:
+    """The least squared residual of ``values`` around one level before a split and
+    another after it (two readings a side at least; ``inf`` under four)."""
+    n = len(values)
+    total, squares = sum(values), sum(v * v for v in values)
+    best = math.inf
+    head = head_squares = 0.0
+    for k in range(1, n):
+        head += values[k - 1]
+        head_squares += values[k - 1] ** 2
+        if 2 <= k <= n - 2:
+            tail, tail_squares = total - head, squares - head_squares
+            best = min(best, head_squares - head * head / k
+                       + tail_squares - tail * tail / (n - k))
+    return best
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,3 +251,24 @@ def test_readings_with_a_worker_gone_are_no_floor() -> None:
     assert with_usual_workers([dipped[3], dipped[4]]) == [dipped[4]]
     lone = [process_tree_sample(Job(workers=0), i) for i in range(1, 6)]
     assert with_usual_workers(lone) == lone and live_workers(lone[0]) == 0
+
+
+def test_a_rise_to_a_new_level_is_no_growth_once_it_stands_there() -> None:
+    """pytorch/examples' time_sequence_prediction (LBFGS, 30-s steps): its memory
+    rose about 245 MB once, over some 10 s, and stood level; read as a steady
+    rise, a 60-s report led with "host memory grows 248 MB/min". One step
+    between two levels fits it better than a line; a leak's swings do not."""
+    def rise(t: float) -> float:
+        return 1220.0 + 245.0 * min(1.0, max(0.0, (t - 14.0) / 10.0)) + t % 3
+    points = [(float(t), rise(t)) for t in range(0, 61, 2)]
+    slope = slope_per_minute(points)
+    assert slope is not None and slope > 200, "read as a slope, a growth"
+    # Level for 12 s after a 10-s rise (and from then on): no growth.
+    for end in (36, 46, 60):
+        grown = floor_growth([p for p in points if p[0] <= end])
+        assert grown.rate == 0.0 and grown.judged_on == "steady", (end, grown)
+    # A steady leak keeps its rate, on a clean line and on word_language_model's swings.
+    leak = [(float(t), 400.0 + 8.0 * t) for t in range(0, 61, 2)]
+    assert floor_growth(leak).rate == pytest.approx(480.0)
+    swinging = [(float(t), 4000.0 + mb + 8.0 * t) for t, mb in enumerate(WORD_LM_RSS_SWING)]
+    assert floor_growth(swinging[:41:2]).rate == pytest.approx(480.0, rel=0.35)
