@@ -12,7 +12,7 @@ import json
 import pytest
 from aitop.probes.phases import FrameSignature, PhaseClassifier, PhaseRule
 from aitop.probes.samples import StackWindow
-from aitop.probes.speedscope import parse_speedscope
+from aitop.probes.speedscope import OrderedStacks, parse_speedscope
 from aitop.probes.stack_window import SampledSpan, summarize_window
 from aitop.probes.step_cycles import (
     MAX_MISSED,
@@ -63,38 +63,56 @@ def test_the_limit_is_where_one_boundary_in_twenty_would_be_missed() -> None:
         assert (rate is not None) == counted, (side_s, notes, MAX_MISSED)
 
 
+#: The step's phase signatures (as knowledge/data/phases.yaml has them) for the
+#: sample-order tests below.
+STEP_RULES = (
+    PhaseRule("backward", 10, (FrameSignature("backward", "torch/autograd/__init__.py"),)),
+    PhaseRule("forward", 10, (FrameSignature("_call_impl", "torch/nn/modules/module.py"),)),
+    PhaseRule("optimizer", 5, (FrameSignature("*", "torch/optim/*"),)),
+)
+SITE = "/venv/lib/python3.11/site-packages"
+
+
+class SampledLoop:
+    """A training thread's frames (``thread`` and ``train`` among them), and its
+    samples laid out in order as py-spy's speedscope output holds them, 0.1 s each."""
+
+    def __init__(self, frames: dict[str, tuple[str, str, int]]) -> None:
+        self.names = list(frames)
+        self.table = [{"name": n, "file": f, "line": ln} for n, f, ln in frames.values()]
+
+    def stack(self, *parts: str) -> list[int]:
+        """One sample: the thread, the loop's frame, then ``parts``, root first."""
+        return [self.names.index(p) for p in ("thread", "train", *parts)]
+
+    def ordered(self, samples: list[list[int]]) -> OrderedStacks:
+        doc = {"shared": {"frames": self.table},
+               "profiles": [{"type": "sampled", "name": "t", "samples": samples,
+                             "weights": [0.1] * len(samples)}]}
+        return parse_speedscope(json.dumps(doc))
+
+    def window(self, samples: list[list[int]]) -> StackWindow:
+        """The samples read as one stack window, its cycles counted."""
+        ordered = self.ordered(samples)
+        end = 0.1 * len(samples)
+        return summarize_window(ordered.stacks, PhaseClassifier(STEP_RULES), pid=1,
+                                t_start=0.0, t_end=end, order=ordered.order,
+                                sampled=SampledSpan(0.0, end, PERIOD), counter=CycleCounter())
+
+
 def test_a_forward_recomputed_inside_backward_does_not_start_a_cycle() -> None:
     """Activation checkpointing runs forward passes beneath backward: the samples
     there read as backward for the count (``stack_window._cycle_phase``)."""
-    rules = [
-        PhaseRule("backward", 10, (FrameSignature("backward", "torch/autograd/__init__.py"),)),
-        PhaseRule("forward", 10, (FrameSignature("_call_impl", "torch/nn/modules/module.py"),)),
-        PhaseRule("optimizer", 5, (FrameSignature("*", "torch/optim/*"),)),
-    ]
-    classifier = PhaseClassifier(rules)
-    frames = {"train": ("train", "/job/train.py", 9),
-              "fwd": ("_call_impl", "/venv/lib/python3.11/site-packages/torch/nn/modules/"
-                      "module.py", 1),
-              "bwd": ("backward", "/venv/lib/python3.11/site-packages/torch/autograd/"
-                      "__init__.py", 2),
-              "opt": ("step", "/venv/lib/python3.11/site-packages/torch/optim/adam.py", 3),
-              "thread": ("thread (1): MainThread", "", 0)}
-    names = list(frames)
-    table = [{"name": n, "file": f, "line": ln} for n, f, ln in frames.values()]
-
-    def stack(*parts: str) -> list[int]:
-        return [names.index(p) for p in ("thread", "train", *parts)]
-
+    loop = SampledLoop({"train": ("train", "/job/train.py", 9),
+                        "fwd": ("_call_impl", f"{SITE}/torch/nn/modules/module.py", 1),
+                        "bwd": ("backward", f"{SITE}/torch/autograd/__init__.py", 2),
+                        "opt": ("step", f"{SITE}/torch/optim/adam.py", 3),
+                        "thread": ("thread (1): MainThread", "", 0)})
+    stack = loop.stack
     one_step = ([stack("fwd")] * 5 + [stack("bwd")] * 3 + [stack("bwd", "fwd")] * 3
                 + [stack("bwd")] * 3 + [stack("opt")] * 2)
-    doc = {"shared": {"frames": table},
-           "profiles": [{"type": "sampled", "name": "t", "samples": one_step * 6,
-                         "weights": [0.1] * 96}]}
-    ordered = parse_speedscope(json.dumps(doc))
-    assert ordered.order["1"][:5] == [0] * 5
-    window = summarize_window(ordered.stacks, classifier, pid=1, t_start=0.0, t_end=9.6,
-                              order=ordered.order, sampled=SampledSpan(0.0, 9.6, PERIOD),
-                              counter=CycleCounter())
+    assert loop.ordered(one_step * 6).order["1"][:5] == [0] * 5
+    window = loop.window(one_step * 6)
     assert window.cycles is not None, window.cycles_note
     assert window.cycles.count == 5  # six steps: five returns to forward
 
@@ -104,36 +122,17 @@ def test_passes_a_closure_makes_inside_the_optimizers_step_are_one_step() -> Non
     forward and backward up to 20 times per step, then the loop predicts under
     ``no_grad`` and plots. Counted by its passes, it read 0.69 steps/s for a
     job that stepped every 27 s."""
-    rules = [
-        PhaseRule("backward", 10, (FrameSignature("backward", "torch/autograd/__init__.py"),)),
-        PhaseRule("forward", 10, (FrameSignature("_call_impl", "torch/nn/modules/module.py"),)),
-        PhaseRule("optimizer", 5, (FrameSignature("*", "torch/optim/*"),)),
-    ]
-    classifier = PhaseClassifier(rules)
-    site = "/venv/lib/python3.11/site-packages/torch"
-    frames = {"train": ("<module>", "/job/train.py", 60),
-              "step": ("LBFGS.step", f"{site}/optim/lbfgs.py", 438),
-              "closure": ("closure", "/job/train.py", 55),
-              "fwd": ("Module._call_impl", f"{site}/nn/modules/module.py", 1789),
-              "bwd": ("backward", f"{site}/autograd/__init__.py", 2),
-              "plot": ("savefig", "/venv/lib/python3.11/site-packages/matplotlib/pyplot.py", 9),
-              "thread": ("thread (1): MainThread", "", 0)}
-    names = list(frames)
-    table = [{"name": n, "file": f, "line": ln} for n, f, ln in frames.values()]
-
-    def stack(*parts: str) -> list[int]:
-        return [names.index(p) for p in ("thread", "train", *parts)]
-
+    loop = SampledLoop({"train": ("<module>", "/job/train.py", 60),
+                        "step": ("LBFGS.step", f"{SITE}/torch/optim/lbfgs.py", 438),
+                        "closure": ("closure", "/job/train.py", 55),
+                        "fwd": ("Module._call_impl", f"{SITE}/torch/nn/modules/module.py", 1789),
+                        "bwd": ("backward", f"{SITE}/torch/autograd/__init__.py", 2),
+                        "plot": ("savefig", f"{SITE}/matplotlib/pyplot.py", 9),
+                        "thread": ("thread (1): MainThread", "", 0)})
+    stack = loop.stack
     one_pass = [stack("step", "closure", "fwd")] * 4 + [stack("step", "closure", "bwd")] * 4
     one_step = (one_pass * 5 + [stack("step")] * 2 + [stack("fwd")] * 4 + [stack("plot")] * 4)
-    samples = one_step * 6
-    doc = {"shared": {"frames": table},
-           "profiles": [{"type": "sampled", "name": "t", "samples": samples,
-                         "weights": [0.1] * len(samples)}]}
-    ordered = parse_speedscope(json.dumps(doc))
-    window = summarize_window(ordered.stacks, classifier, pid=1, t_start=0.0, t_end=28.8,
-                              order=ordered.order, sampled=SampledSpan(0.0, 28.8, PERIOD),
-                              counter=CycleCounter())
+    window = loop.window(one_step * 6)
     assert window.cycles is not None, window.cycles_note
     assert window.cycles.count == 6  # six steps, each returning to the prediction once
 
