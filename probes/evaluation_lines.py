@@ -56,6 +56,10 @@ from .source_lines import SourceReader
 EVAL_LINE_MIN_SAMPLES = 3
 #: Phases only a training step runs.
 TRAINING_PHASES = frozenset({"backward", "optimizer"})
+#: Where torch's gradient-mode decorators (``@torch.no_grad()``,
+#: ``@torch.inference_mode()``) run: their wrapper is a frame of its own between
+#: the loop's call and the job's function it wraps, and is seen through.
+DECORATOR_FILES = ("torch/utils/_contextlib.py", "torch/amp/autocast_mode.py")
 
 
 class PhasedSample(Protocol):
@@ -66,11 +70,18 @@ class PhasedSample(Protocol):
     loop_index: int
 
 
+def _is_decorator(frame: Frame) -> bool:
+    return any(frame.file == f or frame.file.endswith("/" + f) for f in DECORATOR_FILES)
+
+
 def _own_frames_beneath(sample: PhasedSample) -> Sequence[Frame]:
-    """The job's own frames right beneath the loop frame, down to the first library frame."""
+    """The job's own frames right beneath the loop frame, down to the first library
+    frame; torch's decorators' wrappers between them are seen through."""
     frames = sample.stack.frames
     own = []
     for frame in frames[sample.loop_index + 1:]:
+        if _is_decorator(frame):
+            continue
         if not frame.in_job_code:
             break
         own.append(frame)
@@ -105,7 +116,7 @@ def _evaluation_calls(samples: Sequence[PhasedSample], blocks: BlockReader | Non
     repeated: set[int] = set()
     for s in samples:
         frames = s.stack.frames
-        if not (0 <= s.loop_index < len(frames) - 1 and frames[s.loop_index + 1].in_job_code):
+        if not (0 <= s.loop_index < len(frames) - 1 and _own_frames_beneath(s)):
             continue
         line = frames[s.loop_index].line
         by_line[line][s.phase] += s.stack.count

@@ -330,6 +330,9 @@ class StackWindow:
     #: The optimizer steps the window's sample order shows whole (none where
     #: the samples came without their order).
     step_shapes: tuple[StepShape, ...] = ()
+    #: Separate runs of each phase that comes in blocks (evaluation passes,
+    #: saves) in the window's sample order; empty where it came without order.
+    phase_blocks: dict[str, int] = field(default_factory=dict)
 
 
 #: A hot frame's identity across windows: (phase, function, location, caller).

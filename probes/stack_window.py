@@ -51,7 +51,7 @@ from .source_lines import (
     is_fetch_line,
     is_host_sync_line,
 )
-from .step_anatomy import step_shapes
+from .step_anatomy import phase_blocks, step_shapes
 from .step_cycles import CycleCounter
 
 CHECKPOINT = "checkpoint"
@@ -474,6 +474,9 @@ def summarize_window(
         if per_phase[phase] < HOT_FRAMES_PER_PHASE:
             per_phase[phase] += 1
             hot_frames.append(HotFrame(phase, function, location, n, caller))
+    # The training thread's phases in the order sampled, where the window has one.
+    sequence = ([sample_of[i].phase for i in order.get(thread, ()) if i in sample_of]
+                if order is not None and thread is not None else None)
     cycles: StepCycles | None = None
     cycles_note: str | None = "no sample order (collapsed stacks)"
     if order is not None and sampled is not None and counter is not None and thread:
@@ -496,6 +499,6 @@ def summarize_window(
         cycles_note=cycles_note,
         technique_samples=dict(used),
         technique_frames={t: frames.most_common(1)[0][0] for t, frames in used_in.items()},
-        step_shapes=step_shapes([sample_of[i].phase for i in (order or {}).get(thread, ())
-                                 if i in sample_of]) if thread is not None else (),
+        step_shapes=step_shapes(sequence) if sequence is not None else (),
+        phase_blocks=phase_blocks(sequence) if sequence is not None else {},
     )

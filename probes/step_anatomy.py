@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from .samples import StepShape
 
 OPTIMIZER = "optimizer"
+#: Phases that come in blocks between stretches of steps (an evaluation pass, a
+#: save): how many blocks a window holds says how far its share can be off.
+BLOCK_PHASES = ("eval", "checkpoint")
 #: Phases that make up a backward pass: DDP's collectives that Python sees (a
 #: comm hook) run inside backward and extend it; they never start one.
 BACKWARD = "backward"
@@ -55,3 +58,21 @@ def step_shapes(phases: Sequence[str]) -> tuple[StepShape, ...]:
             passes.append(current)
             current = 0
     return tuple(shapes)
+
+
+def phase_blocks(phases: Sequence[str]) -> dict[str, int]:
+    """How many separate runs of each of ``BLOCK_PHASES`` one thread's phase
+    sequence holds (0 where the phase was not sampled).
+
+    A look that takes in one block more or one fewer than the job's own share
+    of them reads the phase off by one block: the metrics (knowledge/metrics/
+    step_phases.py) take one block's samples over the look's as the least error
+    of the phase's share.
+    """
+    blocks = dict.fromkeys(BLOCK_PHASES, 0)
+    previous: str | None = None
+    for phase in phases:
+        if phase in blocks and phase != previous:
+            blocks[phase] += 1
+        previous = phase
+    return blocks

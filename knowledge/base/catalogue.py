@@ -185,7 +185,8 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
      "share of time in checkpoint saves over the last 5 minutes (saves are rare events)"),
     *((f"phase_{p}_long_error", "fraction",
        f"how far phase_{p}_long may be from the job's own share: twice its standard "
-       "error across the stack windows (the phase comes in blocks a window cuts)")
+       "error across the stack windows, or one of its blocks as a share of the look "
+       "if more (the phase comes in blocks a window cuts)")
       for p in ("eval", "checkpoint")),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
     ("phase_optimizer_loop", "fraction",

@@ -29,16 +29,15 @@ SERVING_MIN_FORWARD_SAMPLES = 8
 MIN_ERROR_WINDOWS = 3
 
 
-def share_error(windows: list[StackWindow], phase: str) -> float | None:
-    """How far ``phase``'s share pooled over ``windows`` may be from the job's own:
-    twice its standard error, each stack window a cluster of samples.
+def cluster_error(windows: list[StackWindow], phase: str) -> float | None:
+    """Twice the cluster (ratio-estimator) standard error of ``phase``'s share
+    sum(c_i) / sum(n_i) over K >= 3 stack windows, each window a cluster of
+    samples (docs/predictions-check.md, "A share read in blocks"); None with fewer.
 
     A phase that comes in blocks (an evaluation of a second every two, a save)
     fills some windows and misses others, and where a window's edges cut its
     blocks moves the pooled share: the windows' spread measures that, where the
-    sample count cannot (a block's samples are not independent). The cluster
-    (ratio-estimator) standard error of sum(c_i) / sum(n_i) over K >= 3 windows
-    (docs/predictions-check.md, "A share read in blocks"); None with fewer.
+    sample count cannot (a block's samples are not independent).
     """
     read = [(w.phase_counts.get(phase, 0), w.total_samples) for w in windows
             if w.error is None and w.total_samples > 0]
@@ -49,6 +48,33 @@ def share_error(windows: list[StackWindow], phase: str) -> float | None:
     share = sum(c for c, _n in read) / total
     variance = k / (k - 1) * sum((c - share * n) ** 2 for c, n in read) / total ** 2
     return 2.0 * math.sqrt(variance)
+
+
+def block_error(windows: list[StackWindow], phase: str) -> float | None:
+    """One of ``phase``'s blocks as a share of the look: a look whose edges took
+    in one block more or one fewer than the job's own cadence gives reads the
+    share off by that much. The first window of a job that evaluates for one
+    second in six holds one block in three seconds (a third) where the job
+    spends a sixth. None where no window kept its samples' order.
+    """
+    ordered = [w for w in windows if w.error is None and phase in w.phase_blocks]
+    blocks = sum(w.phase_blocks[phase] for w in ordered)
+    total = sum(w.total_samples for w in windows if w.error is None)
+    if not ordered or not total:
+        return None
+    if not blocks:
+        return 0.0
+    in_blocks = sum(w.phase_counts.get(phase, 0) for w in ordered)
+    return in_blocks / blocks / total
+
+
+def share_error(windows: list[StackWindow], phase: str) -> float:
+    """How far ``phase``'s share pooled over ``windows`` may be from the job's own:
+    the larger of the windows' spread (``cluster_error``, three windows or more)
+    and one block's share of the look (``block_error``, where the samples kept
+    their order); 0 where neither can be read yet.
+    """
+    return max(cluster_error(windows, phase) or 0.0, block_error(windows, phase) or 0.0)
 
 
 def read_stacks(session: Session, now: float, window_s: float) -> list[StackWindow]:
@@ -105,7 +131,8 @@ def phase_metrics(
     long_windows = read_stacks(session, now, long_s)
     for phase in ("checkpoint", "eval"):
         values[f"phase_{phase}_long"] = long_fractions[phase] if long_fractions else None
-        values[f"phase_{phase}_long_error"] = share_error(long_windows, phase)
+        values[f"phase_{phase}_long_error"] = (
+            share_error(long_windows, phase) if long_fractions else None)
     if has_gpu:
         values["accel_util"] = gpu_util_mean
     else:

@@ -151,6 +151,9 @@ class Job:
     technique_shares: Mapping[str, float] = field(default_factory=dict)
     #: The whole optimizer steps each stack window shows (StackWindow.step_shapes).
     step_shapes: tuple[StepShape, ...] = ()
+    #: Runs of each blocky phase each stack window's sample order shows
+    #: (StackWindow.phase_blocks); none: the samples came without their order.
+    phase_blocks: tuple[tuple[str, int], ...] = ()
     #: What the training thread's data waits were spent in (StackWindow.data_source).
     data_source: str | None = "dataloader"
     #: Share of samples the busiest other thread spends working (None: no other thread).
@@ -442,6 +445,7 @@ def stack_window(job: Job, i: int) -> StackWindow:
                           if t == "optimizer_for_loop" else f"{t} (torch/x.py)"
                           for t in job.technique_shares},
         step_shapes=job.step_shapes,
+        phase_blocks=dict(job.phase_blocks),
         loop_frame="train (train.py)",
         hot_frames=() if job.other_frame is None else (HotFrame(
             "other", *job.other_frame[:2],

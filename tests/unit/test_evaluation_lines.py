@@ -112,6 +112,33 @@ def generate(model, n):
     return out
 """
 
+# nanoGPT's shape: a module-level loop calls a helper decorated with
+# @torch.no_grad(), whose wrapper (torch/utils/_contextlib.py) is a frame of
+# its own between the loop's line and the helper.
+DECORATED = """\
+import torch
+@torch.no_grad()
+def estimate_loss():
+    out = {}
+    for split in ['train', 'val']:
+        losses = torch.zeros(eval_iters)
+        for k in range(eval_iters):
+            X, Y = get_batch(split)
+            logits, loss = model(X, Y)
+            losses[k] = loss.item()
+        out[split] = losses.mean()
+    return out
+iter_num = 0
+while True:
+    if iter_num % eval_interval == 0:
+        losses = estimate_loss()
+    logits, loss = model(X, Y)
+    X, Y = get_batch('train')
+    loss.backward()
+    optimizer.step()
+    iter_num += 1
+"""
+
 SERVER = """\
 import torch
 def serve(model, requests):
@@ -247,6 +274,25 @@ def test_a_helper_that_loops_with_gradients_off_evaluates_but_a_frozen_encoder_d
     # with gradients on (its outputs feed the backward): both are the step's.
     assert counts["eval"] == 30
     assert counts["forward"] == 45
+
+
+def test_a_helper_behind_torchs_no_grad_decorator_evaluates(
+    classifier: PhaseClassifier, tmp_path: Path
+) -> None:
+    script = write(tmp_path, "train.py", DECORATED)
+    loop = f"<module> ({script}:{{}})"
+    wrapper = f"context_decorator.<locals>.decorate_context ({SITE}/torch/utils/_contextlib.py:124)"
+    text = raw(
+        (forward(f"{loop.format(16)};{wrapper};estimate_loss ({script}:9)"), 30),
+        (forward(loop.format(17)), 40),
+        (backward(loop.format(19)), 40),
+        (optimizer(loop.format(20)), 6),
+    )
+    counts = read(classifier, text)
+    # The wrapper is torch's, not the job's: seen through, estimate_loss() repeats
+    # forward passes over the splits with gradients off, as an inline loop would.
+    assert counts["eval"] == 30
+    assert counts["forward"] == 40
 
 
 def test_a_rollout_or_generation_counting_steps_is_not_evaluation(

@@ -594,10 +594,13 @@ RULE_CASES: dict[str, Cases] = {
         fires=(
             k(phases=mix(checkpoint=0.05), writing=("/ckpt/step_1000.pt",)),
             k(phases=mix(checkpoint=0.5), **SAMPLES_20),
+            k(phases=mix(checkpoint=0.2), phase_blocks=(("checkpoint", 2),), **SAMPLES_20),
         ),
         misses=(
             k(phases=mix(checkpoint=0.049), writing=("/ckpt/step_1000.pt",)),
             k(phases=mix(checkpoint=0.5), **SAMPLES_19),
+            # One save in the look: known only to within itself.
+            k(phases=mix(checkpoint=0.2), phase_blocks=(("checkpoint", 1),), **SAMPLES_20),
         ),
     ),
     "io_scheduler_not_for_nvme": Cases(
@@ -763,8 +766,12 @@ RULE_CASES: dict[str, Cases] = {
         ),
     ),
     "evaluation_dominates": Cases(
-        fires=(k(phases=mix(eval=0.25)), k(phases=mix(eval=0.6), **CPU_ONLY)),
-        misses=(k(phases=mix(eval=0.249)), k(phases=mix(eval=0.6), **SAMPLES_19)),
+        fires=(k(phases=mix(eval=0.25)), k(phases=mix(eval=0.6), **CPU_ONLY),
+               # Six passes in the look: each is a tenth of it, 0.6 - 0.1 clears.
+               k(phases=mix(eval=0.6), phase_blocks=(("eval", 6),), **SAMPLES_20)),
+        misses=(k(phases=mix(eval=0.249)), k(phases=mix(eval=0.6), **SAMPLES_19),
+                # One pass in the look: the share is known only to within itself.
+                k(phases=mix(eval=0.6), phase_blocks=(("eval", 1),), **SAMPLES_20)),
     ),
     "gpu_thermal_throttling": Cases(
         fires=(
