@@ -89,6 +89,8 @@ def finding_of(f: Finding, started_at: float | None) -> s.Finding:
         source=source,
         rule=f.expr,
         fired_after_s=_num(f.fired_at - started_at, 2) if started_at else None,
+        last_held_after_s=(_num(f.last_held_at - started_at, 2)
+                           if started_at and f.last_held_at is not None else None),
     )
 
 

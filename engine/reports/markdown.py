@@ -204,11 +204,14 @@ def _findings(report: Report, wording: Wording) -> list[str]:
 
 def _finding(i: int, f: Finding, report: Report, wording: Wording) -> list[str]:
     fired = fmt.stamp(_after(report, f.fired_after_s))
+    held = ("" if f.last_held_after_s is None else
+            f" · **Condition last held:** {fmt.stamp(_after(report, f.last_held_after_s))} "
+            "(kept firing since; the numbers are that moment's)")
     out = [
         f"### {i}. {f.title}",
         "",
         f"**Severity:** {f.severity} · **Category:** {f.category} · "
-        f"**Estimated gain:** {gain_text(f.gain)} · **Fired at:** {fired}",
+        f"**Estimated gain:** {gain_text(f.gain)} · **Fired at:** {fired}{held}",
         "",
         f.why,
         "",

@@ -182,6 +182,10 @@ class Finding(msgspec.Struct, kw_only=True):
     #: The rule's expression.
     rule: str = ""
     fired_after_s: float | None = None
+    #: Seconds after the start when its condition last held, where it no longer
+    #: does: the rule keeps it firing a while (``keep_firing_for``), told with
+    #: that moment's numbers. None while the condition holds.
+    last_held_after_s: float | None = None
 
     @property
     def gain(self) -> Gain:
@@ -340,6 +344,7 @@ ADDED_WITHIN_2: Mapping[str, frozenset[str]] = {
     "Report": frozenset({"job", "ranks", "job_verdict", "phase_windows"}),
     "Rank": frozenset({"gpus"}),
     "StepsSource": frozenset({"rejected", "source", "tried"}),
+    "Finding": frozenset({"last_held_after_s"}),
 }
 
 

@@ -109,6 +109,10 @@ class Finding:
     techniques: tuple[str, ...] = ()
     #: Symptoms this culprit explains (their titles), folded into it.
     explains: tuple[str, ...] = ()
+    #: When its condition last held, if not now: kept firing by the rule's
+    #: ``keep_firing_for`` since, and told with that moment's numbers. None
+    #: while the condition holds.
+    last_held_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

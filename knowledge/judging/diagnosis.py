@@ -142,6 +142,7 @@ def build_finding(
     facts: Facts,
     words: Mapping[str, str] | None = None,
     explains: tuple[str, ...] = (),
+    last_held_at: float | None = None,
 ) -> Finding:
     framework = framework_of(metrics)
     snippet = rule.snippet_for.get(framework, rule.snippet) if framework else rule.snippet
@@ -165,6 +166,7 @@ def build_finding(
         ),
         expr=rule.condition.expr,
         fired_at=fired_at,
+        last_held_at=last_held_at,
         snippet=snippet,
         techniques=rule.techniques,
         explains=explains,
@@ -181,7 +183,7 @@ def ruled_out(finding: Finding, because: str) -> Finding:
 def finding_text(f: Finding) -> tuple[object, ...]:
     """Everything a person reads of a finding (values as displayed, not raw)."""
     return (
-        f.title, f.why, f.actions, f.fired_at, f.gain.explanation, f.explains,
+        f.title, f.why, f.actions, f.fired_at, f.last_held_at, f.gain.explanation, f.explains,
         None if f.gain.speedup is None else round(f.gain.speedup, 2),
         tuple((e.display, e.status) for e in f.evidence),
     )
@@ -274,6 +276,15 @@ def _without_states_left(firing: list[tuple[Rule, float]],
     return [(rule, at) for rule, at in firing if not rule.job_state or holds_now(rule)]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Held:
+    """A firing rule's metrics and words where its condition last held, and when."""
+
+    metrics: Mapping[str, float | None]
+    words: Mapping[str, str]
+    at: float
+
+
 class Diagnoser:
     """Stateful evaluator: one per session (rules keep their for/keep-firing state)."""
 
@@ -285,8 +296,9 @@ class Diagnoser:
         #: Each firing rule's metrics and words from the last evaluation where its
         #: condition held: a finding kept alive by ``keep_firing_for`` is told
         #: with the numbers that made it fire, not today's ("data loading takes
-        #: 3 %, above target" was a held finding read with the current window).
-        self._last_held: dict[str, tuple[Mapping[str, float | None], Mapping[str, str]]] = {}
+        #: 3 %, above target" was a held finding read with the current window),
+        #: and when that was.
+        self._last_held: dict[str, Held] = {}
         #: When the stack samples first reached the rules' minimum: a job state
         #: whose condition held from then on held when aitop attached.
         self._judgeable_since: float | None = None
@@ -324,12 +336,17 @@ class Diagnoser:
             rule.id for rule, _ in firing if self.engine.state[rule.id].last_value is True
         )
         for rule_id in holding:
-            self._last_held[rule_id] = (metrics, words or {})
+            self._last_held[rule_id] = Held(metrics, words or {}, now)
         for rule_id in set(self._last_held) - set(by_id):
             del self._last_held[rule_id]
 
         def values(rule_id: str) -> tuple[Mapping[str, float | None], Mapping[str, str] | None]:
-            return self._last_held.get(rule_id, (metrics, words))
+            held = self._last_held.get(rule_id)
+            return (metrics, words) if held is None else (held.metrics, held.words)
+
+        def last_held_at(rule_id: str) -> float | None:
+            held = self._last_held.get(rule_id)
+            return None if rule_id in holding or held is None else held.at
 
         # A symptom that a firing culprit explains is not listed as a rival: the
         # culprit leads and carries it ("data wait 62 %") as its evidence.
@@ -342,7 +359,7 @@ class Diagnoser:
             symptoms = tuple(render(by_id[n].title, *values(n))
                              for n in rule.explains if n in by_id)
             finding = build_finding(rule, fired_at, held_metrics, self.facts, held_words,
-                                    symptoms)
+                                    symptoms, last_held_at(rule.id))
             ruler = next((by_id[n] for n in rule.ruled_out_by if n in by_id), None)
             if ruler is not None:
                 finding = ruled_out(finding, render(ruler.title, *values(ruler.id)))

@@ -96,3 +96,13 @@ def test_a_baseline_adds_the_before_and_after_comparison() -> None:
                                           knowledge=PACKAGED))
     assert 'id="comparison"' in page and "no significant change" in page
     assert 'id="comparison"' not in render_html(report, source.session)
+
+
+def test_a_finding_kept_firing_says_when_its_condition_last_held() -> None:
+    source = replay_source()
+    report = recorded_report(source)
+    assert "its condition last held" not in render_html(report, source.session)
+    held = msgspec.structs.replace(report.findings[0], last_held_after_s=95.0)
+    page = render_html(msgspec.structs.replace(report, findings=[held, *report.findings[1:]]),
+                       source.session)
+    assert "its condition last held after 1m35s, kept firing since" in page

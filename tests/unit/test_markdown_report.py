@@ -42,3 +42,16 @@ def test_the_words_the_report_only_names_come_from_the_diagnoses() -> None:
     assert quote in worded and "| Data wait share of step | 42% |" in worded
     assert wording_of(report, []) == Wording()
     assert lead.id in wording_of(report, reversed(source.history())).quotes
+
+
+def test_a_finding_kept_firing_says_when_its_condition_last_held() -> None:
+    """A held finding is told with the numbers of the moment its condition last
+    held; the report says which moment, so its title is not read as today's."""
+    source = replay_source()
+    report = report_of(source, NOW, source.latest(), RunFacts(180.0, None, None), T0)
+    lead = report.findings[0]
+    assert lead.last_held_after_s is None
+    assert "Condition last held" not in render_markdown(report, source.session, PACKAGED)
+    lead.last_held_after_s = 95.0
+    md = render_markdown(report, source.session, PACKAGED)
+    assert f"**Condition last held:** {fmt.stamp(T0 + 95.0)} (kept firing since" in md

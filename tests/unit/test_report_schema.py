@@ -73,7 +73,8 @@ def test_the_schema_pins_the_version_and_requires_what_every_report_2_has() -> N
     required = set(defs["Report"]["required"])
     assert {"findings", "bottleneck", "phases", "step_windows", "target"} <= required
     assert not {"job", "ranks", "job_verdict"} & required  # added within /2
-    assert set(defs["Finding"]["required"]) == set(defs["Finding"]["properties"])
+    assert set(defs["Finding"]["required"]) == set(defs["Finding"]["properties"]) - {
+        "last_held_after_s"}  # added within /2
     assert defs["Finding"]["properties"]["severity"] == {"enum": sorted(SEVERITIES)}
 
 
@@ -144,7 +145,7 @@ def test_the_json_keeps_its_keys_and_their_order() -> None:
     assert list(doc["findings"][0]) == [
         "id", "severity", "category", "title", "why", "evidence", "actions", "snippet",
         "est_speedup", "est_speedup_range", "gain_method", "gain_ceiling",
-        "gain_explanation", "explains", "source", "rule", "fired_after_s",
+        "gain_explanation", "explains", "source", "rule", "fired_after_s", "last_held_after_s",
     ]
     assert doc["job"] is None and doc["ranks"] == [] and doc["target"]["exit_status"] is None
 

@@ -2211,11 +2211,19 @@ def test_a_finding_held_by_keep_firing_for_is_told_with_the_numbers_that_made_it
             if "data_wait_dominant" in t.firing
             and (t.metrics["phase_data_wait"] or 0.0) < 0.30]
     assert held, "the rule should be held by keep_firing_for after the drop"
+    holding = [t for t in ticks if "data_wait_dominant" in t.firing and t not in held]
+    last_true = max(t.now for t in holding)
     for tick in held:
         assert tick.diagnosis is not None
         finding = next(f for f in tick.diagnosis.findings if f.id == "data_wait_dominant")
         shown = int(finding.title.split("waits for data ")[1].split("%")[0])
         assert shown >= 30, (finding.title, tick.metrics["phase_data_wait"])
+        # And it says whose numbers those are: the last moment its condition held.
+        assert finding.last_held_at == last_true, (finding.last_held_at, last_true)
+    for tick in holding:
+        assert tick.diagnosis is not None
+        finding = next(f for f in tick.diagnosis.findings if f.id == "data_wait_dominant")
+        assert finding.last_held_at is None
 
 
 def test_memory_that_swings_is_no_growth_however_its_slope_reads() -> None:

@@ -72,6 +72,9 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
     meta = Text(f"category {f.category} · estimated gain {gain_text(f.gain)} · fired at "
                 f"{fmt.stamp(f.fired_at)} · id {f.id}", style="dim")
     parts: list[RenderableType] = [head, meta]
+    if f.last_held_at is not None:
+        parts.append(Text(f"Its condition last held at {fmt.clock(f.last_held_at)}: kept firing "
+                          "since, with that moment's numbers.", style=fmt.STATUS_STYLE["near"]))
     current = view.diagnosis if view is not None else None
     if current is not None and all(x.id != f.id for x in current.findings):
         parts.append(Text(f"Not firing at {fmt.clock(view.now if view else None)}; "

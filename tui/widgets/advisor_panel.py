@@ -182,6 +182,8 @@ class AdvisorPanel(Panel):
             text.append(f"{f.severity.upper():<8}", style=fmt.SEVERITY_STYLE.get(f.severity, ""))
             text.append(f"{gain_text(f.gain, brief=True):>6} ", style="bold")
             text.append(f.title, style="reverse" if chosen and focused else "")
+            if f.last_held_at is not None:
+                text.append(f"  (as at {fmt.clock(f.last_held_at)})", style="dim")
             out.append(Line(text, 2 if i == 0 else 5 + i, tag=i))
             why = Text("    " + f.why, style="dim")
             out.append(Line(why, 6 + 2 * i, tag=i))
