@@ -56,10 +56,12 @@ from .source_lines import SourceReader
 EVAL_LINE_MIN_SAMPLES = 3
 #: Phases only a training step runs.
 TRAINING_PHASES = frozenset({"backward", "optimizer"})
-#: Where torch's gradient-mode decorators (``@torch.no_grad()``,
-#: ``@torch.inference_mode()``) run: their wrapper is a frame of its own between
-#: the loop's call and the job's function it wraps, and is seen through.
-DECORATOR_FILES = ("torch/utils/_contextlib.py", "torch/amp/autocast_mode.py")
+#: Where torch's decorators run their wrapper: ``@torch.no_grad()``,
+#: ``@torch.inference_mode()`` (``_contextlib``; ``autograd/grad_mode`` before
+#: torch 2.0) and ``@torch.autocast(...)``. The wrapper is a frame of torch's
+#: between the loop's call and the job's function it wraps, and is seen through.
+DECORATOR_FILES = ("torch/utils/_contextlib.py", "torch/autograd/grad_mode.py",
+                   "torch/amp/autocast_mode.py")
 
 
 class PhasedSample(Protocol):
@@ -71,6 +73,7 @@ class PhasedSample(Protocol):
 
 
 def _is_decorator(frame: Frame) -> bool:
+    """Whether ``frame`` is one of torch's decorator wrappers (``DECORATOR_FILES``)."""
     return any(frame.file == f or frame.file.endswith("/" + f) for f in DECORATOR_FILES)
 
 

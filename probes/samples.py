@@ -333,6 +333,9 @@ class StackWindow:
     #: Separate runs of each phase that comes in blocks (evaluation passes,
     #: saves) in the window's sample order; empty where it came without order.
     phase_blocks: dict[str, int] = field(default_factory=dict)
+    #: The phases of the window's first and last ordered samples: a block that
+    #: runs across the edge between two windows is one block, not two.
+    ends: tuple[str, ...] = ()
 
 
 #: A hot frame's identity across windows: (phase, function, location, caller).

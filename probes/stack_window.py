@@ -475,8 +475,8 @@ def summarize_window(
             per_phase[phase] += 1
             hot_frames.append(HotFrame(phase, function, location, n, caller))
     # The training thread's phases in the order sampled, where the window has one.
-    sequence = ([sample_of[i].phase for i in order.get(thread, ()) if i in sample_of]
-                if order is not None and thread is not None else None)
+    ordered = ([sample_of[i].phase for i in order.get(thread, ()) if i in sample_of]
+               if order is not None and thread is not None else [])
     cycles: StepCycles | None = None
     cycles_note: str | None = "no sample order (collapsed stacks)"
     if order is not None and sampled is not None and counter is not None and thread:
@@ -499,6 +499,7 @@ def summarize_window(
         cycles_note=cycles_note,
         technique_samples=dict(used),
         technique_frames={t: frames.most_common(1)[0][0] for t, frames in used_in.items()},
-        step_shapes=step_shapes(sequence) if sequence is not None else (),
-        phase_blocks=phase_blocks(sequence) if sequence is not None else {},
+        step_shapes=step_shapes(ordered),
+        phase_blocks=phase_blocks(ordered) if ordered else {},
+        ends=(ordered[0], ordered[-1]) if ordered else (),
     )

@@ -36,6 +36,8 @@ from aitop.knowledge.reading.loader import KnowledgeBase
 from aitop.probes.session import PHASES
 
 SCHEMA = "aitop.diff/1"
+#: Said of a finding whose condition no longer held when its run ended.
+HELD_NOTE = " (its condition no longer held at the end: kept firing a while)"
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,10 @@ def next_steps(after: Run, resolved: Sequence[FindingBrief],
     lines = []
     for f in after.findings[:2]:
         action = f" -> {f.actions[0]}" if f.actions else ""
-        lines.append(f"still limiting [{f.severity}]: {f.title}{action}")
+        if f.held:
+            lines.append(f"kept firing [{f.severity}]: {f.title}{HELD_NOTE}{action}")
+        else:
+            lines.append(f"still limiting [{f.severity}]: {f.title}{action}")
     docs = knowledge.documents
     techniques = {r.id: r.techniques for r in knowledge.rules.rules}
     done: dict[str, str] = {}  # technique -> the resolved finding that recommended it
@@ -290,7 +295,7 @@ def _findings_line(name: str, findings: Sequence[FindingBrief]) -> list[str]:
     if not findings:
         return [f"{name} (0)"]
     return [f"{name} ({len(findings)}):"] + [
-        f"  {f.id} [{f.severity}] {f.title}" for f in findings
+        f"  {f.id} [{f.severity}] {f.title}{HELD_NOTE if f.held else ''}" for f in findings
     ]
 
 
@@ -343,7 +348,8 @@ def _rate_json(rate: Rate) -> dict[str, Any]:
 
 
 def _finding_json(f: FindingBrief) -> dict[str, Any]:
-    return {"id": f.id, "severity": f.severity, "category": f.category, "title": f.title}
+    return {"id": f.id, "severity": f.severity, "category": f.category, "title": f.title,
+            "held": f.held}
 
 
 def _run_json(run: Run) -> dict[str, Any]:

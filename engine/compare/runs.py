@@ -59,6 +59,9 @@ class FindingBrief:
     title: str
     actions: tuple[str, ...] = ()
     est_speedup: float | None = None
+    #: Its condition no longer held when the run ended: kept firing a while by
+    #: its rule, told with the numbers of when it last held.
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ def run_of_session(
         category=diagnosis.category if diagnosis else "none",
         summary=diagnosis.summary if diagnosis else "no diagnosis was made",
         findings=tuple(
-            FindingBrief(f.id, f.severity, f.category, f.title, tuple(f.actions), f.gain.speedup)
+            FindingBrief(f.id, f.severity, f.category, f.title, tuple(f.actions), f.gain.speedup,
+                         held=f.last_held_at is not None)
             for f in (diagnosis.findings if diagnosis else ())
         ),
         states=tuple((s.id, s.name) for s in (diagnosis.states if diagnosis else ())),
@@ -230,7 +234,8 @@ def run_of_report(doc: Report | Mapping[str, Any], label: str) -> Run:
         summary=report.bottleneck.summary,
         findings=tuple(
             FindingBrief(id=f.id, severity=f.severity, category=f.category, title=f.title,
-                         actions=tuple(f.actions), est_speedup=_finite(f.est_speedup))
+                         actions=tuple(f.actions), est_speedup=_finite(f.est_speedup),
+                         held=f.last_held_after_s is not None)
             for f in report.findings
         ),
         states=tuple((st.id, st.name or st.id) for st in report.states),

@@ -418,6 +418,12 @@ class AitopCollector(Collector):
             families.add(CounterMetricFamily, "aitop_finding_fired",
                          "times a rule has started firing since aitop attached",
                          ident, labels, float(totals.get(rule.id, 0)))
+            families.add(GaugeMetricFamily, "aitop_finding_condition_holding",
+                         "1 while a firing finding's condition holds; 0 while keep_firing_for "
+                         "keeps it after its condition stopped holding (its figures are then "
+                         "those of when it last held), or while it is not firing",
+                         ident, labels,
+                         float(finding is not None and finding.last_held_at is None))
             if finding is not None:
                 families.add(GaugeMetricFamily, "aitop_finding_info",
                              "1 for each firing finding, with its rule's title (the figures in "

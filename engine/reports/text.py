@@ -89,6 +89,9 @@ def render_text(report: Report) -> str:
     )
     for i, f in enumerate(findings, 1):
         lines.append(f"{i}. [{f.severity}] {f.title}  — {gain_text(f.gain)}")
+        if f.last_held_after_s is not None:
+            lines.append(f"   kept firing: its condition last held {f.last_held_after_s:.0f} s "
+                         "in; the numbers are that moment's")
         lines.append(f"   why: {f.why}")
         for action in f.actions:
             lines.append(f"   -> {action}")

@@ -279,11 +279,11 @@ def _fewer(spec: GainSpec, metrics: Metrics) -> Gain:
     """Doing a phase ``times`` times less often (checkpoints, validation).
 
     The share p may have been read off by ``PHASE_ERROR``, or by more where the
-    phase comes in blocks that the stack windows cut (``<metric>_error``, the
-    windows' spread): the low end takes p that much lower, each pass a little
-    longer when done less often (more to write or check); the high end takes p
-    that much higher, with the rest of the step up to the rule's
-    ``rest_speedup`` faster without it.
+    phase comes in blocks that the stack windows cut (``<metric>_error``: the
+    windows' spread, or one block's share of the look if more): the low end
+    takes p that much lower, each pass a little longer when done less often
+    (more to write or check); the high end takes p that much higher, with the
+    rest of the step up to the rule's ``rest_speedup`` faster without it.
     """
     p = _phase(metrics, spec.metric)
     if p is None or spec.times <= 1:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from aitop.probes.samples import StackWindow
@@ -51,21 +52,27 @@ def cluster_error(windows: list[StackWindow], phase: str) -> float | None:
 
 
 def block_error(windows: list[StackWindow], phase: str) -> float | None:
-    """One of ``phase``'s blocks as a share of the look: a look whose edges took
-    in one block more or one fewer than the job's own cadence gives reads the
-    share off by that much. The first window of a job that evaluates for one
-    second in six holds one block in three seconds (a third) where the job
-    spends a sixth. None where no window kept its samples' order.
+    """One of ``phase``'s blocks as a share of the look, on average: a look whose
+    edges took in one block more or one fewer than the job's cadence gives
+    reads the share off by about that much. The first window of a job that
+    evaluates for one second in six holds one block in three seconds (a third)
+    where the job spends a sixth.
+
+    A block that runs on across the edge between two windows (the first ends in
+    the phase, the next begins in it) is one block. None where a window that
+    sampled the phase kept no sample order, or nothing was sampled.
     """
-    ordered = [w for w in windows if w.error is None and phase in w.phase_blocks]
-    blocks = sum(w.phase_blocks[phase] for w in ordered)
-    total = sum(w.total_samples for w in windows if w.error is None)
-    if not ordered or not total:
+    read = [w for w in windows if w.error is None and w.total_samples > 0]
+    total = sum(w.total_samples for w in read)
+    if not total or any(w.phase_counts.get(phase, 0) and phase not in w.phase_blocks
+                        for w in read):
         return None
-    if not blocks:
+    blocks = sum(w.phase_blocks.get(phase, 0) for w in read)
+    blocks -= sum(1 for before, after in itertools.pairwise(read)
+                  if before.ends[-1:] == (phase,) and after.ends[:1] == (phase,))
+    if blocks <= 0:
         return 0.0
-    in_blocks = sum(w.phase_counts.get(phase, 0) for w in ordered)
-    return in_blocks / blocks / total
+    return sum(w.phase_counts.get(phase, 0) for w in read) / blocks / total
 
 
 def share_error(windows: list[StackWindow], phase: str) -> float:

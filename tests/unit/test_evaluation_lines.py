@@ -381,3 +381,33 @@ def test_a_server_looping_over_its_requests_is_not_evaluation(
     )
     counts = read(classifier, text)
     assert counts["eval"] == 0
+
+
+def test_the_window_counts_evaluation_blocks_in_sample_order(
+    classifier: PhaseClassifier, tmp_path: Path
+) -> None:
+    """Blocks are counted after the evaluation readings marked their samples, and
+    the window keeps the phases it starts and ends in (a block across the edge
+    between two windows is one)."""
+    script = write(tmp_path, "train.py", DECORATED)
+    loop = f"<module> ({script}:{{}})"
+    wrapper = f"context_decorator.<locals>.decorate_context ({SITE}/torch/utils/_contextlib.py:124)"
+    stacks = parse_raw(raw(
+        (forward(f"{loop.format(16)};{wrapper};estimate_loss ({script}:9)"), 7),
+        (forward(loop.format(17)), 4),
+        (backward(loop.format(19)), 4),
+        (optimizer(loop.format(20)), 2),
+    ))
+    thread = stacks[0].thread_id
+    assert thread is not None
+    # eval x3, a step, eval x3, a step, eval: three passes, the last cut by the edge.
+    step = [1, 1, 2, 2, 3]
+    order = {thread: [0, 0, 0, *step, 0, 0, 0, *step, 0]}
+    window = summarize_window(stacks, classifier, pid=1, t_start=0, t_end=1, source=read_line,
+                              order=order)
+    assert window.phase_counts["eval"] == 7
+    assert window.phase_blocks == {"eval": 3, "checkpoint": 0}
+    assert window.ends == ("eval", "eval")
+    # Without the order nothing is counted.
+    blind = summarize_window(stacks, classifier, pid=1, t_start=0, t_end=1, source=read_line)
+    assert blind.phase_blocks == {} and blind.ends == ()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from aitop.engine.prometheus.exporter import AitopCollector, Frame, WatchInfo, _Families
+from aitop.knowledge.base.findings import Diagnosis
+from aitop.knowledge.reading.loader import load_knowledge_base
 from aitop.probes.job_identity import Identity
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from support.synthetic import RANK0_CHECKPOINT
 
 NOW = 1_800_000_000.0
 
@@ -81,3 +86,21 @@ def test_a_findings_title_is_stable_while_it_fires() -> None:
     title = "Data loading is the bottleneck: {phase_data_wait:.0%} of the step waits ({n} s)"
     assert stable_title(title) == "Data loading is the bottleneck: … of the step waits (… s)"
     assert stable_title("No figures") == "No figures"
+
+
+def test_a_finding_kept_firing_after_its_condition_stopped_holding_says_so() -> None:
+    rules = tuple(r for r in load_knowledge_base().rules.rules if r.id == "checkpoint_stalls")
+    identity = Identity("run-a", "node-1").labels()
+    series = []
+    for last_held_at in (None, NOW - 5):
+        finding = dataclasses.replace(RANK0_CHECKPOINT, last_held_at=last_held_at)
+        diagnosis = Diagnosis(t=NOW, window_s=20.0, category="io", summary=finding.title,
+                              compute_device="cpu", findings=(finding,))
+        exporter = collector()
+        exporter.publish(Frame(published_at=NOW, attached_at=NOW - 30, target_pid=7,
+                               target_alive=True, diagnosis=diagnosis, gpu=None,
+                               environment=None, rules=rules, identity=identity))
+        series.append(scrape(exporter))
+    holding, held = ([v for _labels, v in s["aitop_finding_condition_holding"]] for s in series)
+    assert holding == [1.0] and held == [0.0]
+    assert [v for _labels, v in series[1]["aitop_finding_firing"]] == [1.0]

@@ -51,4 +51,4 @@ def test_the_list_and_the_finding_say_when_a_held_condition_last_held() -> None:
             assert "(as at" not in listed and "last held" not in page
         else:
             assert listed.endswith(f"(as at {fmt.clock(finding.last_held_at)})"), listed
-            assert f"Its condition last held at {fmt.clock(finding.last_held_at)}" in page
+            assert f"Its condition last held at {fmt.stamp(finding.last_held_at)}" in page

@@ -234,3 +234,15 @@ def test_the_struct_is_what_both_readers_see() -> None:
     assert from_file == run_of_report(report, "r")
     assert [f.id for f in from_file.findings] == [f.id for f in report.findings]
     assert from_file.steps.estimate is not None and from_file.steps.windows > 2
+
+
+def test_a_held_finding_carries_when_its_condition_last_held() -> None:
+    import dataclasses
+
+    from aitop.engine.reports.build import finding_of
+    from support.synthetic import RANK0_CHECKPOINT
+
+    started = RANK0_CHECKPOINT.fired_at - 10.0
+    assert finding_of(RANK0_CHECKPOINT, started).last_held_after_s is None
+    held = dataclasses.replace(RANK0_CHECKPOINT, last_held_at=started + 42.5)
+    assert finding_of(held, started).last_held_after_s == 42.5

@@ -43,3 +43,29 @@ def test_a_finding_without_a_figure_says_why() -> None:
 def test_the_text_report_says_which_kind_of_gain(report_finding: Finding, label: str) -> None:
     """A prediction is not a ceiling: the headless text never says "at most" for one."""
     assert gain_text(report_finding.gain) == label
+
+
+def test_a_finding_kept_firing_says_so_in_the_text_report_and_in_a_comparison() -> None:
+    """Held findings (kept firing after their condition stopped holding) are named as
+    such by the text report and by ``aitop diff``, which would otherwise call them
+    "still limiting"."""
+    import msgspec
+    from aitop.engine.compare.diff import HELD_NOTE, compare
+    from aitop.engine.compare.diff import render_text as diff_text
+    from aitop.engine.compare.runs import run_of_report
+    from aitop.engine.headless.source_report import recorded_report
+    from aitop.engine.reports.text import render_text
+    from support.knowledge import PACKAGED
+    from support.tui_session import replay_source
+
+    report = recorded_report(replay_source())
+    assert "kept firing" not in render_text(report)
+    held = msgspec.structs.replace(report.findings[0], last_held_after_s=95.0)
+    report = msgspec.structs.replace(report, findings=[held, *report.findings[1:]])
+    assert "   kept firing: its condition last held 95 s in" in render_text(report)
+    comparison = compare(run_of_report(report, "before"), run_of_report(report, "after"),
+                         knowledge=PACKAGED)
+    text = diff_text(comparison)
+    assert f"{held.id} [{held.severity}] {held.title}{HELD_NOTE}" in text
+    if comparison.next_steps:
+        assert f"still limiting [{held.severity}]: {held.title}" not in text

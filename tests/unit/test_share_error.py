@@ -15,13 +15,16 @@ from aitop.probes.samples import StackWindow
 from aitop.probes.step_anatomy import phase_blocks
 
 
-def window(i: int, eval_samples: int, total: int = 60, blocks: int | None = None) -> StackWindow:
+def window(i: int, eval_samples: int, total: int = 60, blocks: int | None = None,
+           ends: tuple[str, str] = ("forward", "forward")) -> StackWindow:
     """A window of ``total`` samples, ``eval_samples`` of them evaluation in
-    ``blocks`` runs (None: the samples came without their order)."""
+    ``blocks`` runs (None: the samples came without their order), its first and
+    last samples in the phases ``ends``."""
     return StackWindow(t_start=6.0 * i, t_end=6.0 * (i + 1), thread_name="MainThread",
                        thread_id="1", total_samples=total,
                        phase_counts={"eval": eval_samples, "forward": total - eval_samples},
-                       phase_blocks={} if blocks is None else {"eval": blocks})
+                       phase_blocks={} if blocks is None else {"eval": blocks},
+                       ends=() if blocks is None else ends)
 
 
 def test_a_phase_spread_evenly_is_known_closely_and_one_in_blocks_loosely() -> None:
@@ -75,3 +78,16 @@ def test_one_block_in_a_short_look_is_known_only_to_within_itself() -> None:
     cluster = cluster_error(spread, "eval")
     assert cluster is not None and share_error(spread, "eval") == pytest.approx(cluster)
     assert cluster > block_error(spread, "eval")  # type: ignore[operator]
+
+
+def test_a_block_across_a_windows_edge_is_one_and_order_missing_where_it_counts_is_unknown(
+) -> None:
+    """A 9-s save in the first 12 s: cut by the edge of the 3-s first window, it is
+    still one block, and its share (0.75) is known only to within itself."""
+    first = window(0, 22, total=29, blocks=1, ends=("forward", "eval"))
+    second = window(1, 44, total=59, blocks=1, ends=("eval", "forward"))
+    assert block_error([first, second], "eval") == pytest.approx(66 / 88)
+    # A window that sampled the phase without order: how many blocks is not known.
+    assert block_error([first, window(1, 44, total=59)], "eval") is None
+    # One without order that never sampled it takes nothing away.
+    assert block_error([first, window(1, 0, total=59)], "eval") == pytest.approx(22 / 88)

@@ -73,7 +73,7 @@ def render_finding(finding: Finding, view: View | None) -> RenderableType:
                 f"{fmt.stamp(f.fired_at)} · id {f.id}", style="dim")
     parts: list[RenderableType] = [head, meta]
     if f.last_held_at is not None:
-        parts.append(Text(f"Its condition last held at {fmt.clock(f.last_held_at)}: kept firing "
+        parts.append(Text(f"Its condition last held at {fmt.stamp(f.last_held_at)}: kept firing "
                           "since, with that moment's numbers.", style=fmt.STATUS_STYLE["near"]))
     current = view.diagnosis if view is not None else None
     if current is not None and all(x.id != f.id for x in current.findings):
