@@ -189,6 +189,9 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
        "if more (the phase comes in blocks a window cuts)")
       for p in ("eval", "checkpoint")),
     ("phase_samples", "samples", "stack samples behind the phase fractions"),
+    ("stacks_age_s", "s",
+     "seconds since the newest stack window ended: a rule over the phase shares fires only "
+     "once a window that ended after its condition first held confirms it"),
     ("phase_optimizer_loop", "fraction",
      "share of the training thread's time in an optimizer's for-loop update "
      "(_single_tensor_adam, _single_tensor_sgd ...: one parameter tensor at a time)"),

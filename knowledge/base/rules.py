@@ -25,6 +25,8 @@ EstimateMethod = Literal["amdahl", "parallel", "workers", "worker_core", "offloa
                          "fewer", "shrink", "no_sync", "document", "none"]
 #: Frameworks whose own words a rule may use for its actions.
 FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
+#: Metrics read from the stack windows' phase shares begin so (``phase_data_wait``).
+PHASE_METRIC_PREFIX = "phase_"
 
 
 @dataclass(frozen=True)
@@ -154,12 +156,21 @@ class RuleSet:
         return next((s.thresholds for s in self.states if s.well_used), ())
 
 
+def reads_stacks(rule: Rule) -> bool:
+    """Whether the rule's condition reads the training thread's phase shares."""
+    return any(name.startswith(PHASE_METRIC_PREFIX) for name in rule.condition.names)
+
+
 class RuleEngine:
     """Evaluates a rule set tick by tick, keeping each rule's for/keep-firing state."""
 
     def __init__(self, ruleset: RuleSet) -> None:
         self.ruleset = ruleset
         self.state: dict[str, RuleState] = {r.id: RuleState() for r in ruleset.rules}
+        #: Rules with a hold whose condition reads the training thread's phase
+        #: shares (one with no ``for:`` fires on the window it reads, by design).
+        self._on_stacks = frozenset(r.id for r in ruleset.rules
+                                    if r.for_s > 0 and reads_stacks(r))
 
     def step(self, metrics: Mapping[str, float | None], now: float) -> list[tuple[Rule, float]]:
         """Advance every rule to ``now``; return the firing ones with when they fired."""
@@ -175,7 +186,8 @@ class RuleEngine:
                 st.last_true = now
                 if st.pending_since is None:
                     st.pending_since = now
-                if st.firing_since is None and now - st.pending_since >= rule.for_s:
+                if (st.firing_since is None and now - st.pending_since >= rule.for_s
+                        and self._confirmed(rule, st.pending_since, metrics, now)):
                     st.firing_since = now
             else:
                 st.pending_since = None
@@ -188,6 +200,21 @@ class RuleEngine:
             if st.firing_since is not None:
                 firing.append((rule, st.firing_since))
         return firing
+
+    def _confirmed(self, rule: Rule, since: float, metrics: Mapping[str, float | None],
+                   now: float) -> bool:
+        """Whether a stack window that ended after ``since`` has been read, for a
+        rule over the phase shares (any other rule: always).
+
+        Phase shares change only when a stack window arrives, and the first one
+        stands for about 6 s, longer than most holds: a hold it alone met would
+        fire on one window's reading (29 samples; a 5 % phase reads 14 % or more
+        about 1 time in 50). The next window must agree first.
+        """
+        if rule.id not in self._on_stacks:
+            return True
+        age = metrics.get("stacks_age_s")
+        return age is None or now - age > since
 
     def pending(self, now: float) -> list[tuple[Rule, float]]:
         """Rules whose condition holds but whose ``for:`` has not elapsed yet, with

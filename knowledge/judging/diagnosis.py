@@ -276,6 +276,14 @@ def _without_states_left(firing: list[tuple[Rule, float]],
     return [(rule, at) for rule, at in firing if not rule.job_state or holds_now(rule)]
 
 
+def held_text(held: float, for_s: float) -> str:
+    """How far a pending rule's hold has come: "held 3 s of its 5 s", or past it,
+    waiting for the next stack window to confirm the phase shares it read."""
+    if held < for_s:
+        return f"held {held:.0f} s of its {for_s:g} s"
+    return f"held {held:.0f} s; the next stack window confirms it"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Held:
     """A firing rule's metrics and words where its condition last held, and when."""
@@ -376,7 +384,7 @@ class Diagnoser:
         top = next((f for f, is_bottleneck in ranked if is_bottleneck), None)
         has_gpu = metrics.get("has_gpu") == 1.0
         pending = tuple(
-            f"{render(rule.title, metrics, words)} (held {held:.0f} s of its {rule.for_s:g} s)"
+            f"{render(rule.title, metrics, words)} ({held_text(held, rule.for_s)})"
             for rule, held in self.engine.pending(now) if rule.bottleneck
         )
         category: BottleneckCategory

@@ -154,6 +154,9 @@ class Job:
     #: Runs of each blocky phase each stack window's sample order shows
     #: (StackWindow.phase_blocks); none: the samples came without their order.
     phase_blocks: tuple[tuple[str, int], ...] = ()
+    #: The phases each window's ordered samples start and end in (StackWindow.ends):
+    #: ("eval", "eval") makes one evaluation pass run on through every window.
+    phase_ends: tuple[str, ...] = ()
     #: What the training thread's data waits were spent in (StackWindow.data_source).
     data_source: str | None = "dataloader"
     #: Share of samples the busiest other thread spends working (None: no other thread).
@@ -446,6 +449,7 @@ def stack_window(job: Job, i: int) -> StackWindow:
                           for t in job.technique_shares},
         step_shapes=job.step_shapes,
         phase_blocks=dict(job.phase_blocks),
+        ends=job.phase_ends,
         loop_frame="train (train.py)",
         hot_frames=() if job.other_frame is None else (HotFrame(
             "other", *job.other_frame[:2],
