@@ -208,8 +208,8 @@ class RuleEngine:
 
         Phase shares change only when a stack window arrives, and the first one
         stands for about 6 s, longer than most holds: a hold it alone met would
-        fire on one window's reading (29 samples; a 5 % phase reads 14 % or more
-        about 1 time in 50). The next window must agree first.
+        fire on one window's reading (29 samples: a 5 % phase reaches a 15 % cut, 5
+        samples, about 1 time in 70). The next window must agree first.
         """
         if rule.id not in self._on_stacks:
             return True
