@@ -209,9 +209,11 @@ class RuleEngine:
         Phase shares change only when a stack window arrives, and the first one
         stands for about 6 s, longer than most holds: a hold it alone met would
         fire on one window's reading (29 samples: a 5 % phase reaches a 15 % cut, 5
-        samples, about 1 time in 70). The next window must agree first.
+        samples, about 1 time in 70). The next window must agree first, unless
+        the job has exited: no window comes after it, and what was read stands
+        (a short job's report kept "collecting" where its data wait was plain).
         """
-        if rule.id not in self._on_stacks:
+        if rule.id not in self._on_stacks or metrics.get("target_alive") == 0.0:
             return True
         age = metrics.get("stacks_age_s")
         return age is None or now - age > since

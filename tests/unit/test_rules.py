@@ -1107,6 +1107,10 @@ def test_a_hold_over_the_phase_shares_is_confirmed_by_the_next_stack_window() ->
     assert "the next stack window confirms it" in held_text(5.0, DWD.for_s)
     assert at(confirmed, 6.0, 6.0, 0.5) == 6.0
     assert at(refuted, 6.0, 6.0, 0.2) is None and at(refuted, 9.0, 6.0, 0.2) is None
+    # A job that exited sends no next window: its hold stands on what was read.
+    ended = _engine(DWD)
+    gone = {**_dw(0.5), "stacks_age_s": 0.0, "target_alive": 0.0}
+    assert [_firing(ended, {**gone, "stacks_age_s": t}, t) for t in (0.0, 3.0)] == [None, 3.0]
     # A rule that reads no phase share holds on time alone.
     ram = _engine(RULES["host_ram_pressure"])
     pressure = {"host_ram_used_mean": 99.0, "host_swap_used_mean": 0.0, "stacks_age_s": 60.0}
