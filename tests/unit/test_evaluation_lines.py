@@ -276,19 +276,25 @@ def test_a_helper_that_loops_with_gradients_off_evaluates_but_a_frozen_encoder_d
     assert counts["forward"] == 45
 
 
-def test_a_helper_behind_torchs_no_grad_decorator_evaluates(
-    classifier: PhaseClassifier, tmp_path: Path
-) -> None:
+def decorated_loop(tmp_path: Path, counts: tuple[int, int, int, int]) -> str:
+    """DECORATED's samples, raw: estimate_loss() behind torch's decorator wrapper,
+    then the step's forward, backward and optimizer, ``counts`` of each."""
     script = write(tmp_path, "train.py", DECORATED)
     loop = f"<module> ({script}:{{}})"
     wrapper = f"context_decorator.<locals>.decorate_context ({SITE}/torch/utils/_contextlib.py:124)"
-    text = raw(
-        (forward(f"{loop.format(16)};{wrapper};estimate_loss ({script}:9)"), 30),
-        (forward(loop.format(17)), 40),
-        (backward(loop.format(19)), 40),
-        (optimizer(loop.format(20)), 6),
+    evaluating, step_forward, step_backward, step_optimizer = counts
+    return raw(
+        (forward(f"{loop.format(16)};{wrapper};estimate_loss ({script}:9)"), evaluating),
+        (forward(loop.format(17)), step_forward),
+        (backward(loop.format(19)), step_backward),
+        (optimizer(loop.format(20)), step_optimizer),
     )
-    counts = read(classifier, text)
+
+
+def test_a_helper_behind_torchs_no_grad_decorator_evaluates(
+    classifier: PhaseClassifier, tmp_path: Path
+) -> None:
+    counts = read(classifier, decorated_loop(tmp_path, (30, 40, 40, 6)))
     # The wrapper is torch's, not the job's: seen through, estimate_loss() repeats
     # forward passes over the splits with gradients off, as an inline loop would.
     assert counts["eval"] == 30
@@ -389,15 +395,7 @@ def test_the_window_counts_evaluation_blocks_in_sample_order(
     """Blocks are counted after the evaluation readings marked their samples, and
     the window keeps the phases it starts and ends in (a block across the edge
     between two windows is one)."""
-    script = write(tmp_path, "train.py", DECORATED)
-    loop = f"<module> ({script}:{{}})"
-    wrapper = f"context_decorator.<locals>.decorate_context ({SITE}/torch/utils/_contextlib.py:124)"
-    stacks = parse_raw(raw(
-        (forward(f"{loop.format(16)};{wrapper};estimate_loss ({script}:9)"), 7),
-        (forward(loop.format(17)), 4),
-        (backward(loop.format(19)), 4),
-        (optimizer(loop.format(20)), 2),
-    ))
+    stacks = parse_raw(decorated_loop(tmp_path, (7, 4, 4, 2)))
     thread = stacks[0].thread_id
     assert thread is not None
     # eval x3, a step, eval x3, a step, eval: three passes, the last cut by the edge.
