@@ -89,16 +89,6 @@ def read_stacks(session: Session, now: float, window_s: float) -> list[StackWind
     return [w for w in session.stacks.window(now - window_s, now) if w.error is None]
 
 
-def stacks_age(session: Session, now: float) -> float | None:
-    """Seconds since the newest stack window py-spy read ended (a failed dump
-    changes no share); None before the first."""
-    newest = session.stacks.last()
-    if newest is not None and newest.error is not None:
-        read = read_stacks(session, now, LONG_WINDOW_S)
-        newest = read[-1] if read else None
-    return None if newest is None else max(0.0, now - newest.t_end)
-
-
 def forward_only(session: Session, now: float, window_s: float) -> float | None:
     """1 when the thread runs forward passes but, for a while, no backward or optimizer;
     0 when it trains (or runs no pass at all); None while too few forward passes
@@ -142,11 +132,13 @@ def phase_metrics(
         else compute + (fractions["sync"] if has_gpu else 0.0)
     )
     values["phase_samples"] = float(total)
-    values["stacks_age_s"] = stacks_age(session, now)
     values |= compile_metrics(session, now, window_s)
     long_s = max(LONG_WINDOW_S, window_s)
     long_fractions = session.phase_fractions(now, long_s)
     long_windows = read_stacks(session, now, long_s)
+    # Seconds since the newest window py-spy read ended (a failed dump changes no
+    # share): RuleEngine confirms a hold over the shares with a newer one.
+    values["stacks_age_s"] = max(0.0, now - long_windows[-1].t_end) if long_windows else None
     for phase in ("checkpoint", "eval"):
         values[f"phase_{phase}_long"] = long_fractions[phase] if long_fractions else None
         values[f"phase_{phase}_long_error"] = (
